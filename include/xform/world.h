@@ -1,0 +1,288 @@
+// Copyright 2026 The xform Authors.
+//
+// xform::World is one world of entity transforms: the data-oriented transform
+// component of the Bitsquid design. Entities (client-chosen ids) may have a
+// transform in a world; each transform has a local TRS, a parent (or none),
+// and a world matrix that is always exact: world = parent world * local.
+//
+// Storage is structure-of-arrays kept in pre-order, so every subtree is one
+// contiguous range of instances. A batch of changes marks the roots of the
+// affected subtrees and, when it returns, has recomputed exactly the union of
+// those ranges in one forward sweep: no recursion, no per-change propagation,
+// no scan of the untouched world.
+//
+// Every mutation is a batch (the single-call forms are batches of one). A
+// batch is validated whole against the state its earlier commands leave, and
+// only then applied; a failed batch changes nothing and says why:
+//   NOT_FOUND            an entity or parent that does not exist (then)
+//   ALREADY_EXISTS       creating an entity that exists (then)
+//   INVALID_ARGUMENT     entity id 0, a non-finite number, a scale below
+//                        kMinAbsScale, a rotation that is not a unit quaternion
+//   FAILED_PRECONDITION  a link that would make a cycle or a self-parent
+// The message names the command's index in the batch and the entity.
+//
+// Change tracking: the world numbers frames. EndFrame() closes the current
+// frame and reports what differs between the state at the previous EndFrame()
+// and now (see FrameChanges), then opens the next frame.
+//
+// Cost model (n = instances, k = affected instances):
+//   set local / set world        O(k) for the affected subtrees, once per batch
+//   create as a root             O(1) amortized
+//   create under a parent,
+//   destroy, link                O(instances after the change point): the
+//                                arrays shift to keep pre-order. A run of
+//                                creates in one batch shifts once, so a scene
+//                                load is O(n).
+//
+// Thread safety: a World is a plain value: no locks, no threads. Concurrent
+// const calls are safe; anything else needs external synchronization.
+
+#ifndef XFORM_WORLD_H_
+#define XFORM_WORLD_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <variant>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "xform/transform.h"
+
+namespace xform {
+
+enum class DestroyMode {
+  kSubtree,           // The entity and all its descendants go.
+  kReparentChildren,  // Its children move to its parent, keeping their world.
+};
+
+enum class LinkMode {
+  kKeepLocal,  // The local transform stays; the world follows the new parent.
+  kKeepWorld,  // The world stays; the local is recomputed under the new parent.
+};
+
+// The commands of a batch. Each names its entity; kNoEntity as a parent means
+// "a root".
+struct CreateOp {
+  EntityId entity = kNoEntity;
+  EntityId parent = kNoEntity;
+  Transform local;
+};
+struct DestroyOp {
+  EntityId entity = kNoEntity;
+  DestroyMode mode = DestroyMode::kSubtree;
+};
+struct LinkOp {
+  EntityId entity = kNoEntity;
+  EntityId parent = kNoEntity;  // kNoEntity unlinks: the entity becomes a root.
+  LinkMode mode = LinkMode::kKeepLocal;
+};
+struct SetLocalOp {
+  EntityId entity = kNoEntity;
+  Transform local;
+};
+// Sets the world transform by computing the local that yields it. Under a
+// parent whose world has shear the yield is the nearest TRS (see Decompose).
+struct SetWorldOp {
+  EntityId entity = kNoEntity;
+  Transform world;
+};
+using Command =
+    std::variant<CreateOp, DestroyOp, LinkOp, SetLocalOp, SetWorldOp>;
+
+// What changed in one frame, compared with the state at the previous frame's
+// end. Structure-of-arrays so it goes on the wire without reshaping. Lists of
+// (entity, parent) are in the world's current pre-order, so applying them in
+// order never links a child before its parent exists. To replay a frame on a
+// copy: destroy `destroyed` one by one keeping children, create `created`, then
+// link `reparented`, then take `moved_world` as the world matrices.
+struct FrameChanges {
+  uint64_t frame = 0;  // The frame these changes close.
+
+  // Entities alive now whose world matrix differs bitwise from the previous
+  // frame end (every created entity is here too). 12 floats per entity in
+  // moved_world, Matrix3x4 order.
+  std::vector<EntityId> moved;
+  std::vector<float> moved_world;
+
+  // Absent at the previous frame end, present now; with their parent now.
+  std::vector<EntityId> created;
+  std::vector<EntityId> created_parent;
+
+  // Present at the previous frame end, absent now.
+  std::vector<EntityId> destroyed;
+
+  // Present at both ends with a different parent; with their parent now.
+  std::vector<EntityId> reparented;
+  std::vector<EntityId> reparented_parent;
+
+  void Clear();
+  bool empty() const {
+    return moved.empty() && created.empty() && destroyed.empty() &&
+           reparented.empty();
+  }
+};
+
+// Counters for tests and benchmarks.
+struct WorldStats {
+  // Instances whose world matrix was recomputed, over the world's lifetime.
+  uint64_t recomputed = 0;
+  // Instances moved in memory to keep pre-order, over the world's lifetime.
+  uint64_t relocated = 0;
+};
+
+class World {
+ public:
+  World();
+  World(const World&) = default;
+  World& operator=(const World&) = default;
+  World(World&&) noexcept = default;
+  World& operator=(World&&) noexcept = default;
+  ~World();
+
+  // Validates the whole batch, then applies it, then brings every affected
+  // world matrix up to date. On error nothing changed.
+  absl::Status Apply(absl::Span<const Command> batch);
+
+  // Fast paths for the two common homogeneous batches: a scene load or spawn
+  // wave, and a physics step's worth of local transforms.
+  absl::Status CreateMany(absl::Span<const CreateOp> ops);
+  absl::Status SetLocals(absl::Span<const SetLocalOp> ops);
+
+  // Batches of one.
+  absl::Status Create(EntityId entity, EntityId parent, const Transform& local);
+  absl::Status Destroy(EntityId entity,
+                       DestroyMode mode = DestroyMode::kSubtree);
+  absl::Status Link(EntityId entity, EntityId parent,
+                    LinkMode mode = LinkMode::kKeepLocal);
+  absl::Status Unlink(EntityId entity, LinkMode mode = LinkMode::kKeepLocal);
+  absl::Status SetLocal(EntityId entity, const Transform& local);
+  absl::Status SetWorld(EntityId entity, const Transform& world);
+
+  // Reads. NotFound for an entity without a transform in this world.
+  bool Has(EntityId entity) const;
+  size_t size() const { return parent_.size(); }
+  absl::StatusOr<Transform> Local(EntityId entity) const;
+  absl::StatusOr<Matrix3x4> WorldMatrix(EntityId entity) const;
+  absl::StatusOr<EntityId> Parent(EntityId entity) const;  // kNoEntity: root.
+  absl::StatusOr<std::vector<EntityId>> Children(EntityId entity) const;
+  // The entity and all its descendants, parents before children.
+  absl::StatusOr<std::vector<EntityId>> Subtree(EntityId entity) const;
+
+  // Visits every instance in pre-order (parents before children) with its
+  // entity, parent entity and world matrix: a snapshot without copying.
+  template <typename Visitor>
+  void ForEach(Visitor&& visit) const {
+    for (uint32_t i = 0; i < parent_.size(); ++i) {
+      visit(entity_of(i), parent_entity_of(i), world_[i]);
+    }
+  }
+
+  // The frame being built; EndFrame() closes it and returns its changes.
+  uint64_t frame() const { return frame_; }
+  void EndFrame(FrameChanges* changes);
+
+  const WorldStats& stats() const { return stats_; }
+  // Verifies the storage invariants (pre-order ranges, subtree sizes, the slot
+  // and entity maps): Internal with the first broken one. O(n); for tests.
+  absl::Status CheckConsistency() const;
+  // Bytes held by this world's containers (capacity, not size).
+  size_t MemoryBytes() const;
+
+ private:
+  friend class BatchValidator;
+  using Index = uint32_t;  // Position in the pre-ordered arrays.
+  using Slot = uint32_t;   // Stable per-entity handle; survives relocation.
+  static constexpr uint32_t kNone = 0xffffffffu;
+
+  // The entity's state at the previous frame end, kept for entities that a
+  // structural command touched in this frame, to report net changes.
+  struct FrameStart {
+    bool existed = false;
+    EntityId parent = kNoEntity;
+    bool has_world = false;  // Set when the instance was destroyed.
+    Matrix3x4 world;
+  };
+
+  // A run of new instances, in pre-order, to insert before old index `at`.
+  struct InsertBlock {
+    Index at;
+    uint32_t first;  // Offset into the appended region.
+    uint32_t count;
+    Index parent;  // Old index of the block root's parent, or kNone.
+  };
+
+  EntityId entity_of(Index i) const { return slot_entity_[slot_[i]]; }
+  EntityId parent_entity_of(Index i) const {
+    return parent_[i] == kNone ? kNoEntity : entity_of(parent_[i]);
+  }
+  Index index_of(EntityId entity) const;  // kNone when absent.
+  Index end_of(Index i) const { return i + subtree_size_[i]; }
+
+  // Structural primitives. Each keeps pre-order, parent links, subtree sizes
+  // and the slot map exact.
+  void ApplyCreates(absl::Span<const CreateOp> ops);
+  void ApplyDestroy(const DestroyOp& op);
+  void ApplyLink(const LinkOp& op);
+  void ApplySetLocal(Index i, const Transform& local);
+  void ApplySetWorld(Index i, const Transform& world);
+  void InsertBlocks(uint32_t old_size, absl::Span<const InsertBlock> blocks);
+  void EraseRange(Index first, Index last);
+  void MoveRange(Index first, Index last, Index to);
+  void AddToAncestorSizes(Index parent, int64_t delta);
+  void RefreshSlots(Index first, Index last);
+  template <typename F>
+  void ForEachColumn(F&& f);
+
+  // Change tracking.
+  Slot AllocateSlot(EntityId entity);
+  FrameStart& TouchStructure(EntityId entity, Index i);
+  void MarkDirty(Index i);
+  void MarkMoved(Index i, const Matrix3x4& before);
+
+  // The world matrix `i` will have once pending changes propagate, computed
+  // from the nearest exact ancestor. O(depth).
+  Matrix3x4 ExactWorld(Index i) const;
+  Matrix3x4 LocalMatrix(Index i) const;
+  // Recomputes the union of the pending dirty subtrees.
+  void Propagate();
+
+  // Per-instance columns, in pre-order.
+  std::vector<Index> parent_;           // kNone for roots.
+  std::vector<uint32_t> subtree_size_;  // Including the instance itself.
+  std::vector<glm::vec3> position_;
+  std::vector<glm::quat> rotation_;
+  std::vector<glm::vec3> scale_;
+  std::vector<Matrix3x4> world_;
+  std::vector<Slot> slot_;
+  // 1 + position in moved_slots_ when moved this frame, else 0.
+  std::vector<uint32_t> moved_mark_;
+
+  // Per-slot columns.
+  std::vector<Index> slot_index_;  // kNone for a free slot.
+  std::vector<EntityId> slot_entity_;
+  std::vector<uint8_t> slot_flags_;  // kDirty: a subtree root to recompute.
+  std::vector<Slot> free_slots_;
+  // Freed this frame; reusable after EndFrame so moved_slots_ stays unique.
+  std::vector<Slot> freed_this_frame_;
+
+  absl::flat_hash_map<EntityId, Slot> slot_of_;
+
+  // This batch's subtree roots to recompute.
+  std::vector<Slot> dirty_roots_;
+
+  // This frame's changes so far.
+  uint64_t frame_ = 1;
+  std::vector<Slot> moved_slots_;
+  std::vector<Matrix3x4> moved_before_;  // World at the previous frame end.
+  std::vector<Slot> created_slots_;      // Created in this frame.
+  absl::flat_hash_map<EntityId, FrameStart> frame_start_;
+
+  WorldStats stats_;
+};
+
+}  // namespace xform
+
+#endif  // XFORM_WORLD_H_

@@ -1,0 +1,718 @@
+// Copyright 2026 The xform Authors.
+
+#include "xform/world.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/container/inlined_vector.h"
+#include "absl/strings/str_cat.h"
+#include "src/math_kernels.h"
+#include "src/world_validator.h"
+
+namespace xform {
+namespace {
+
+// moved_mark_ value of an instance created in the current frame: it is
+// reported through created_slots_, never through moved_slots_.
+constexpr uint32_t kBornMark = 0xffffffffu;
+constexpr uint8_t kDirty = 1;
+
+bool SameBits(const float* a, const float* b) {
+  return std::memcmp(a, b, 12 * sizeof(float)) == 0;
+}
+
+template <typename T>
+size_t Bytes(const std::vector<T>& v) {
+  return v.capacity() * sizeof(T);
+}
+
+template <typename Map>
+size_t MapBytes(const Map& m) {
+  // flat_hash_map: one slot and one control byte per bucket.
+  return m.capacity() * (sizeof(typename Map::slot_type) + 1);
+}
+
+}  // namespace
+
+void FrameChanges::Clear() {
+  frame = 0;
+  moved.clear();
+  moved_world.clear();
+  created.clear();
+  created_parent.clear();
+  destroyed.clear();
+  reparented.clear();
+  reparented_parent.clear();
+}
+
+World::World() = default;
+World::~World() = default;
+
+// ---------------------------------------------------------------------------
+// Mutations: validate whole, then apply, then propagate once.
+
+absl::Status World::Apply(absl::Span<const Command> batch) {
+  {
+    BatchValidator validator(*this);
+    for (size_t k = 0; k < batch.size(); ++k) {
+      if (absl::Status s = validator.Check(k, batch[k]); !s.ok()) return s;
+    }
+  }
+  // Runs of creates insert together, so a spawn wave shifts the arrays once.
+  std::vector<CreateOp> creates;
+  const auto flush_creates = [&] {
+    if (creates.empty()) return;
+    ApplyCreates(creates);
+    creates.clear();
+  };
+  struct Applier {
+    World& world;
+    void operator()(const CreateOp&) {}  // Gathered into runs above.
+    void operator()(const DestroyOp& op) { world.ApplyDestroy(op); }
+    void operator()(const LinkOp& op) { world.ApplyLink(op); }
+    void operator()(const SetLocalOp& op) {
+      world.ApplySetLocal(world.index_of(op.entity), op.local);
+    }
+    void operator()(const SetWorldOp& op) {
+      world.ApplySetWorld(world.index_of(op.entity), op.world);
+    }
+  };
+  for (const Command& command : batch) {
+    if (const auto* create = std::get_if<CreateOp>(&command)) {
+      creates.push_back(*create);
+      continue;
+    }
+    flush_creates();
+    std::visit(Applier{*this}, command);
+  }
+  flush_creates();
+  Propagate();
+  return absl::OkStatus();
+}
+
+absl::Status World::CreateMany(absl::Span<const CreateOp> ops) {
+  // Validation inserts each id into slot_of_ as it goes, which is both the
+  // duplicate check and the insert ApplyCreates would do; a failure removes
+  // them again.
+  slot_of_.reserve(slot_of_.size() + ops.size());
+  for (size_t k = 0; k < ops.size(); ++k) {
+    const CreateOp& op = ops[k];
+    absl::Status status;
+    if (op.entity == kNoEntity) {
+      status = absl::InvalidArgumentError("entity id 0 is reserved for 'none'");
+    } else if (status = ValidateTransform(op.local); !status.ok()) {
+    } else if (op.parent == op.entity) {
+      status =
+          absl::FailedPreconditionError("an entity cannot be its own parent");
+    } else if (op.parent != kNoEntity && !slot_of_.contains(op.parent)) {
+      status =
+          absl::NotFoundError(absl::StrCat("parent ", op.parent, " not found"));
+    } else if (!slot_of_.try_emplace(op.entity, kNone).second) {
+      status = absl::AlreadyExistsError("already exists");
+    }
+    if (!status.ok()) {
+      for (size_t undo = 0; undo < k; ++undo) slot_of_.erase(ops[undo].entity);
+      return absl::Status(status.code(),
+                          absl::StrCat("command ", k, " (create entity ",
+                                       op.entity, "): ", status.message()));
+    }
+  }
+  ApplyCreates(ops);
+  Propagate();
+  return absl::OkStatus();
+}
+
+absl::Status World::SetLocals(absl::Span<const SetLocalOp> ops) {
+  std::vector<Index> targets(ops.size());
+  for (size_t k = 0; k < ops.size(); ++k) {
+    absl::Status status;
+    if (ops[k].entity == kNoEntity) {
+      status = absl::InvalidArgumentError("entity id 0 is reserved for 'none'");
+    } else if (status = ValidateTransform(ops[k].local); !status.ok()) {
+    } else if (targets[k] = index_of(ops[k].entity); targets[k] == kNone) {
+      status = absl::NotFoundError("not found");
+    }
+    if (!status.ok()) {
+      return absl::Status(status.code(),
+                          absl::StrCat("command ", k, " (set local entity ",
+                                       ops[k].entity, "): ", status.message()));
+    }
+  }
+  for (size_t k = 0; k < ops.size(); ++k)
+    ApplySetLocal(targets[k], ops[k].local);
+  Propagate();
+  return absl::OkStatus();
+}
+
+absl::Status World::Create(EntityId entity, EntityId parent,
+                           const Transform& local) {
+  const CreateOp op{entity, parent, local};
+  return CreateMany({&op, 1});
+}
+
+absl::Status World::Destroy(EntityId entity, DestroyMode mode) {
+  const Command command = DestroyOp{entity, mode};
+  return Apply({&command, 1});
+}
+
+absl::Status World::Link(EntityId entity, EntityId parent, LinkMode mode) {
+  const Command command = LinkOp{entity, parent, mode};
+  return Apply({&command, 1});
+}
+
+absl::Status World::Unlink(EntityId entity, LinkMode mode) {
+  return Link(entity, kNoEntity, mode);
+}
+
+absl::Status World::SetLocal(EntityId entity, const Transform& local) {
+  const SetLocalOp op{entity, local};
+  return SetLocals({&op, 1});
+}
+
+absl::Status World::SetWorld(EntityId entity, const Transform& world) {
+  const Command command = SetWorldOp{entity, world};
+  return Apply({&command, 1});
+}
+
+// ---------------------------------------------------------------------------
+// Reads.
+
+World::Index World::index_of(EntityId entity) const {
+  const auto it = slot_of_.find(entity);
+  return it == slot_of_.end() || it->second == kNone ? kNone
+                                                     : slot_index_[it->second];
+}
+
+bool World::Has(EntityId entity) const { return index_of(entity) != kNone; }
+
+absl::StatusOr<Transform> World::Local(EntityId entity) const {
+  const Index i = index_of(entity);
+  if (i == kNone)
+    return absl::NotFoundError(absl::StrCat(entity, " not found"));
+  return Transform{position_[i], rotation_[i], scale_[i]};
+}
+
+absl::StatusOr<Matrix3x4> World::WorldMatrix(EntityId entity) const {
+  const Index i = index_of(entity);
+  if (i == kNone)
+    return absl::NotFoundError(absl::StrCat(entity, " not found"));
+  return world_[i];
+}
+
+absl::StatusOr<EntityId> World::Parent(EntityId entity) const {
+  const Index i = index_of(entity);
+  if (i == kNone)
+    return absl::NotFoundError(absl::StrCat(entity, " not found"));
+  return parent_entity_of(i);
+}
+
+absl::StatusOr<std::vector<EntityId>> World::Children(EntityId entity) const {
+  const Index i = index_of(entity);
+  if (i == kNone)
+    return absl::NotFoundError(absl::StrCat(entity, " not found"));
+  std::vector<EntityId> children;
+  for (Index c = i + 1; c < end_of(i); c = end_of(c)) {
+    children.push_back(entity_of(c));
+  }
+  return children;
+}
+
+absl::StatusOr<std::vector<EntityId>> World::Subtree(EntityId entity) const {
+  const Index i = index_of(entity);
+  if (i == kNone)
+    return absl::NotFoundError(absl::StrCat(entity, " not found"));
+  std::vector<EntityId> out;
+  out.reserve(subtree_size_[i]);
+  for (Index j = i; j < end_of(i); ++j) out.push_back(entity_of(j));
+  return out;
+}
+
+size_t World::MemoryBytes() const {
+  return Bytes(parent_) + Bytes(subtree_size_) + Bytes(position_) +
+         Bytes(rotation_) + Bytes(scale_) + Bytes(world_) + Bytes(slot_) +
+         Bytes(moved_mark_) + Bytes(slot_index_) + Bytes(slot_entity_) +
+         Bytes(slot_flags_) + Bytes(free_slots_) + Bytes(freed_this_frame_) +
+         Bytes(dirty_roots_) + Bytes(moved_slots_) + Bytes(moved_before_) +
+         Bytes(created_slots_) + MapBytes(slot_of_) + MapBytes(frame_start_);
+}
+
+absl::Status World::CheckConsistency() const {
+  const auto broken = [](auto&&... args) {
+    return absl::InternalError(absl::StrCat(args...));
+  };
+  if (slot_of_.size() != size()) {
+    return broken(slot_of_.size(), " ids for ", size(), " instances");
+  }
+  for (Index i = 0; i < size(); ++i) {
+    const Index p = parent_[i];
+    if (subtree_size_[i] == 0 || end_of(i) > size()) {
+      return broken("instance ", i, " has subtree size ", subtree_size_[i]);
+    }
+    if (p != kNone && (p >= i || end_of(i) > end_of(p))) {
+      return broken("instance ", i, " is outside its parent ", p, "'s range");
+    }
+    if (slot_index_[slot_[i]] != i || index_of(entity_of(i)) != i) {
+      return broken("instance ", i, " and its slot disagree");
+    }
+    // The children's ranges tile the parent's range exactly.
+    Index c = i + 1;
+    while (c < end_of(i)) {
+      if (parent_[c] != i) {
+        return broken("instance ", c, " should be a child of ", i);
+      }
+      c = end_of(c);
+    }
+    if (c != end_of(i)) return broken("children overrun instance ", i);
+  }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------
+// Structural primitives.
+
+template <typename F>
+void World::ForEachColumn(F&& f) {
+  f(parent_);
+  f(subtree_size_);
+  f(position_);
+  f(rotation_);
+  f(scale_);
+  f(world_);
+  f(slot_);
+  f(moved_mark_);
+}
+
+World::Slot World::AllocateSlot(EntityId entity) {
+  Slot slot;
+  if (!free_slots_.empty()) {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  } else {
+    slot = static_cast<Slot>(slot_index_.size());
+    slot_index_.push_back(kNone);
+    slot_entity_.push_back(kNoEntity);
+    slot_flags_.push_back(0);
+  }
+  slot_entity_[slot] = entity;
+  slot_flags_[slot] = 0;
+  return slot;
+}
+
+void World::ApplyCreates(absl::Span<const CreateOp> ops) {
+  const uint32_t old_size = static_cast<uint32_t>(size());
+  const uint32_t count = static_cast<uint32_t>(ops.size());
+  if (count == 0) return;
+
+  // Slots first: slot_index_ of a new slot temporarily holds old_size + its
+  // position in `ops`, which tells parents in this run from older ones.
+  std::vector<uint32_t> group_parent(count, kNone);  // Position in ops.
+  std::vector<Index> attach(count, kNone);  // Old index of an outside parent.
+  std::vector<Slot> slots(count);
+  for (uint32_t k = 0; k < count; ++k) {
+    slots[k] = AllocateSlot(ops[k].entity);
+    slot_index_[slots[k]] = old_size + k;
+    slot_of_.insert_or_assign(ops[k].entity, slots[k]);
+    if (ops[k].parent == kNoEntity) continue;
+    const Index p = slot_index_[slot_of_.find(ops[k].parent)->second];
+    if (p >= old_size) {
+      group_parent[k] = p - old_size;
+    } else {
+      attach[k] = p;
+    }
+  }
+
+  // Pre-order of the run: children by parent (counting sort, input order kept),
+  // then a depth-first walk from each run root.
+  std::vector<uint32_t> child_begin(count + 1, 0);
+  for (uint32_t k = 0; k < count; ++k) {
+    if (group_parent[k] != kNone) ++child_begin[group_parent[k] + 1];
+  }
+  for (uint32_t k = 0; k < count; ++k) child_begin[k + 1] += child_begin[k];
+  std::vector<uint32_t> children(child_begin[count]);
+  {
+    std::vector<uint32_t> fill(child_begin.begin(), child_begin.end() - 1);
+    for (uint32_t k = 0; k < count; ++k) {
+      if (group_parent[k] != kNone) children[fill[group_parent[k]]++] = k;
+    }
+  }
+  std::vector<uint32_t> order;  // Run positions in pre-order.
+  order.reserve(count);
+  std::vector<uint32_t> stack;
+  for (uint32_t root = 0; root < count; ++root) {
+    if (group_parent[root] != kNone) continue;
+    stack.push_back(root);
+    while (!stack.empty()) {
+      const uint32_t k = stack.back();
+      stack.pop_back();
+      order.push_back(k);
+      for (uint32_t c = child_begin[k + 1]; c > child_begin[k]; --c) {
+        stack.push_back(children[c - 1]);
+      }
+    }
+  }
+  std::vector<uint32_t> sizes(count, 1);
+  for (uint32_t t = count; t-- > 0;) {
+    const uint32_t k = order[t];
+    if (group_parent[k] != kNone) sizes[group_parent[k]] += sizes[k];
+  }
+  std::vector<uint32_t> position_in_order(count);
+  for (uint32_t t = 0; t < count; ++t) position_in_order[order[t]] = t;
+
+  // Append the run in pre-order; parents are stored as "old index" for outside
+  // parents and "old_size + position in order" for parents in the run, both
+  // remapped by InsertBlocks.
+  ForEachColumn([&](auto& column) { column.resize(old_size + count); });
+  std::vector<InsertBlock> blocks;
+  for (uint32_t t = 0; t < count; ++t) {
+    const uint32_t k = order[t];
+    const Index at = old_size + t;
+    const Transform local = Normalized(ops[k].local);
+    position_[at] = local.position;
+    rotation_[at] = local.rotation;
+    scale_[at] = local.scale;
+    subtree_size_[at] = sizes[k];
+    slot_[at] = slots[k];
+    moved_mark_[at] = kBornMark;
+    if (group_parent[k] != kNone) {
+      parent_[at] = old_size + position_in_order[group_parent[k]];
+    } else {
+      parent_[at] = attach[k];
+      blocks.push_back({attach[k] == kNone ? old_size : end_of(attach[k]), t,
+                        sizes[k], attach[k]});
+    }
+  }
+  // Only now, with every insertion point taken from the old layout.
+  for (const InsertBlock& block : blocks) {
+    AddToAncestorSizes(block.parent, block.count);
+  }
+  // Parents whose ranges end at the same point are one ancestor chain; the
+  // deepest (largest index) takes its blocks first, so each block lands inside
+  // its parent's range. New roots go last.
+  std::stable_sort(blocks.begin(), blocks.end(),
+                   [](const InsertBlock& a, const InsertBlock& b) {
+                     if (a.at != b.at) return a.at < b.at;
+                     const auto key = [](Index parent) {
+                       return parent == kNone ? int64_t{-1} : int64_t{parent};
+                     };
+                     return key(a.parent) > key(b.parent);
+                   });
+  InsertBlocks(old_size, blocks);
+
+  created_slots_.insert(created_slots_.end(), slots.begin(), slots.end());
+  for (const InsertBlock& block : blocks) {
+    MarkDirty(slot_index_[slots[order[block.first]]]);
+  }
+}
+
+void World::InsertBlocks(uint32_t old_size,
+                         absl::Span<const InsertBlock> blocks) {
+  uint32_t count = 0;
+  for (const InsertBlock& b : blocks) count += b.count;
+  const Index first_moved = blocks.front().at;
+
+  // Where each appended instance lands, and how far each old one shifts.
+  std::vector<Index> landed(count);
+  std::vector<Index> block_at(blocks.size());
+  std::vector<uint32_t> inserted_through(blocks.size());
+  uint32_t inserted = 0;
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    for (uint32_t t = 0; t < blocks[b].count; ++t) {
+      landed[blocks[b].first + t] = blocks[b].at + inserted + t;
+    }
+    inserted += blocks[b].count;
+    block_at[b] = blocks[b].at;
+    inserted_through[b] = inserted;
+  }
+  const auto remap = [&](Index q) -> Index {
+    if (q >= old_size) return landed[q - old_size];
+    if (q < first_moved) return q;
+    // Blocks inserted at q land before the old instance at q.
+    const size_t b = std::upper_bound(block_at.begin(), block_at.end(), q) -
+                     block_at.begin();
+    return b == 0 ? q : q + inserted_through[b - 1];
+  };
+
+  // When every block lands at the end they may still need reordering: blocks
+  // under the last tree go before new roots.
+  if (first_moved < old_size || !std::is_sorted(landed.begin(), landed.end())) {
+    ForEachColumn([&](auto& column) {
+      using T = typename std::decay_t<decltype(column)>::value_type;
+      std::vector<T> appended(column.begin() + old_size, column.end());
+      size_t dst = old_size + count;
+      size_t src = old_size;
+      for (size_t b = blocks.size(); b-- > 0;) {
+        const InsertBlock& block = blocks[b];
+        std::move_backward(column.begin() + block.at, column.begin() + src,
+                           column.begin() + dst);
+        dst -= src - block.at;
+        std::copy(appended.begin() + block.first,
+                  appended.begin() + block.first + block.count,
+                  column.begin() + (dst - block.count));
+        dst -= block.count;
+        src = block.at;
+      }
+    });
+    stats_.relocated += old_size - first_moved;
+  }
+  for (Index j = first_moved; j < size(); ++j) {
+    if (parent_[j] != kNone) parent_[j] = remap(parent_[j]);
+  }
+  RefreshSlots(first_moved, static_cast<Index>(size()));
+}
+
+void World::EraseRange(Index first, Index last) {
+  const uint32_t count = last - first;
+  ForEachColumn([&](auto& column) {
+    column.erase(column.begin() + first, column.begin() + last);
+  });
+  for (Index j = first; j < size(); ++j) {
+    if (parent_[j] != kNone && parent_[j] >= last) parent_[j] -= count;
+  }
+  stats_.relocated += size() - first;
+  RefreshSlots(first, static_cast<Index>(size()));
+}
+
+void World::MoveRange(Index first, Index last, Index to) {
+  if (to == first || to == last) return;  // Already in place.
+  // One rotation of [lo, hi) that brings [mid, hi) to the front.
+  const Index lo = std::min(first, to);
+  const Index mid = to < first ? first : last;
+  const Index hi = std::max(last, to);
+  ForEachColumn([&](auto& column) {
+    std::rotate(column.begin() + lo, column.begin() + mid, column.begin() + hi);
+  });
+  // Links into [lo, hi) come from inside it or from later instances.
+  for (Index j = lo; j < size(); ++j) {
+    const Index q = parent_[j];
+    if (q == kNone || q < lo || q >= hi) continue;
+    parent_[j] = q < mid ? q + (hi - mid) : q - (mid - lo);
+  }
+  stats_.relocated += hi - lo;
+  RefreshSlots(lo, hi);
+}
+
+void World::AddToAncestorSizes(Index parent, int64_t delta) {
+  for (Index a = parent; a != kNone; a = parent_[a]) {
+    subtree_size_[a] = static_cast<uint32_t>(subtree_size_[a] + delta);
+  }
+}
+
+void World::RefreshSlots(Index first, Index last) {
+  for (Index j = first; j < last; ++j) slot_index_[slot_[j]] = j;
+}
+
+void World::ApplyDestroy(const DestroyOp& op) {
+  const Index i = index_of(op.entity);
+  const Index parent = parent_[i];
+  Index last = end_of(i);
+  if (op.mode == DestroyMode::kReparentChildren) {
+    // Children keep their world: their new local is relative to the parent.
+    const Matrix3x4 parent_world =
+        parent == kNone ? Matrix3x4{} : ExactWorld(parent);
+    for (Index c = i + 1; c < end_of(i); c = end_of(c)) {
+      const Transform local = LocalForWorld(parent_world, ExactWorld(c));
+      TouchStructure(entity_of(c), c);
+      ApplySetLocal(c, local);
+      parent_[c] = parent;
+    }
+    last = i + 1;
+  }
+  for (Index j = i; j < last; ++j) {
+    FrameStart& start = TouchStructure(entity_of(j), j);
+    if (start.existed && !start.has_world) {
+      // Unpropagated changes never touch world_, so a matrix not yet marked
+      // moved is still the one from the previous frame end.
+      start.has_world = true;
+      start.world = moved_mark_[j] == 0 || moved_mark_[j] == kBornMark
+                        ? world_[j]
+                        : moved_before_[moved_mark_[j] - 1];
+    }
+    const Slot slot = slot_[j];
+    slot_of_.erase(slot_entity_[slot]);
+    slot_index_[slot] = kNone;
+    slot_flags_[slot] = 0;
+    freed_this_frame_.push_back(slot);
+  }
+  AddToAncestorSizes(parent, -static_cast<int64_t>(last - i));
+  EraseRange(i, last);
+}
+
+void World::ApplyLink(const LinkOp& op) {
+  const Index i = index_of(op.entity);
+  const Index new_parent = op.parent == kNoEntity ? kNone : index_of(op.parent);
+  if (op.mode == LinkMode::kKeepWorld) {
+    const Matrix3x4 parent_world =
+        new_parent == kNone ? Matrix3x4{} : ExactWorld(new_parent);
+    ApplySetLocal(i, LocalForWorld(parent_world, ExactWorld(i)));
+  }
+  if (parent_[i] == new_parent) return;
+  TouchStructure(op.entity, i);
+  const Index last = end_of(i);
+  const uint32_t count = last - i;
+  // Computed before the sizes change: when the new parent is an old ancestor
+  // its range does not move.
+  const Index to =
+      new_parent == kNone ? static_cast<Index>(size()) : end_of(new_parent);
+  AddToAncestorSizes(parent_[i], -static_cast<int64_t>(count));
+  AddToAncestorSizes(new_parent, count);
+  parent_[i] = new_parent;
+  MoveRange(i, last, to);
+  MarkDirty(index_of(op.entity));
+}
+
+void World::ApplySetLocal(Index i, const Transform& local) {
+  const Transform normalized = Normalized(local);
+  position_[i] = normalized.position;
+  rotation_[i] = normalized.rotation;
+  scale_[i] = normalized.scale;
+  MarkDirty(i);
+}
+
+void World::ApplySetWorld(Index i, const Transform& world) {
+  if (parent_[i] == kNone) {
+    ApplySetLocal(i, world);
+    return;
+  }
+  ApplySetLocal(
+      i, LocalForWorld(ExactWorld(parent_[i]), ToMatrix(Normalized(world))));
+}
+
+// ---------------------------------------------------------------------------
+// Propagation and change tracking.
+
+void World::MarkDirty(Index i) {
+  const Slot slot = slot_[i];
+  if (slot_flags_[slot] & kDirty) return;
+  slot_flags_[slot] |= kDirty;
+  dirty_roots_.push_back(slot);
+}
+
+World::FrameStart& World::TouchStructure(EntityId entity, Index i) {
+  auto [it, inserted] = frame_start_.try_emplace(entity);
+  if (inserted) {
+    it->second.existed = moved_mark_[i] != kBornMark;
+    it->second.parent = parent_entity_of(i);
+  }
+  return it->second;
+}
+
+Matrix3x4 World::LocalMatrix(Index i) const {
+  Matrix3x4 out;
+  internal::ComposeTrs(position_[i], rotation_[i], scale_[i], out.m.data());
+  return out;
+}
+
+Matrix3x4 World::ExactWorld(Index i) const {
+  absl::InlinedVector<Index, 32> chain;
+  size_t stale = 0;  // 1 + the position in `chain` of the topmost dirty node.
+  for (Index a = i; a != kNone; a = parent_[a]) {
+    chain.push_back(a);
+    if (slot_flags_[slot_[a]] & kDirty) stale = chain.size();
+  }
+  if (stale == 0) return world_[i];
+  const Index top = chain[stale - 1];
+  Matrix3x4 world = parent_[top] == kNone ? Matrix3x4{} : world_[parent_[top]];
+  for (size_t k = stale; k-- > 0;)
+    world = Multiply(world, LocalMatrix(chain[k]));
+  return world;
+}
+
+void World::Propagate() {
+  if (dirty_roots_.empty()) return;
+  std::vector<Index> roots;
+  roots.reserve(dirty_roots_.size());
+  for (Slot slot : dirty_roots_) {
+    slot_flags_[slot] &= ~kDirty;
+    if (slot_index_[slot] != kNone) roots.push_back(slot_index_[slot]);
+  }
+  dirty_roots_.clear();
+  std::sort(roots.begin(), roots.end());
+
+  const Matrix3x4 identity;
+  Index covered = 0;  // Instances below this are already recomputed.
+  for (Index root : roots) {
+    if (root < covered) continue;
+    const Index last = end_of(root);
+    for (Index j = root; j < last; ++j) {
+      const float* parent_world =
+          parent_[j] == kNone ? identity.m.data() : world_[parent_[j]].m.data();
+      float local[12];
+      float world[12];
+      internal::ComposeTrs(position_[j], rotation_[j], scale_[j], local);
+      internal::MultiplyAffine(parent_world, local, world);
+      float* stored = world_[j].m.data();
+      if (SameBits(world, stored)) continue;
+      if (moved_mark_[j] == 0) {
+        moved_slots_.push_back(slot_[j]);
+        moved_before_.push_back(world_[j]);
+        moved_mark_[j] = static_cast<uint32_t>(moved_slots_.size());
+      }
+      std::memcpy(stored, world, sizeof(world));
+    }
+    stats_.recomputed += last - root;
+    covered = last;
+  }
+}
+
+void World::EndFrame(FrameChanges* changes) {
+  changes->Clear();
+  changes->frame = frame_;
+  const auto emit_moved = [&](Index i) {
+    changes->moved.push_back(entity_of(i));
+    changes->moved_world.insert(changes->moved_world.end(), world_[i].m.begin(),
+                                world_[i].m.end());
+  };
+  for (size_t k = 0; k < moved_slots_.size(); ++k) {
+    const Index i = slot_index_[moved_slots_[k]];
+    if (i == kNone) continue;
+    moved_mark_[i] = 0;
+    if (!(world_[i] == moved_before_[k])) emit_moved(i);
+  }
+
+  std::vector<Index> created;
+  for (Slot slot : created_slots_) {
+    if (slot_index_[slot] != kNone) created.push_back(slot_index_[slot]);
+  }
+  std::sort(created.begin(), created.end());
+  for (Index i : created) {
+    moved_mark_[i] = 0;
+    const auto start = frame_start_.find(entity_of(i));
+    if (start != frame_start_.end() && start->second.existed) {
+      // Destroyed and created again: a survivor, compared with its start.
+      if (!(world_[i] == start->second.world)) emit_moved(i);
+      continue;
+    }
+    changes->created.push_back(entity_of(i));
+    changes->created_parent.push_back(parent_entity_of(i));
+    emit_moved(i);
+  }
+
+  std::vector<Index> reparented;
+  for (const auto& [entity, start] : frame_start_) {
+    if (!start.existed) continue;
+    const Index i = index_of(entity);
+    if (i == kNone) {
+      changes->destroyed.push_back(entity);
+    } else if (parent_entity_of(i) != start.parent) {
+      reparented.push_back(i);
+    }
+  }
+  std::sort(reparented.begin(), reparented.end());
+  for (Index i : reparented) {
+    changes->reparented.push_back(entity_of(i));
+    changes->reparented_parent.push_back(parent_entity_of(i));
+  }
+
+  moved_slots_.clear();
+  moved_before_.clear();
+  created_slots_.clear();
+  frame_start_.clear();
+  free_slots_.insert(free_slots_.end(), freed_this_frame_.begin(),
+                     freed_this_frame_.end());
+  freed_this_frame_.clear();
+  ++frame_;
+}
+
+}  // namespace xform

@@ -1,0 +1,181 @@
+// Copyright 2026 The xform Authors.
+
+#include "src/world_validator.h"
+
+#include <variant>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+
+namespace xform {
+namespace {
+
+absl::Status Annotate(const absl::Status& status, size_t index,
+                      absl::string_view what, EntityId entity) {
+  return absl::Status(status.code(),
+                      absl::StrCat("command ", index, " (", what, " entity ",
+                                   entity, "): ", status.message()));
+}
+
+absl::Status RequireId(EntityId entity) {
+  if (entity == kNoEntity) {
+    return absl::InvalidArgumentError("entity id 0 is reserved for 'none'");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status BatchValidator::Check(size_t index, const Command& command) {
+  struct Visitor {
+    BatchValidator& v;
+    size_t index;
+    absl::Status operator()(const CreateOp& op) {
+      return Wrap(v.CheckCreate(op), "create", op.entity);
+    }
+    absl::Status operator()(const DestroyOp& op) {
+      return Wrap(v.CheckDestroy(op), "destroy", op.entity);
+    }
+    absl::Status operator()(const LinkOp& op) {
+      return Wrap(v.CheckLink(op), "link", op.entity);
+    }
+    absl::Status operator()(const SetLocalOp& op) {
+      return Wrap(v.CheckTransformTarget(op.entity, op.local), "set local",
+                  op.entity);
+    }
+    absl::Status operator()(const SetWorldOp& op) {
+      return Wrap(v.CheckTransformTarget(op.entity, op.world), "set world",
+                  op.entity);
+    }
+    absl::Status Wrap(const absl::Status& s, absl::string_view what,
+                      EntityId entity) const {
+      return s.ok() ? s : Annotate(s, index, what, entity);
+    }
+  };
+  return std::visit(Visitor{*this, index}, command);
+}
+
+absl::Status BatchValidator::CheckCreate(const CreateOp& op) {
+  if (absl::Status s = RequireId(op.entity); !s.ok()) return s;
+  if (absl::Status s = ValidateTransform(op.local); !s.ok()) return s;
+  // The same order of checks as World::CreateMany, so both paths give one
+  // answer for one bad command.
+  if (op.parent == op.entity) {
+    return absl::FailedPreconditionError("an entity cannot be its own parent");
+  }
+  if (op.parent != kNoEntity && !Exists(op.parent)) {
+    return absl::NotFoundError(
+        absl::StrCat("parent ", op.parent, " not found"));
+  }
+  if (Exists(op.entity)) return absl::AlreadyExistsError("already exists");
+  Node& node = nodes_[op.entity];
+  node = Node{.alive = true, .fresh = true, .parent = kNoEntity};
+  SetParent(op.entity, op.parent);
+  return absl::OkStatus();
+}
+
+absl::Status BatchValidator::CheckDestroy(const DestroyOp& op) {
+  if (absl::Status s = RequireId(op.entity); !s.ok()) return s;
+  if (!Exists(op.entity)) return absl::NotFoundError("not found");
+  if (op.mode == DestroyMode::kReparentChildren) {
+    const EntityId grandparent = ParentOf(op.entity);
+    for (EntityId child : ChildrenOf(op.entity)) SetParent(child, grandparent);
+  } else {
+    std::vector<EntityId> stack = {op.entity};
+    while (!stack.empty()) {
+      const EntityId e = stack.back();
+      stack.pop_back();
+      for (EntityId child : ChildrenOf(e)) stack.push_back(child);
+      Touch(e).alive = false;
+    }
+  }
+  Touch(op.entity).alive = false;
+  return absl::OkStatus();
+}
+
+absl::Status BatchValidator::CheckLink(const LinkOp& op) {
+  if (absl::Status s = RequireId(op.entity); !s.ok()) return s;
+  if (!Exists(op.entity)) return absl::NotFoundError("not found");
+  if (op.parent == op.entity) {
+    return absl::FailedPreconditionError("an entity cannot be its own parent");
+  }
+  if (op.parent != kNoEntity) {
+    if (!Exists(op.parent)) {
+      return absl::NotFoundError(
+          absl::StrCat("parent ", op.parent, " not found"));
+    }
+    for (EntityId a = op.parent; a != kNoEntity; a = ParentOf(a)) {
+      if (a == op.entity) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("parent ", op.parent,
+                         " is a descendant: the link would make a cycle"));
+      }
+    }
+  }
+  SetParent(op.entity, op.parent);
+  return absl::OkStatus();
+}
+
+absl::Status BatchValidator::CheckTransformTarget(EntityId entity,
+                                                  const Transform& t) {
+  if (absl::Status s = RequireId(entity); !s.ok()) return s;
+  if (absl::Status s = ValidateTransform(t); !s.ok()) return s;
+  if (!Exists(entity)) return absl::NotFoundError("not found");
+  return absl::OkStatus();
+}
+
+bool BatchValidator::Exists(EntityId entity) const {
+  if (auto it = nodes_.find(entity); it != nodes_.end())
+    return it->second.alive;
+  return world_.Has(entity);
+}
+
+EntityId BatchValidator::ParentOf(EntityId entity) const {
+  if (auto it = nodes_.find(entity); it != nodes_.end())
+    return it->second.parent;
+  return world_.parent_entity_of(world_.index_of(entity));
+}
+
+std::vector<EntityId> BatchValidator::ChildrenOf(EntityId entity) const {
+  std::vector<EntityId> children;
+  absl::flat_hash_set<EntityId> seen;
+  const auto is_child = [&](EntityId c) {
+    auto it = nodes_.find(c);
+    if (it == nodes_.end()) return true;  // Untouched: the world's link holds.
+    return it->second.alive && it->second.parent == entity;
+  };
+  const auto node = nodes_.find(entity);
+  const bool fresh = node != nodes_.end() && node->second.fresh;
+  if (!fresh) {
+    const World::Index i = world_.index_of(entity);
+    for (World::Index c = i + 1; c < world_.end_of(i); c = world_.end_of(c)) {
+      const EntityId child = world_.entity_of(c);
+      if (is_child(child) && seen.insert(child).second) {
+        children.push_back(child);
+      }
+    }
+  }
+  if (auto it = adopted_.find(entity); it != adopted_.end()) {
+    for (EntityId child : it->second) {
+      if (is_child(child) && seen.insert(child).second) {
+        children.push_back(child);
+      }
+    }
+  }
+  return children;
+}
+
+BatchValidator::Node& BatchValidator::Touch(EntityId entity) {
+  if (auto it = nodes_.find(entity); it != nodes_.end()) return it->second;
+  const EntityId parent = world_.parent_entity_of(world_.index_of(entity));
+  return nodes_.emplace(entity, Node{.parent = parent}).first->second;
+}
+
+void BatchValidator::SetParent(EntityId entity, EntityId parent) {
+  // ParentOf() reads the world for untouched entities, so touch first.
+  Touch(entity).parent = parent;
+  if (parent != kNoEntity) adopted_[parent].push_back(entity);
+}
+
+}  // namespace xform

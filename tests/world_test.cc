@@ -1,0 +1,381 @@
+// Copyright 2026 The xform Authors.
+
+#include "xform/world.h"
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <tuple>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace xform {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::UnorderedElementsAre;
+
+Transform At(float x, float y, float z) {
+  Transform t;
+  t.position = {x, y, z};
+  return t;
+}
+
+Transform Trs(glm::vec3 p, float angle, glm::vec3 axis, glm::vec3 s) {
+  Transform t;
+  t.position = p;
+  t.rotation = glm::angleAxis(angle, glm::normalize(axis));
+  t.scale = s;
+  return t;
+}
+
+void ExpectMatrixNear(const Matrix3x4& a, const Matrix3x4& b,
+                      float tol = 1e-4f) {
+  for (int k = 0; k < 12; ++k)
+    EXPECT_NEAR(a.m[k], b.m[k], tol) << "element " << k;
+}
+
+// Everything observable about a world, to show a refused batch changed nothing.
+using Fingerprint =
+    std::map<EntityId, std::tuple<EntityId, std::vector<float>, Matrix3x4>>;
+Fingerprint Take(const World& w) {
+  Fingerprint f;
+  w.ForEach([&](EntityId e, EntityId parent, const Matrix3x4& m) {
+    const Transform t = *w.Local(e);
+    f[e] = {
+        parent,
+        {t.position.x, t.position.y, t.position.z, t.rotation.x, t.rotation.y,
+         t.rotation.z, t.rotation.w, t.scale.x, t.scale.y, t.scale.z},
+        m};
+  });
+  return f;
+}
+
+// A small scene: 1 -> {2 -> {4, 5}, 3}, and a second root 10 -> 11.
+class SceneTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(world_
+                    .CreateMany({{1, kNoEntity, At(1, 0, 0)},
+                                 {2, 1, At(0, 1, 0)},
+                                 {3, 1, At(0, 0, 1)},
+                                 {4, 2, At(1, 0, 0)},
+                                 {5, 2, At(2, 0, 0)},
+                                 {10, kNoEntity, At(0, 0, 0)},
+                                 {11, 10, At(5, 5, 5)}})
+                    .ok());
+    world_.EndFrame(&changes_);
+    before_ = Take(world_);
+  }
+
+  // A refused call: the exact code, and no trace in the state or the frame.
+  void ExpectRefused(const absl::Status& status, absl::StatusCode code) {
+    EXPECT_EQ(status.code(), code) << status;
+    EXPECT_EQ(Take(world_), before_);
+    world_.EndFrame(&changes_);
+    EXPECT_TRUE(changes_.empty());
+  }
+
+  World world_;
+  FrameChanges changes_;
+  Fingerprint before_;
+};
+
+TEST_F(SceneTest, WorldIsParentWorldTimesLocal) {
+  EXPECT_EQ(world_.WorldMatrix(5)->translation(), glm::vec3(3, 1, 0));
+  EXPECT_EQ(world_.WorldMatrix(11)->translation(), glm::vec3(5, 5, 5));
+  ASSERT_TRUE(world_
+                  .SetLocal(1, Trs({0, 0, 0}, glm::radians(90.0f), {0, 0, 1},
+                                   {2, 2, 2}))
+                  .ok());
+  // Rotating x onto y and doubling: 4 at parent-local (1, 1, 0) lands at (-2,
+  // 2, 0).
+  const glm::vec3 p = world_.WorldMatrix(4)->translation();
+  EXPECT_NEAR(p.x, -2, 1e-5);
+  EXPECT_NEAR(p.y, 2, 1e-5);
+  EXPECT_NEAR(p.z, 0, 1e-5);
+}
+
+TEST_F(SceneTest, ReadsParentsChildrenSubtree) {
+  EXPECT_EQ(*world_.Parent(4), 2u);
+  EXPECT_EQ(*world_.Parent(1), kNoEntity);
+  EXPECT_THAT(*world_.Children(1), UnorderedElementsAre(2, 3));
+  EXPECT_THAT(*world_.Subtree(2), ElementsAre(2, 4, 5));
+  EXPECT_TRUE(world_.Has(11));
+  EXPECT_FALSE(world_.Has(12));
+  EXPECT_EQ(world_.size(), 7u);
+  EXPECT_EQ(world_.Local(3)->position, glm::vec3(0, 0, 1));
+}
+
+TEST_F(SceneTest, ABatchRecomputesExactlyTheUnionOfAffectedSubtrees) {
+  const uint64_t before = world_.stats().recomputed;
+  // 2's subtree {2, 4, 5} contains 4; 11 is alone; 1 is not touched.
+  ASSERT_TRUE(world_
+                  .SetLocals({{4, At(9, 0, 0)},
+                              {2, At(0, 2, 0)},
+                              {11, At(1, 1, 1)},
+                              {4, At(8, 0, 0)}})
+                  .ok());
+  EXPECT_EQ(world_.stats().recomputed - before, 4u);
+  EXPECT_EQ(world_.WorldMatrix(4)->translation(), glm::vec3(9, 2, 0));
+}
+
+TEST_F(SceneTest, SetWorldComputesTheLocalThatYieldsIt) {
+  ASSERT_TRUE(
+      world_.SetLocal(1, Trs({1, 2, 3}, 0.7f, {1, 1, 0}, {2, 2, 2})).ok());
+  const Transform wanted = Trs({4, -5, 6}, 1.1f, {0, 1, 1}, {0.5f, 1.5f, 3.0f});
+  ASSERT_TRUE(world_.SetWorld(4, wanted).ok());
+  ExpectMatrixNear(*world_.WorldMatrix(4), ToMatrix(wanted));
+}
+
+TEST_F(SceneTest, LinkKeepsLocalOrWorldAsAsked) {
+  const Matrix3x4 world_of_4 = *world_.WorldMatrix(4);
+  ASSERT_TRUE(world_.Link(4, 11, LinkMode::kKeepWorld).ok());
+  EXPECT_EQ(*world_.Parent(4), 11u);
+  ExpectMatrixNear(*world_.WorldMatrix(4), world_of_4);
+
+  ASSERT_TRUE(world_.Link(5, 10, LinkMode::kKeepLocal).ok());
+  EXPECT_EQ(world_.Local(5)->position, glm::vec3(2, 0, 0));
+  EXPECT_EQ(world_.WorldMatrix(5)->translation(), glm::vec3(2, 0, 0));
+
+  ASSERT_TRUE(world_.Unlink(2, LinkMode::kKeepWorld).ok());
+  EXPECT_EQ(*world_.Parent(2), kNoEntity);
+  EXPECT_EQ(world_.WorldMatrix(2)->translation(), glm::vec3(1, 1, 0));
+  EXPECT_THAT(*world_.Children(1), ElementsAre(3));
+}
+
+TEST_F(SceneTest, DestroySubtreeOrReparentChildren) {
+  ASSERT_TRUE(world_.Destroy(2, DestroyMode::kReparentChildren).ok());
+  EXPECT_FALSE(world_.Has(2));
+  EXPECT_EQ(*world_.Parent(4), 1u);
+  EXPECT_EQ(world_.WorldMatrix(4)->translation(), glm::vec3(2, 1, 0));
+  EXPECT_THAT(*world_.Children(1), UnorderedElementsAre(3, 4, 5));
+
+  ASSERT_TRUE(world_.Destroy(1, DestroyMode::kSubtree).ok());
+  EXPECT_EQ(world_.size(), 2u);
+  EXPECT_FALSE(world_.Has(5));
+  world_.EndFrame(&changes_);
+  EXPECT_THAT(changes_.destroyed, UnorderedElementsAre(1, 2, 3, 4, 5));
+  EXPECT_TRUE(changes_.reparented.empty());  // 4 and 5 went with 1.
+}
+
+TEST_F(SceneTest, FrameReportsNetChangesOnly) {
+  // Moved and moved back: no net change.
+  ASSERT_TRUE(world_.SetLocal(3, At(7, 7, 7)).ok());
+  ASSERT_TRUE(world_.SetLocal(3, At(0, 0, 1)).ok());
+  // Created and destroyed within the frame: never seen.
+  ASSERT_TRUE(world_.Create(20, 1, At(1, 1, 1)).ok());
+  ASSERT_TRUE(world_.Destroy(20).ok());
+  // Relinked and linked back: no reparent.
+  ASSERT_TRUE(world_.Link(5, 10).ok());
+  ASSERT_TRUE(world_.Link(5, 2).ok());
+  world_.EndFrame(&changes_);
+  EXPECT_TRUE(changes_.empty()) << changes_.moved.size() << " moved";
+
+  ASSERT_TRUE(world_.SetLocal(2, At(0, 3, 0)).ok());
+  ASSERT_TRUE(world_.Create(21, 4, At(0, 0, 0)).ok());
+  const uint64_t frame = world_.frame();
+  world_.EndFrame(&changes_);
+  EXPECT_EQ(changes_.frame, frame);
+  EXPECT_EQ(world_.frame(), frame + 1);
+  EXPECT_THAT(changes_.moved, UnorderedElementsAre(2, 4, 5, 21));
+  EXPECT_THAT(changes_.created, ElementsAre(21));
+  EXPECT_THAT(changes_.created_parent, ElementsAre(4));
+  ASSERT_EQ(changes_.moved_world.size(), 12 * changes_.moved.size());
+  for (size_t k = 0; k < changes_.moved.size(); ++k) {
+    Matrix3x4 m;
+    std::copy_n(&changes_.moved_world[12 * k], 12, m.m.begin());
+    EXPECT_EQ(m, *world_.WorldMatrix(changes_.moved[k]));
+  }
+}
+
+TEST_F(SceneTest, DestroyedAndCreatedAgainIsNotACreation) {
+  ASSERT_TRUE(world_.Destroy(3).ok());
+  ASSERT_TRUE(world_.Create(3, 10, At(0, 0, 1)).ok());
+  world_.EndFrame(&changes_);
+  EXPECT_TRUE(changes_.created.empty());
+  EXPECT_TRUE(changes_.destroyed.empty());
+  EXPECT_THAT(changes_.reparented, ElementsAre(3));
+  EXPECT_THAT(changes_.reparented_parent, ElementsAre(10));
+  EXPECT_THAT(changes_.moved, ElementsAre(3));  // Its parent moved it.
+}
+
+TEST_F(SceneTest, SwappingParentAndChildReplaysInOrder) {
+  // 2 under 4 after 4 leaves 2: both reparented; 4 must be listed first.
+  ASSERT_TRUE(world_.Apply({LinkOp{4, 1}, LinkOp{2, 4}}).ok());
+  world_.EndFrame(&changes_);
+  EXPECT_THAT(changes_.reparented, ElementsAre(4, 2));
+  EXPECT_THAT(changes_.reparented_parent, ElementsAre(1, 4));
+}
+
+TEST_F(SceneTest, LaterCommandsSeeEarlierOnesInTheSameBatch) {
+  ASSERT_TRUE(
+      world_
+          .Apply({CreateOp{30, 11, At(1, 0, 0)}, CreateOp{31, 30, At(1, 0, 0)},
+                  LinkOp{2, 31}, SetLocalOp{31, At(2, 0, 0)},
+                  DestroyOp{30, DestroyMode::kReparentChildren},
+                  SetWorldOp{5, At(0, 0, 0)}})
+          .ok());
+  EXPECT_EQ(*world_.Parent(31), 11u);
+  EXPECT_EQ(*world_.Parent(2), 31u);
+  EXPECT_EQ(world_.WorldMatrix(31)->translation(), glm::vec3(8, 5, 5));
+  EXPECT_EQ(world_.WorldMatrix(4)->translation(), glm::vec3(9, 6, 5));
+  ExpectMatrixNear(*world_.WorldMatrix(5), Matrix3x4{});
+}
+
+TEST(WorldTest, EntitiesInSeveralWorldsAreIndependent) {
+  World a, b;
+  ASSERT_TRUE(a.Create(7, kNoEntity, At(1, 0, 0)).ok());
+  ASSERT_TRUE(b.Create(7, kNoEntity, At(2, 0, 0)).ok());
+  ASSERT_TRUE(b.Create(8, 7, At(0, 1, 0)).ok());
+  EXPECT_EQ(a.WorldMatrix(7)->translation(), glm::vec3(1, 0, 0));
+  EXPECT_EQ(b.WorldMatrix(8)->translation(), glm::vec3(2, 1, 0));
+  EXPECT_FALSE(a.Has(8));
+}
+
+TEST(WorldTest, MovingOnePercentOfRootsTouchesOnlyTheirSubtrees) {
+  World world;
+  std::vector<CreateOp> ops;
+  for (EntityId root = 1; root <= 100; ++root) {
+    ops.push_back({root * 1000, kNoEntity, At(1, 0, 0)});
+    for (EntityId c = 1; c < 50; ++c)
+      ops.push_back({root * 1000 + c, root * 1000, At(0, 1, 0)});
+  }
+  ASSERT_TRUE(world.CreateMany(ops).ok());
+  const uint64_t before = world.stats().recomputed;
+  ASSERT_TRUE(world.SetLocal(42000, At(3, 0, 0)).ok());
+  EXPECT_EQ(world.stats().recomputed - before, 50u);
+  EXPECT_EQ(world.WorldMatrix(42049)->translation(), glm::vec3(3, 1, 0));
+}
+
+TEST(WorldTest, MemoryIsAccounted) {
+  World world;
+  std::vector<CreateOp> ops;
+  for (EntityId e = 1; e <= 1000; ++e)
+    ops.push_back({e, e > 1 ? e - 1 : kNoEntity, At(1, 0, 0)});
+  ASSERT_TRUE(world.CreateMany(ops).ok());
+  EXPECT_GT(world.MemoryBytes(),
+            1000 * (sizeof(Matrix3x4) + sizeof(Transform)));
+  EXPECT_NEAR(world.WorldMatrix(1000)->translation().x, 1000.0f, 1e-3f);
+}
+
+// ---------------------------------------------------------------------------
+// Bad input: one test per case, each showing the code and that nothing changed.
+
+constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+TEST_F(SceneTest, UnknownEntityIsNotFound) {
+  ExpectRefused(world_.SetLocal(99, At(0, 0, 0)), absl::StatusCode::kNotFound);
+  ExpectRefused(world_.SetWorld(99, At(0, 0, 0)), absl::StatusCode::kNotFound);
+  ExpectRefused(world_.Destroy(99), absl::StatusCode::kNotFound);
+  ExpectRefused(world_.Link(99, 1), absl::StatusCode::kNotFound);
+  EXPECT_EQ(world_.Local(99).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(world_.WorldMatrix(99).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(world_.Parent(99).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(world_.Children(99).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(SceneTest, UnknownParentIsNotFound) {
+  ExpectRefused(world_.Create(50, 99, At(0, 0, 0)),
+                absl::StatusCode::kNotFound);
+  ExpectRefused(world_.Link(4, 99), absl::StatusCode::kNotFound);
+}
+
+TEST_F(SceneTest, DuplicateCreateIsAlreadyExists) {
+  ExpectRefused(world_.Create(3, kNoEntity, At(0, 0, 0)),
+                absl::StatusCode::kAlreadyExists);
+}
+
+TEST_F(SceneTest, DuplicateInOneBulkCreateIsAlreadyExistsAndRollsBack) {
+  ExpectRefused(world_.CreateMany(
+                    {{40, kNoEntity, {}}, {41, 40, {}}, {40, kNoEntity, {}}}),
+                absl::StatusCode::kAlreadyExists);
+  EXPECT_FALSE(world_.Has(40));
+  EXPECT_TRUE(world_.Create(40, kNoEntity, {}).ok());  // The id is free again.
+}
+
+TEST_F(SceneTest, NonFiniteNumbersAreInvalid) {
+  ExpectRefused(world_.SetLocal(4, At(kNan, 0, 0)),
+                absl::StatusCode::kInvalidArgument);
+  Transform inf_scale;
+  inf_scale.scale.y = kInf;
+  ExpectRefused(world_.SetLocal(4, inf_scale),
+                absl::StatusCode::kInvalidArgument);
+  Transform nan_rotation;
+  nan_rotation.rotation.x = kNan;
+  ExpectRefused(world_.Create(50, 1, nan_rotation),
+                absl::StatusCode::kInvalidArgument);
+  ExpectRefused(world_.SetWorld(4, At(0, -kInf, 0)),
+                absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(SceneTest, ZeroScaleIsInvalid) {
+  Transform flat;
+  flat.scale = {1, 0, 1};
+  ExpectRefused(world_.SetLocal(4, flat), absl::StatusCode::kInvalidArgument);
+  flat.scale = {1, 1, -1e-9f};
+  ExpectRefused(world_.Create(50, kNoEntity, flat),
+                absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(SceneTest, NonUnitRotationIsInvalid) {
+  Transform t;
+  t.rotation = glm::quat(1.1f, 0, 0, 0);
+  ExpectRefused(world_.SetLocal(4, t), absl::StatusCode::kInvalidArgument);
+  t.rotation = glm::quat(0, 0, 0, 0);
+  ExpectRefused(world_.SetWorld(4, t), absl::StatusCode::kInvalidArgument);
+  // Within tolerance is accepted and stored normalized.
+  t.rotation = glm::quat(1.0002f, 0, 0, 0);
+  ASSERT_TRUE(world_.SetLocal(4, t).ok());
+  EXPECT_FLOAT_EQ(glm::length(world_.Local(4)->rotation), 1.0f);
+}
+
+TEST_F(SceneTest, ReservedIdZeroIsInvalid) {
+  ExpectRefused(world_.Create(kNoEntity, 1, {}),
+                absl::StatusCode::kInvalidArgument);
+  ExpectRefused(world_.SetLocal(kNoEntity, {}),
+                absl::StatusCode::kInvalidArgument);
+  ExpectRefused(world_.Destroy(kNoEntity), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(SceneTest, CycleIsFailedPrecondition) {
+  ExpectRefused(world_.Link(1, 4), absl::StatusCode::kFailedPrecondition);
+  ExpectRefused(world_.Link(2, 5), absl::StatusCode::kFailedPrecondition);
+  // A cycle made by the batch's own earlier command.
+  ExpectRefused(world_.Apply({LinkOp{10, 5}, LinkOp{1, 11}}),
+                absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(SceneTest, SelfParentIsFailedPrecondition) {
+  ExpectRefused(world_.Link(3, 3), absl::StatusCode::kFailedPrecondition);
+  ExpectRefused(world_.Create(60, 60, {}),
+                absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(SceneTest, ABatchIsValidatedWholeBeforeAnyOfItApplies) {
+  // Valid commands first, a bad one last: none of them may land.
+  ExpectRefused(world_.Apply({CreateOp{70, 1, At(1, 1, 1)},
+                              SetLocalOp{4, At(5, 5, 5)}, DestroyOp{3},
+                              LinkOp{11, 2}, SetLocalOp{4, At(kNan, 0, 0)}}),
+                absl::StatusCode::kInvalidArgument);
+  // A command about an entity an earlier command destroyed.
+  ExpectRefused(
+      world_.Apply({DestroyOp{2, DestroyMode::kSubtree}, SetLocalOp{5, {}}}),
+      absl::StatusCode::kNotFound);
+  ExpectRefused(world_.SetLocals({{4, At(1, 2, 3)}, {99, At(1, 2, 3)}}),
+                absl::StatusCode::kNotFound);
+}
+
+TEST_F(SceneTest, ErrorsNameTheCommandAndEntity) {
+  const absl::Status s = world_.Apply({SetLocalOp{4, {}}, LinkOp{1, 5}});
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("command 1"));
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("entity 1"));
+}
+
+}  // namespace
+}  // namespace xform
