@@ -14,14 +14,39 @@
 namespace xform {
 namespace {
 
-// moved_mark_ value of an instance created in the current frame: it is
-// reported through created_slots_, never through moved_slots_.
-constexpr uint32_t kBornMark = 0xffffffffu;
+// slot_flags_: a subtree root to recompute in this batch.
 constexpr uint8_t kDirty = 1;
+// frame_flags_: already listed in moved_slots_, or created in this frame (and
+// so reported through created_slots_ instead).
+constexpr uint8_t kMovedThisFrame = 1;
+constexpr uint8_t kCreatedThisFrame = 2;
+// One instance of the sweep: world = parent world * local, over raw columns.
+// An instance whose matrix changed for the first time in this frame appends
+// its slot to `moved`, branch-free: the slot is always written and the count
+// only advances when it is new. `moved` has room for every swept instance.
+struct SweepKernel {
+  const uint32_t* parent;
+  const Matrix3x4* local;
+  const uint32_t* slot;
+  Matrix3x4* world;
+  uint8_t* flags;
+  uint32_t* moved;
+  size_t moved_count;
 
-bool SameBits(const float* a, const float* b) {
-  return std::memcmp(a, b, 12 * sizeof(float)) == 0;
-}
+  void operator()(uint32_t j) {
+    const uint32_t p = parent[j];
+    const Matrix3x4& parent_world = p == 0xffffffffu ? kIdentity : world[p];
+    const bool changed = internal::MultiplyAffineTracked(
+        parent_world.m.data(), local[j].m.data(), world[j].m.data());
+    const bool first_move = changed & (flags[j] == 0);
+    flags[j] |= first_move ? kMovedThisFrame : 0;
+    moved[moved_count] = slot[j];
+    moved_count += first_move;
+  }
+
+  static const Matrix3x4 kIdentity;
+};
+const Matrix3x4 SweepKernel::kIdentity;
 
 template <typename T>
 size_t Bytes(const std::vector<T>& v) {
@@ -191,7 +216,7 @@ absl::StatusOr<Transform> World::Local(EntityId entity) const {
   const Index i = index_of(entity);
   if (i == kNone)
     return absl::NotFoundError(absl::StrCat(entity, " not found"));
-  return Transform{position_[i], rotation_[i], scale_[i]};
+  return Transform{local_[i].translation(), rotation_[i], scale_[i]};
 }
 
 absl::StatusOr<Matrix3x4> World::WorldMatrix(EntityId entity) const {
@@ -230,12 +255,12 @@ absl::StatusOr<std::vector<EntityId>> World::Subtree(EntityId entity) const {
 }
 
 size_t World::MemoryBytes() const {
-  return Bytes(parent_) + Bytes(subtree_size_) + Bytes(position_) +
-         Bytes(rotation_) + Bytes(scale_) + Bytes(world_) + Bytes(slot_) +
-         Bytes(moved_mark_) + Bytes(slot_index_) + Bytes(slot_entity_) +
+  return Bytes(parent_) + Bytes(subtree_size_) + Bytes(rotation_) +
+         Bytes(scale_) + Bytes(local_) + Bytes(world_) + Bytes(slot_) +
+         Bytes(frame_flags_) + Bytes(slot_index_) + Bytes(slot_entity_) +
          Bytes(slot_flags_) + Bytes(free_slots_) + Bytes(freed_this_frame_) +
-         Bytes(dirty_roots_) + Bytes(moved_slots_) + Bytes(moved_before_) +
-         Bytes(created_slots_) + MapBytes(slot_of_) + MapBytes(frame_start_);
+         Bytes(dirty_roots_) + Bytes(moved_slots_) + Bytes(created_slots_) +
+         MapBytes(slot_of_) + MapBytes(frame_start_);
 }
 
 absl::Status World::CheckConsistency() const {
@@ -276,12 +301,12 @@ template <typename F>
 void World::ForEachColumn(F&& f) {
   f(parent_);
   f(subtree_size_);
-  f(position_);
   f(rotation_);
   f(scale_);
+  f(local_);
   f(world_);
   f(slot_);
-  f(moved_mark_);
+  f(frame_flags_);
 }
 
 World::Slot World::AllocateSlot(EntityId entity) {
@@ -368,13 +393,10 @@ void World::ApplyCreates(absl::Span<const CreateOp> ops) {
   for (uint32_t t = 0; t < count; ++t) {
     const uint32_t k = order[t];
     const Index at = old_size + t;
-    const Transform local = Normalized(ops[k].local);
-    position_[at] = local.position;
-    rotation_[at] = local.rotation;
-    scale_[at] = local.scale;
+    SetLocalColumns(at, ops[k].local);
     subtree_size_[at] = sizes[k];
     slot_[at] = slots[k];
-    moved_mark_[at] = kBornMark;
+    frame_flags_[at] = kCreatedThisFrame;
     if (group_parent[k] != kNone) {
       parent_[at] = old_size + position_in_order[group_parent[k]];
     } else {
@@ -520,15 +542,7 @@ void World::ApplyDestroy(const DestroyOp& op) {
     last = i + 1;
   }
   for (Index j = i; j < last; ++j) {
-    FrameStart& start = TouchStructure(entity_of(j), j);
-    if (start.existed && !start.has_world) {
-      // Unpropagated changes never touch world_, so a matrix not yet marked
-      // moved is still the one from the previous frame end.
-      start.has_world = true;
-      start.world = moved_mark_[j] == 0 || moved_mark_[j] == kBornMark
-                        ? world_[j]
-                        : moved_before_[moved_mark_[j] - 1];
-    }
+    TouchStructure(entity_of(j), j);
     const Slot slot = slot_[j];
     slot_of_.erase(slot_entity_[slot]);
     slot_index_[slot] = kNone;
@@ -562,11 +576,15 @@ void World::ApplyLink(const LinkOp& op) {
   MarkDirty(index_of(op.entity));
 }
 
-void World::ApplySetLocal(Index i, const Transform& local) {
+void World::SetLocalColumns(Index i, const Transform& local) {
   const Transform normalized = Normalized(local);
-  position_[i] = normalized.position;
   rotation_[i] = normalized.rotation;
   scale_[i] = normalized.scale;
+  local_[i] = ToMatrix(normalized);
+}
+
+void World::ApplySetLocal(Index i, const Transform& local) {
+  SetLocalColumns(i, local);
   MarkDirty(i);
 }
 
@@ -592,16 +610,10 @@ void World::MarkDirty(Index i) {
 World::FrameStart& World::TouchStructure(EntityId entity, Index i) {
   auto [it, inserted] = frame_start_.try_emplace(entity);
   if (inserted) {
-    it->second.existed = moved_mark_[i] != kBornMark;
+    it->second.existed = !(frame_flags_[i] & kCreatedThisFrame);
     it->second.parent = parent_entity_of(i);
   }
   return it->second;
-}
-
-Matrix3x4 World::LocalMatrix(Index i) const {
-  Matrix3x4 out;
-  internal::ComposeTrs(position_[i], rotation_[i], scale_[i], out.m.data());
-  return out;
 }
 
 Matrix3x4 World::ExactWorld(Index i) const {
@@ -614,8 +626,7 @@ Matrix3x4 World::ExactWorld(Index i) const {
   if (stale == 0) return world_[i];
   const Index top = chain[stale - 1];
   Matrix3x4 world = parent_[top] == kNone ? Matrix3x4{} : world_[parent_[top]];
-  for (size_t k = stale; k-- > 0;)
-    world = Multiply(world, LocalMatrix(chain[k]));
+  for (size_t k = stale; k-- > 0;) world = Multiply(world, local_[chain[k]]);
   return world;
 }
 
@@ -630,30 +641,37 @@ void World::Propagate() {
   dirty_roots_.clear();
   std::sort(roots.begin(), roots.end());
 
-  const Matrix3x4 identity;
-  Index covered = 0;  // Instances below this are already recomputed.
+  // The covering ranges are independent: a range's root has its parent
+  // outside every other range, so that parent is already exact.
+  std::vector<Range> ranges;
+  Index covered = 0;  // Instances below this are already in a range.
+  size_t covered_total = 0;
   for (Index root : roots) {
     if (root < covered) continue;
-    const Index last = end_of(root);
-    for (Index j = root; j < last; ++j) {
-      const float* parent_world =
-          parent_[j] == kNone ? identity.m.data() : world_[parent_[j]].m.data();
-      float local[12];
-      float world[12];
-      internal::ComposeTrs(position_[j], rotation_[j], scale_[j], local);
-      internal::MultiplyAffine(parent_world, local, world);
-      float* stored = world_[j].m.data();
-      if (SameBits(world, stored)) continue;
-      if (moved_mark_[j] == 0) {
-        moved_slots_.push_back(slot_[j]);
-        moved_before_.push_back(world_[j]);
-        moved_mark_[j] = static_cast<uint32_t>(moved_slots_.size());
-      }
-      std::memcpy(stored, world, sizeof(world));
-    }
-    stats_.recomputed += last - root;
-    covered = last;
+    covered = end_of(root);
+    ranges.push_back({root, covered});
+    covered_total += covered - root;
   }
+  stats_.recomputed += covered_total;
+  const size_t listed = moved_slots_.size();
+  moved_slots_.resize(listed + covered_total + 1);
+  SweepKernel kernel{parent_.data(), local_.data(),       slot_.data(),
+                     world_.data(),  frame_flags_.data(), moved_slots_.data(),
+                     listed};
+  // A parent in pre-order can sit far behind its child (after its earlier
+  // children's subtrees): fetch parents' matrices a few instances ahead.
+  constexpr Index kPrefetchDistance = 8;
+  const Index* parent = parent_.data();
+  const Matrix3x4* world = world_.data();
+  for (const Range& range : ranges) {
+    for (Index j = range.first; j < range.last; ++j) {
+      if (j + kPrefetchDistance < range.last) {
+        __builtin_prefetch(&world[parent[j + kPrefetchDistance]]);
+      }
+      kernel(j);
+    }
+  }
+  moved_slots_.resize(kernel.moved_count);
 }
 
 void World::EndFrame(FrameChanges* changes) {
@@ -664,11 +682,11 @@ void World::EndFrame(FrameChanges* changes) {
     changes->moved_world.insert(changes->moved_world.end(), world_[i].m.begin(),
                                 world_[i].m.end());
   };
-  for (size_t k = 0; k < moved_slots_.size(); ++k) {
-    const Index i = slot_index_[moved_slots_[k]];
-    if (i == kNone) continue;
-    moved_mark_[i] = 0;
-    if (!(world_[i] == moved_before_[k])) emit_moved(i);
+  for (Slot slot : moved_slots_) {
+    const Index i = slot_index_[slot];
+    if (i == kNone) continue;  // Destroyed since.
+    frame_flags_[i] = 0;
+    emit_moved(i);
   }
 
   std::vector<Index> created;
@@ -677,16 +695,14 @@ void World::EndFrame(FrameChanges* changes) {
   }
   std::sort(created.begin(), created.end());
   for (Index i : created) {
-    moved_mark_[i] = 0;
+    frame_flags_[i] = 0;
+    emit_moved(i);
     const auto start = frame_start_.find(entity_of(i));
     if (start != frame_start_.end() && start->second.existed) {
-      // Destroyed and created again: a survivor, compared with its start.
-      if (!(world_[i] == start->second.world)) emit_moved(i);
-      continue;
+      continue;  // Destroyed and created again: a survivor, not a creation.
     }
     changes->created.push_back(entity_of(i));
     changes->created_parent.push_back(parent_entity_of(i));
-    emit_moved(i);
   }
 
   std::vector<Index> reparented;
@@ -706,7 +722,6 @@ void World::EndFrame(FrameChanges* changes) {
   }
 
   moved_slots_.clear();
-  moved_before_.clear();
   created_slots_.clear();
   frame_start_.clear();
   free_slots_.insert(free_slots_.end(), freed_this_frame_.begin(),

@@ -161,18 +161,22 @@ TEST_F(SceneTest, DestroySubtreeOrReparentChildren) {
   EXPECT_TRUE(changes_.reparented.empty());  // 4 and 5 went with 1.
 }
 
-TEST_F(SceneTest, FrameReportsNetChangesOnly) {
-  // Moved and moved back: no net change.
-  ASSERT_TRUE(world_.SetLocal(3, At(7, 7, 7)).ok());
-  ASSERT_TRUE(world_.SetLocal(3, At(0, 0, 1)).ok());
+TEST_F(SceneTest, StructuralChangesAreNetMovesAreWhatChangedInTheFrame) {
   // Created and destroyed within the frame: never seen.
   ASSERT_TRUE(world_.Create(20, 1, At(1, 1, 1)).ok());
   ASSERT_TRUE(world_.Destroy(20).ok());
-  // Relinked and linked back: no reparent.
+  // Relinked and linked back (keeping locals): no reparent, no net move.
   ASSERT_TRUE(world_.Link(5, 10).ok());
   ASSERT_TRUE(world_.Link(5, 2).ok());
+  // Setting a local to its current value changes no matrix: not moved.
+  ASSERT_TRUE(world_.SetLocal(3, At(0, 0, 1)).ok());
   world_.EndFrame(&changes_);
-  EXPECT_TRUE(changes_.empty()) << changes_.moved.size() << " moved";
+  EXPECT_TRUE(changes_.created.empty());
+  EXPECT_TRUE(changes_.destroyed.empty());
+  EXPECT_TRUE(changes_.reparented.empty());
+  // 5 moved and came back: listed once, with its (unchanged) matrix.
+  EXPECT_THAT(changes_.moved, ElementsAre(5));
+  EXPECT_EQ(changes_.moved_world[3], world_.WorldMatrix(5)->m[3]);
 
   ASSERT_TRUE(world_.SetLocal(2, At(0, 3, 0)).ok());
   ASSERT_TRUE(world_.Create(21, 4, At(0, 0, 0)).ok());

@@ -101,9 +101,13 @@ using Command =
 struct FrameChanges {
   uint64_t frame = 0;  // The frame these changes close.
 
-  // Entities alive now whose world matrix differs bitwise from the previous
-  // frame end (every created entity is here too). 12 floats per entity in
-  // moved_world, Matrix3x4 order.
+  // Entities alive now whose world matrix changed (bitwise) during the frame,
+  // each once, with its matrix now: 12 floats per entity in moved_world, in
+  // Matrix3x4 order. Every created entity is here too. A change undone within
+  // the frame may still be listed (with its unchanged matrix): deciding that
+  // would cost a copy of every matrix's previous value on the hot path, and a
+  // consumer that keeps the previous frame (the server's published state) can
+  // filter such entries for free.
   std::vector<EntityId> moved;
   std::vector<float> moved_world;
 
@@ -197,13 +201,11 @@ class World {
   using Slot = uint32_t;   // Stable per-entity handle; survives relocation.
   static constexpr uint32_t kNone = 0xffffffffu;
 
-  // The entity's state at the previous frame end, kept for entities that a
+  // The entity's links at the previous frame end, kept for entities that a
   // structural command touched in this frame, to report net changes.
   struct FrameStart {
     bool existed = false;
     EntityId parent = kNoEntity;
-    bool has_world = false;  // Set when the instance was destroyed.
-    Matrix3x4 world;
   };
 
   // A run of new instances, in pre-order, to insert before old index `at`.
@@ -227,6 +229,7 @@ class World {
   void ApplyDestroy(const DestroyOp& op);
   void ApplyLink(const LinkOp& op);
   void ApplySetLocal(Index i, const Transform& local);
+  void SetLocalColumns(Index i, const Transform& local);
   void ApplySetWorld(Index i, const Transform& world);
   void InsertBlocks(uint32_t old_size, absl::Span<const InsertBlock> blocks);
   void EraseRange(Index first, Index last);
@@ -240,25 +243,29 @@ class World {
   Slot AllocateSlot(EntityId entity);
   FrameStart& TouchStructure(EntityId entity, Index i);
   void MarkDirty(Index i);
-  void MarkMoved(Index i, const Matrix3x4& before);
 
   // The world matrix `i` will have once pending changes propagate, computed
   // from the nearest exact ancestor. O(depth).
   Matrix3x4 ExactWorld(Index i) const;
-  Matrix3x4 LocalMatrix(Index i) const;
   // Recomputes the union of the pending dirty subtrees.
   void Propagate();
+  struct Range {
+    Index first;
+    Index last;
+  };
 
   // Per-instance columns, in pre-order.
   std::vector<Index> parent_;           // kNone for roots.
   std::vector<uint32_t> subtree_size_;  // Including the instance itself.
-  std::vector<glm::vec3> position_;
+  // The local TRS: rotation and scale as given (normalized), and the composed
+  // matrix, whose translation is the position. Propagation reads only the
+  // matrix, so a parent's move costs its descendants one product each.
   std::vector<glm::quat> rotation_;
   std::vector<glm::vec3> scale_;
+  std::vector<Matrix3x4> local_;
   std::vector<Matrix3x4> world_;
   std::vector<Slot> slot_;
-  // 1 + position in moved_slots_ when moved this frame, else 0.
-  std::vector<uint32_t> moved_mark_;
+  std::vector<uint8_t> frame_flags_;  // kMovedThisFrame, kCreatedThisFrame.
 
   // Per-slot columns.
   std::vector<Index> slot_index_;  // kNone for a free slot.
@@ -275,9 +282,8 @@ class World {
 
   // This frame's changes so far.
   uint64_t frame_ = 1;
-  std::vector<Slot> moved_slots_;
-  std::vector<Matrix3x4> moved_before_;  // World at the previous frame end.
-  std::vector<Slot> created_slots_;      // Created in this frame.
+  std::vector<Slot> moved_slots_;    // Excluding created ones.
+  std::vector<Slot> created_slots_;  // Created in this frame.
   absl::flat_hash_map<EntityId, FrameStart> frame_start_;
 
   WorldStats stats_;

@@ -1,0 +1,359 @@
+// Copyright 2026 The xform Authors.
+//
+// Core benchmarks on three 1,000,000-transform shapes, every local a random
+// non-trivial TRS:
+//   wide   1,000 roots with 999 children each
+//   scene  node i's parent is a uniformly random node among the previous 64,
+//          or none with probability 1% (fixed seed)
+//   chains 10,000 chains of depth 100
+// Each benchmark reports ns per transform (the `ns_per_transform` counter).
+// Two baselines run on the same shapes in the same binary: BM_CopyFloor copies
+// the bytes propagation reads and writes (this machine's memory-bandwidth
+// floor for it), and BM_NaivePointerGraph updates a pointer-based scene graph
+// recursively.
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "benchmark/benchmark.h"
+#include "glm/gtc/matrix_transform.hpp"
+#include "glm/gtc/quaternion.hpp"
+#include "xform/world.h"
+
+namespace xform {
+namespace {
+
+constexpr size_t kTransforms = 1'000'000;
+
+enum Shape { kWide, kScene, kChains };
+const char* const kShapeNames[] = {"wide", "scene", "chains"};
+
+Transform RandomTrs(std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  Transform t;
+  t.position = {u(rng) * 10, u(rng) * 10, u(rng) * 10};
+  t.rotation = glm::angleAxis(u(rng) * 3.0f,
+                              glm::normalize(glm::vec3(u(rng), u(rng), u(rng)) +
+                                             glm::vec3(0, 0, 0.01f)));
+  t.scale = {1.0f + 0.2f * u(rng), 1.0f + 0.2f * u(rng), 1.0f + 0.2f * u(rng)};
+  return t;
+}
+
+// Ids are 1-based positions in creation order; parents precede children.
+std::vector<CreateOp> MakeShape(Shape shape) {
+  std::mt19937 rng(42);
+  std::vector<CreateOp> ops(kTransforms);
+  std::uniform_int_distribution<int> back(1, 64);
+  std::bernoulli_distribution new_root(0.01);
+  for (size_t i = 0; i < kTransforms; ++i) {
+    EntityId parent = kNoEntity;
+    switch (shape) {
+      case kWide:
+        parent = i % 1000 == 0 ? kNoEntity : (i / 1000) * 1000 + 1;
+        break;
+      case kScene:
+        if (i > 0 && !new_root(rng)) {
+          parent =
+              std::max<int64_t>(0, static_cast<int64_t>(i) - back(rng)) + 1;
+        }
+        break;
+      case kChains:
+        parent = i % 100 == 0 ? kNoEntity : i;  // The previous node.
+        break;
+    }
+    ops[i] = {i + 1, parent, RandomTrs(rng)};
+  }
+  return ops;
+}
+
+std::vector<EntityId> Roots(const std::vector<CreateOp>& ops) {
+  std::vector<EntityId> roots;
+  for (const CreateOp& op : ops) {
+    if (op.parent == kNoEntity) roots.push_back(op.entity);
+  }
+  return roots;
+}
+
+// Built once per shape and shared: building 1M transforms per benchmark would
+// dominate the run.
+World& SharedWorld(Shape shape) {
+  static std::unique_ptr<World> worlds[3];
+  if (!worlds[shape]) {
+    worlds[shape] = std::make_unique<World>();
+    if (!worlds[shape]->CreateMany(MakeShape(shape)).ok()) std::abort();
+    FrameChanges changes;
+    worlds[shape]->EndFrame(&changes);
+  }
+  return *worlds[shape];
+}
+
+void SetNsPerTransform(benchmark::State& state,
+                       double transforms_per_iteration) {
+  state.counters["ns_per_transform"] = benchmark::Counter(
+      transforms_per_iteration * static_cast<double>(state.iterations()),
+      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+
+// Moves `roots` by alternating their positions, so every matrix below them
+// really changes each iteration (an unchanged matrix is skipped by tracking).
+std::vector<SetLocalOp> Toggle(World& world, const std::vector<EntityId>& roots,
+                               int iteration) {
+  std::vector<SetLocalOp> ops;
+  ops.reserve(roots.size());
+  for (EntityId root : roots) {
+    Transform t = *world.Local(root);
+    t.position.x += (iteration % 2 == 0) ? 1.0f : -1.0f;
+    ops.push_back({root, t});
+  }
+  return ops;
+}
+
+void BM_Propagate(benchmark::State& state, Shape shape) {
+  World& world = SharedWorld(shape);
+  const std::vector<EntityId> roots = Roots(MakeShape(shape));
+  FrameChanges changes;
+  int iteration = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    const std::vector<SetLocalOp> ops = Toggle(world, roots, iteration++);
+    state.ResumeTiming();
+    if (!world.SetLocals(ops).ok()) state.SkipWithError("set locals failed");
+    state.PauseTiming();
+    world.EndFrame(&changes);
+    if (changes.moved.size() != kTransforms)
+      state.SkipWithError("not all moved");
+    state.ResumeTiming();
+  }
+  SetNsPerTransform(state, kTransforms);
+}
+
+void BM_PropagateOnePercentRoots(benchmark::State& state, Shape shape) {
+  World& world = SharedWorld(shape);
+  std::vector<EntityId> roots = Roots(MakeShape(shape));
+  std::mt19937 rng(7);
+  FrameChanges changes;
+  uint64_t recomputed = 0;
+  int iteration = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    std::shuffle(roots.begin(), roots.end(), rng);
+    const std::vector<EntityId> moved(roots.begin(),
+                                      roots.begin() + roots.size() / 100);
+    const std::vector<SetLocalOp> ops = Toggle(world, moved, iteration++);
+    const uint64_t before = world.stats().recomputed;
+    state.ResumeTiming();
+    if (!world.SetLocals(ops).ok()) state.SkipWithError("set locals failed");
+    state.PauseTiming();
+    recomputed += world.stats().recomputed - before;
+    world.EndFrame(&changes);
+    state.ResumeTiming();
+  }
+  const double per_iteration =
+      static_cast<double>(recomputed) / static_cast<double>(state.iterations());
+  state.counters["recomputed"] = per_iteration;
+  // Per node actually recomputed: compare with BM_Propagate's per-node cost.
+  SetNsPerTransform(state, per_iteration);
+}
+
+void BM_BatchSetLocal10k(benchmark::State& state, Shape shape) {
+  World& world = SharedWorld(shape);
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<EntityId> pick(1, kTransforms);
+  FrameChanges changes;
+  for (auto _ : state) {
+    state.PauseTiming();
+    std::vector<SetLocalOp> ops(10'000);
+    for (SetLocalOp& op : ops) op = {pick(rng), RandomTrs(rng)};
+    state.ResumeTiming();
+    if (!world.SetLocals(ops).ok()) state.SkipWithError("set locals failed");
+    float sum = 0;
+    for (const SetLocalOp& op : ops) sum += world.WorldMatrix(op.entity)->m[3];
+    benchmark::DoNotOptimize(sum);
+    state.PauseTiming();
+    world.EndFrame(&changes);
+    state.ResumeTiming();
+  }
+  SetNsPerTransform(state,
+                    10'000);  // Per set-local, its propagation and a read.
+}
+
+void BM_BulkCreate(benchmark::State& state) {
+  const std::vector<CreateOp> ops = MakeShape(kScene);
+  size_t bytes = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    auto world = std::make_unique<World>();
+    state.ResumeTiming();
+    if (!world->CreateMany(ops).ok()) state.SkipWithError("create failed");
+    state.PauseTiming();
+    FrameChanges changes;
+    world->EndFrame(&changes);
+    bytes = world->MemoryBytes();
+    world.reset();
+    state.ResumeTiming();
+  }
+  state.counters["bytes_per_transform"] =
+      static_cast<double>(bytes) / static_cast<double>(kTransforms);
+  state.SetLabel("scene");
+  SetNsPerTransform(state, kTransforms);
+}
+
+// Subtrees of exactly 1,000 nodes: the roots of `wide`.
+void BM_Reparent1k(benchmark::State& state) {
+  World& world = SharedWorld(kWide);
+  std::mt19937 rng(13);
+  std::uniform_int_distribution<EntityId> tree(0, 999);
+  FrameChanges changes;
+  for (auto _ : state) {
+    state.PauseTiming();
+    const EntityId moved = tree(rng) * 1000 + 1;
+    EntityId host = tree(rng) * 1000 + 1;
+    if (host == moved) host = (host + 1000) % kTransforms;
+    const EntityId new_parent =
+        host + 1 + tree(rng) % 999;  // A leaf of another tree.
+    state.ResumeTiming();
+    if (!world.Link(moved, new_parent).ok()) state.SkipWithError("link failed");
+    state.PauseTiming();
+    if (!world.Unlink(moved).ok()) state.SkipWithError("unlink failed");
+    world.EndFrame(&changes);
+    state.ResumeTiming();
+  }
+  state.SetLabel("wide, 1000-node subtree under a leaf of another tree");
+  SetNsPerTransform(state, 1000);
+}
+
+void BM_Destroy1k(benchmark::State& state) {
+  World& world = SharedWorld(kWide);
+  std::mt19937 rng(17);
+  std::uniform_int_distribution<EntityId> tree(0, 999);
+  FrameChanges changes;
+  for (auto _ : state) {
+    state.PauseTiming();
+    const EntityId root = tree(rng) * 1000 + 1;
+    std::vector<CreateOp> again;
+    const std::vector<EntityId> subtree = *world.Subtree(root);
+    for (EntityId e : subtree) {
+      again.push_back({e, *world.Parent(e), *world.Local(e)});
+    }
+    state.ResumeTiming();
+    if (!world.Destroy(root).ok()) state.SkipWithError("destroy failed");
+    state.PauseTiming();
+    if (!world.CreateMany(again).ok()) state.SkipWithError("recreate failed");
+    world.EndFrame(&changes);
+    state.ResumeTiming();
+  }
+  state.SetLabel("wide, 1000-node subtree");
+  SetNsPerTransform(state, 1000);
+}
+
+// ---------------------------------------------------------------------------
+// Baselines.
+
+// The bytes propagation streams: a 48-byte local matrix and a parent index
+// in, a 48-byte world matrix out, with no arithmetic beyond using the parent
+// index. Propagation also reads parent world matrices, which are mostly still
+// in cache; this floor does not, so it is a little generous to the baseline.
+void BM_CopyFloor(benchmark::State& state, Shape shape) {
+  const std::vector<CreateOp> ops = MakeShape(shape);
+  std::vector<Matrix3x4> local(kTransforms);
+  std::vector<uint32_t> parent(kTransforms);
+  std::vector<Matrix3x4> world(kTransforms);
+  for (size_t i = 0; i < kTransforms; ++i) {
+    local[i] = ToMatrix(ops[i].local);
+    parent[i] = static_cast<uint32_t>(ops[i].parent);
+  }
+  for (auto _ : state) {
+    for (size_t i = 0; i < kTransforms; ++i) {
+      world[i] = local[i];
+      world[i].m[11] += static_cast<float>(parent[i]);
+    }
+    benchmark::DoNotOptimize(world.data());
+    benchmark::ClobberMemory();
+  }
+  SetNsPerTransform(state, kTransforms);
+}
+
+// The textbook scene graph: a heap node per transform, child pointers, a
+// recursive update with 4x4 matrices.
+struct NaiveNode {
+  glm::vec3 position;
+  glm::quat rotation;
+  glm::vec3 scale;
+  glm::mat4 world;
+  std::vector<NaiveNode*> children;
+};
+
+void NaiveUpdate(NaiveNode* node, const glm::mat4& parent_world) {
+  node->world = parent_world * glm::translate(glm::mat4(1.0f), node->position) *
+                glm::mat4_cast(node->rotation) *
+                glm::scale(glm::mat4(1.0f), node->scale);
+  for (NaiveNode* child : node->children) NaiveUpdate(child, node->world);
+}
+
+void BM_NaivePointerGraph(benchmark::State& state, Shape shape) {
+  const std::vector<CreateOp> ops = MakeShape(shape);
+  std::vector<std::unique_ptr<NaiveNode>> nodes(kTransforms);
+  std::vector<NaiveNode*> roots;
+  for (size_t i = 0; i < kTransforms; ++i) {
+    nodes[i] = std::make_unique<NaiveNode>();
+    nodes[i]->position = ops[i].local.position;
+    nodes[i]->rotation = ops[i].local.rotation;
+    nodes[i]->scale = ops[i].local.scale;
+    if (ops[i].parent == kNoEntity) {
+      roots.push_back(nodes[i].get());
+    } else {
+      nodes[ops[i].parent - 1]->children.push_back(nodes[i].get());
+    }
+  }
+  for (auto _ : state) {
+    for (NaiveNode* root : roots) NaiveUpdate(root, glm::mat4(1.0f));
+    benchmark::ClobberMemory();
+  }
+  SetNsPerTransform(state, kTransforms);
+}
+
+}  // namespace
+
+void RegisterAll() {
+  using Fn = void (*)(benchmark::State&, Shape);
+  const struct {
+    const char* name;
+    Fn fn;
+    benchmark::TimeUnit unit;
+  } per_shape[] = {
+      {"BM_CopyFloor", BM_CopyFloor, benchmark::kMillisecond},
+      {"BM_Propagate", BM_Propagate, benchmark::kMillisecond},
+      {"BM_NaivePointerGraph", BM_NaivePointerGraph, benchmark::kMillisecond},
+      {"BM_PropagateOnePercentRoots", BM_PropagateOnePercentRoots,
+       benchmark::kMicrosecond},
+      {"BM_BatchSetLocal10k", BM_BatchSetLocal10k, benchmark::kMicrosecond},
+  };
+  for (const auto& b : per_shape) {
+    for (Shape shape : {kWide, kScene, kChains}) {
+      const std::string name = std::string(b.name) + "/" + kShapeNames[shape];
+      benchmark::RegisterBenchmark(name.c_str(), b.fn, shape)->Unit(b.unit);
+    }
+  }
+  benchmark::RegisterBenchmark("BM_BulkCreate/scene", BM_BulkCreate)
+      ->Unit(benchmark::kMillisecond)
+      ->Iterations(5);
+  benchmark::RegisterBenchmark("BM_Reparent1k", BM_Reparent1k)
+      ->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("BM_Destroy1k", BM_Destroy1k)
+      ->Unit(benchmark::kMicrosecond);
+}
+
+}  // namespace xform
+
+int main(int argc, char** argv) {
+  xform::RegisterAll();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
