@@ -1,0 +1,150 @@
+// Copyright 2026 The xform Authors.
+//
+// Replicator holds one world's published state (every entity's parent and
+// world matrix as of the last published frame) and its subscribers. Publishing
+// a frame folds the frame's changes into each subscriber's pending set; a
+// subscriber that is ready takes one message built from the latest published
+// values of its pending entities. So a slow subscriber skips frames but
+// converges to the latest state, its pending set is bounded by the world's
+// size (never by how far behind it is), and it never slows publishing or
+// other subscribers. Every message carries values from exactly one frame.
+//
+// Thread-safe. Knows nothing of gRPC: a subscriber is woken through an
+// UpdateSink and pulls its messages with Next().
+
+#ifndef XFORM_SERVER_REPLICATOR_H_
+#define XFORM_SERVER_REPLICATOR_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "xform/v1/xform.pb.h"
+#include "xform/world.h"
+
+namespace xform::server {
+
+// The subscriber's side: told when a message may be ready to take, polled
+// regularly (for rate limits and stuck writes), and told when its stream must
+// end (world deleted, server shutting down).
+class UpdateSink {
+ public:
+  virtual ~UpdateSink() = default;
+  virtual void Wake() = 0;
+  virtual void Poll(absl::Time now) = 0;
+  virtual void End(const absl::Status& status) = 0;
+};
+
+struct SubscriptionOptions {
+  // Both empty: the whole world.
+  std::vector<EntityId> entities;
+  std::vector<EntityId> subtrees;
+  double max_rate_hz = 0;  // 0: a message per published frame.
+  // Messages are split to stay under this many bytes of entity data.
+  size_t max_message_bytes = 4 << 20;
+};
+
+struct SubscriberStats {
+  uint64_t id = 0;
+  size_t pending = 0;  // Entities with changes not yet sent.
+  uint64_t last_frame_sent = 0;
+  uint64_t frames_skipped = 0;  // Over the subscription's life.
+};
+
+class Replicator {
+ public:
+  using SubscriptionId = uint64_t;
+
+  Replicator() = default;
+  Replicator(const Replicator&) = delete;
+  Replicator& operator=(const Replicator&) = delete;
+
+  // Publishes the frame `changes` closes (see xform::FrameChanges) and wakes
+  // the subscribers it concerns.
+  void Publish(const FrameChanges& changes, absl::Time time);
+
+  // Adds a subscription, starting with a snapshot of its view at the last
+  // published frame; its deltas begin with the next frame.
+  SubscriptionId Subscribe(SubscriptionOptions options,
+                           std::shared_ptr<UpdateSink> sink);
+  void Unsubscribe(SubscriptionId id);
+
+  // Fills `update` with the subscription's next message and returns true, or
+  // returns false when it has nothing due (caught up, or rate limited until
+  // a later Flush()).
+  bool Next(SubscriptionId id, absl::Time now, v1::FrameUpdate* update);
+
+  // Polls every subscription's sink: rate-limited messages now due, stuck
+  // writes past their deadline.
+  void Flush(absl::Time now);
+  // Ends every subscription's stream with `status`.
+  void EndAll(const absl::Status& status);
+
+  uint64_t frame() const;
+  size_t subscribers() const;
+  size_t entities() const;
+  std::vector<SubscriberStats> Stats() const;
+
+ private:
+  struct Published {
+    EntityId parent = kNoEntity;
+    Matrix3x4 world;
+  };
+  // Net events an entity went through, as seen by one subscriber, since its
+  // last message.
+  enum Pending : uint8_t {
+    kMoved = 1,
+    kReparented = 2,
+    kEntered = 4,  // Created, or joined the subscriber's view.
+    kLeft = 8,     // Destroyed, or left the subscriber's view.
+  };
+  struct Subscription {
+    SubscriptionOptions options;
+    bool whole_world = true;
+    absl::flat_hash_set<EntityId> listed;
+    absl::flat_hash_set<EntityId> roots;
+    std::shared_ptr<UpdateSink> sink;
+    std::deque<v1::FrameUpdate> snapshot;  // Chunks not yet taken.
+    absl::flat_hash_map<EntityId, uint8_t> pending;
+    uint64_t last_frame_sent = 0;
+    uint64_t frames_skipped = 0;
+    absl::Time next_allowed = absl::InfinitePast();
+  };
+
+  bool InView(const Subscription& s, EntityId e) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Visits `e` and everything below it in the published state.
+  template <typename F>
+  void ForEachInSubtree(EntityId e, F&& f) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static void Note(Subscription& s, EntityId e, uint8_t event);
+  void RemoveChild(EntityId parent, EntityId child)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void BuildSnapshot(Subscription& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Parents-first order: by depth in the published state.
+  void SortByDepth(std::vector<EntityId>& entities) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<EntityId, Published> state_ ABSL_GUARDED_BY(mu_);
+  // Children by parent in the published state; kNoEntity holds the roots.
+  absl::flat_hash_map<EntityId, std::vector<EntityId>> children_
+      ABSL_GUARDED_BY(mu_);
+  uint64_t frame_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time frame_time_ ABSL_GUARDED_BY(mu_);
+  SubscriptionId next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::flat_hash_map<SubscriptionId, std::unique_ptr<Subscription>> subs_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace xform::server
+
+#endif  // XFORM_SERVER_REPLICATOR_H_

@@ -1,0 +1,328 @@
+// Copyright 2026 The xform Authors.
+
+#include "server/service.h"
+
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "server/log.h"
+
+namespace xform::server {
+
+grpc::Status ToGrpc(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                      std::string(status.message()));
+}
+
+namespace {
+
+grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context,
+                               const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(ToGrpc(status));
+  return reactor;
+}
+
+// ---------------------------------------------------------------------------
+// ApplyStream: batches in order, one in flight; the first error ends it.
+
+class ApplyStreamReactor final
+    : public grpc::ServerBidiReactor<v1::ApplyRequest, v1::ApplyResponse> {
+ public:
+  explicit ApplyStreamReactor(WorldHost& host) : host_(host) {
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {  // The client closed its side: every batch was answered.
+      Finish(grpc::Status::OK);
+      return;
+    }
+    absl::StatusOr<std::shared_ptr<HostedWorld>> world =
+        host_.Get(request_.world());
+    absl::StatusOr<uint64_t> frame =
+        world.ok() ? (*world)->Apply(request_, host_.limits())
+                   : absl::StatusOr<uint64_t>(world.status());
+    if (!frame.ok()) {
+      Finish(ToGrpc(frame.status()));
+      return;
+    }
+    response_.set_frame(*frame);
+    StartWrite(&response_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) {
+      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "stream broken"));
+      return;
+    }
+    StartRead(&request_);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  WorldHost& host_;
+  v1::ApplyRequest request_;
+  v1::ApplyResponse response_;
+};
+
+// ---------------------------------------------------------------------------
+// Subscribe: one write in flight; the next message is pulled from the
+// replicator when the write completes or when the replicator wakes the sink.
+
+class SubscribeReactor;
+
+// The replicator's handle on a stream. It outlives the reactor (the
+// replicator may hold it a moment longer), so it forgets the reactor in
+// Detach(), which the reactor calls before it is deleted.
+class StreamSink final : public UpdateSink {
+ public:
+  explicit StreamSink(SubscribeReactor* reactor) : reactor_(reactor) {}
+  void Wake() override;
+  void Poll(absl::Time now) override;
+  void End(const absl::Status& status) override;
+  void Detach() {
+    absl::MutexLock lock(&mu_);
+    reactor_ = nullptr;
+  }
+
+ private:
+  absl::Mutex mu_;
+  SubscribeReactor* reactor_ ABSL_GUARDED_BY(mu_);
+};
+
+class SubscribeReactor final
+    : public grpc::ServerWriteReactor<v1::FrameUpdate> {
+ public:
+  SubscribeReactor(grpc::CallbackServerContext* context,
+                   std::shared_ptr<HostedWorld> world,
+                   SubscriptionOptions options, absl::Duration write_timeout)
+      : context_(context),
+        world_(std::move(world)),
+        write_timeout_(write_timeout),
+        sink_(std::make_shared<StreamSink>(this)) {
+    id_ = world_->replicator().Subscribe(std::move(options), sink_);
+    Log('I', "world '", world_->name(), "': subscriber ", id_, " joined from ",
+        context_->peer());
+    TrySend(absl::Now());
+  }
+
+  // Starts the next write if none is in flight and a message is due.
+  void TrySend(absl::Time now) {
+    absl::MutexLock lock(&mu_);
+    if (writing_ || finishing_) return;
+    if (!world_->replicator().Next(id_, now, &update_)) return;
+    if (update_.frames_skipped() > 0 && !warned_slow_) {
+      warned_slow_ = true;  // Once per stream: a slow link is not news twice.
+      Log('W', "world '", world_->name(), "': subscriber ", id_,
+          " is slow, skipped ", update_.frames_skipped(), " frame(s)");
+    }
+    writing_ = true;
+    write_started_ = now;
+    StartWrite(&update_);
+  }
+
+  // A write stuck past the deadline cancels the stream.
+  void CheckStuck(absl::Time now) {
+    absl::MutexLock lock(&mu_);
+    if (writing_ && now - write_started_ > write_timeout_ && !cancelled_) {
+      cancelled_ = true;
+      Log('W', "world '", world_->name(), "': subscriber ", id_,
+          " write stuck for ", absl::FormatDuration(now - write_started_),
+          ", cancelling");
+      context_->TryCancel();
+    }
+  }
+
+  void End(const absl::Status& status) {
+    absl::MutexLock lock(&mu_);
+    FinishLocked(ToGrpc(status));
+  }
+
+  void OnWriteDone(bool ok) override {
+    {
+      absl::MutexLock lock(&mu_);
+      writing_ = false;
+      if (!ok) {
+        FinishLocked(
+            grpc::Status(grpc::StatusCode::CANCELLED, "stream broken"));
+        return;
+      }
+      if (finishing_) {
+        FinishLocked(finish_status_);
+        return;
+      }
+    }
+    TrySend(absl::Now());
+  }
+
+  void OnCancel() override {
+    absl::MutexLock lock(&mu_);
+    FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+  }
+
+  void OnDone() override {
+    world_->replicator().Unsubscribe(id_);
+    sink_->Detach();
+    Log('I', "world '", world_->name(), "': subscriber ", id_, " left");
+    delete this;
+  }
+
+ private:
+  // Finish() only once, and never while a write is outstanding: a pending
+  // finish is completed by OnWriteDone().
+  void FinishLocked(const grpc::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_) return;
+    if (!finishing_) {
+      finishing_ = true;
+      finish_status_ = status;  // The first reason to finish is the one told.
+    }
+    if (writing_) return;
+    finished_ = true;
+    Finish(finish_status_);
+  }
+
+  grpc::CallbackServerContext* const context_;
+  const std::shared_ptr<HostedWorld> world_;
+  const absl::Duration write_timeout_;
+  const std::shared_ptr<StreamSink> sink_;
+  Replicator::SubscriptionId id_ = 0;
+
+  absl::Mutex mu_;
+  v1::FrameUpdate update_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finishing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  bool warned_slow_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status finish_status_ ABSL_GUARDED_BY(mu_);
+  absl::Time write_started_ ABSL_GUARDED_BY(mu_);
+};
+
+void StreamSink::Wake() {
+  absl::MutexLock lock(&mu_);
+  if (reactor_ != nullptr) reactor_->TrySend(absl::Now());
+}
+
+void StreamSink::Poll(absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  if (reactor_ == nullptr) return;
+  reactor_->CheckStuck(now);
+  reactor_->TrySend(now);
+}
+
+void StreamSink::End(const absl::Status& status) {
+  absl::MutexLock lock(&mu_);
+  if (reactor_ != nullptr) reactor_->End(status);
+}
+
+// A reactor that only finishes, for streams refused at the start.
+class RefusedStream final : public grpc::ServerWriteReactor<v1::FrameUpdate> {
+ public:
+  explicit RefusedStream(const absl::Status& status) { Finish(ToGrpc(status)); }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace
+
+grpc::ServerUnaryReactor* XformService::CreateWorld(
+    grpc::CallbackServerContext* context, const v1::CreateWorldRequest* request,
+    v1::WorldInfo* response) {
+  absl::StatusOr<std::shared_ptr<HostedWorld>> world = host_.Create(*request);
+  if (world.ok()) {
+    *response = (*world)->Info();
+    Log('I', "world '", request->name(), "' created (",
+        v1::FrameMode_Name(response->mode()), ", ", response->tick_hz(),
+        " Hz)");
+  }
+  return Done(context, world.status());
+}
+
+grpc::ServerUnaryReactor* XformService::ListWorlds(
+    grpc::CallbackServerContext* context, const v1::ListWorldsRequest*,
+    v1::ListWorldsResponse* response) {
+  for (const auto& world : host_.List())
+    *response->add_worlds() = world->Info();
+  return Done(context, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* XformService::GetWorld(
+    grpc::CallbackServerContext* context, const v1::GetWorldRequest* request,
+    v1::WorldInfo* response) {
+  absl::StatusOr<std::shared_ptr<HostedWorld>> world =
+      host_.Get(request->name());
+  if (world.ok()) *response = (*world)->Info();
+  return Done(context, world.status());
+}
+
+grpc::ServerUnaryReactor* XformService::DeleteWorld(
+    grpc::CallbackServerContext* context, const v1::DeleteWorldRequest* request,
+    v1::DeleteWorldResponse*) {
+  const absl::Status status = host_.Delete(request->name());
+  if (status.ok()) Log('I', "world '", request->name(), "' deleted");
+  return Done(context, status);
+}
+
+grpc::ServerUnaryReactor* XformService::Apply(
+    grpc::CallbackServerContext* context, const v1::ApplyRequest* request,
+    v1::ApplyResponse* response) {
+  absl::StatusOr<std::shared_ptr<HostedWorld>> world =
+      host_.Get(request->world());
+  if (!world.ok()) return Done(context, world.status());
+  absl::StatusOr<uint64_t> frame = (*world)->Apply(*request, host_.limits());
+  if (frame.ok()) response->set_frame(*frame);
+  return Done(context, frame.status());
+}
+
+grpc::ServerBidiReactor<v1::ApplyRequest, v1::ApplyResponse>*
+XformService::ApplyStream(grpc::CallbackServerContext*) {
+  return new ApplyStreamReactor(host_);
+}
+
+grpc::ServerUnaryReactor* XformService::Read(
+    grpc::CallbackServerContext* context, const v1::ReadRequest* request,
+    v1::ReadResponse* response) {
+  absl::StatusOr<std::shared_ptr<HostedWorld>> world =
+      host_.Get(request->world());
+  if (!world.ok()) return Done(context, world.status());
+  return Done(context, (*world)->Read(*request, host_.limits(), response));
+}
+
+grpc::ServerWriteReactor<v1::FrameUpdate>* XformService::Subscribe(
+    grpc::CallbackServerContext* context, const v1::SubscribeRequest* request) {
+  absl::StatusOr<std::shared_ptr<HostedWorld>> world =
+      host_.Get(request->world());
+  if (!world.ok()) return new RefusedStream(world.status());
+  if (!(request->max_rate_hz() >= 0) || request->max_rate_hz() > 1e6) {
+    return new RefusedStream(
+        absl::InvalidArgumentError("max_rate_hz must be in [0, 1e6]"));
+  }
+  for (uint64_t e : request->entity()) {
+    if (e == kNoEntity)
+      return new RefusedStream(absl::InvalidArgumentError("entity id 0"));
+  }
+  for (uint64_t e : request->subtree()) {
+    if (e == kNoEntity)
+      return new RefusedStream(absl::InvalidArgumentError("subtree id 0"));
+  }
+  if ((*world)->replicator().subscribers() >= host_.limits().max_subscribers) {
+    return new RefusedStream(absl::ResourceExhaustedError(
+        absl::StrCat("world '", request->world(), "' has its limit of ",
+                     host_.limits().max_subscribers, " subscribers")));
+  }
+  SubscriptionOptions options;
+  options.entities.assign(request->entity().begin(), request->entity().end());
+  options.subtrees.assign(request->subtree().begin(), request->subtree().end());
+  options.max_rate_hz = request->max_rate_hz();
+  options.max_message_bytes = host_.limits().max_message_bytes / 2;
+  return new SubscribeReactor(context, *std::move(world), std::move(options),
+                              options_.write_timeout);
+}
+
+}  // namespace xform::server

@@ -1,0 +1,360 @@
+// Copyright 2026 The xform Authors.
+
+#include "server/world_host.h"
+
+#include <algorithm>
+#include <cctype>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace xform::server {
+namespace {
+
+constexpr int kTrsFloats = 10;
+constexpr int kMatrixFloats = 12;
+// How often the ticker polls subscribers (rate limits, stuck writes).
+constexpr absl::Duration kPollInterval = absl::Milliseconds(5);
+
+Transform ToTransform(const float* f) {
+  Transform t;
+  t.position = {f[0], f[1], f[2]};
+  t.rotation = glm::quat(f[6], f[3], f[4], f[5]);  // glm takes (w, x, y, z).
+  t.scale = {f[7], f[8], f[9]};
+  return t;
+}
+
+void AppendTransform(const Transform& t,
+                     google::protobuf::RepeatedField<float>* out) {
+  for (float f :
+       {t.position.x, t.position.y, t.position.z, t.rotation.x, t.rotation.y,
+        t.rotation.z, t.rotation.w, t.scale.x, t.scale.y, t.scale.z}) {
+    out->Add(f);
+  }
+}
+
+absl::Status Malformed(int index, absl::string_view what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("command ", index, ": ", what));
+}
+
+bool ValidName(absl::string_view name) {
+  if (name.empty() || name.size() > 128) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' ||
+           c == '-' || c == '.';
+  });
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<Command>> ToCommands(const v1::ApplyRequest& request,
+                                                size_t max_batch) {
+  size_t named = 0;
+  for (const v1::Command& c : request.commands()) {
+    switch (c.kind_case()) {
+      case v1::Command::kCreate:
+        named += c.create().entity_size();
+        break;
+      case v1::Command::kDestroy:
+        named += c.destroy().entity_size();
+        break;
+      case v1::Command::kLink:
+        named += c.link().entity_size();
+        break;
+      case v1::Command::kSetLocal:
+        named += c.set_local().entity_size();
+        break;
+      case v1::Command::kSetWorld:
+        named += c.set_world().entity_size();
+        break;
+      default:
+        break;
+    }
+  }
+  if (named > max_batch) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the batch names ", named, " entities; the limit is ", max_batch));
+  }
+  std::vector<Command> commands;
+  commands.reserve(named);
+  for (int k = 0; k < request.commands_size(); ++k) {
+    const v1::Command& c = request.commands(k);
+    switch (c.kind_case()) {
+      case v1::Command::kCreate: {
+        const v1::CreateCommand& create = c.create();
+        const int n = create.entity_size();
+        if (create.parent_size() != 0 && create.parent_size() != n) {
+          return Malformed(k, "create: parent must be empty or one per entity");
+        }
+        if (create.local_size() != 0 && create.local_size() != kTrsFloats * n) {
+          return Malformed(
+              k, "create: local must be empty or 10 floats per entity");
+        }
+        for (int i = 0; i < n; ++i) {
+          CreateOp op;
+          op.entity = create.entity(i);
+          if (create.parent_size() != 0) op.parent = create.parent(i);
+          if (create.local_size() != 0) {
+            op.local = ToTransform(create.local().data() + kTrsFloats * i);
+          }
+          commands.push_back(op);
+        }
+        break;
+      }
+      case v1::Command::kDestroy:
+        for (EntityId e : c.destroy().entity()) {
+          commands.push_back(DestroyOp{e, c.destroy().keep_children()
+                                              ? DestroyMode::kReparentChildren
+                                              : DestroyMode::kSubtree});
+        }
+        break;
+      case v1::Command::kLink: {
+        const v1::LinkCommand& link = c.link();
+        if (link.parent_size() != link.entity_size()) {
+          return Malformed(k, "link: one parent per entity (0 unlinks)");
+        }
+        for (int i = 0; i < link.entity_size(); ++i) {
+          commands.push_back(LinkOp{
+              link.entity(i), link.parent(i),
+              link.keep_world() ? LinkMode::kKeepWorld : LinkMode::kKeepLocal});
+        }
+        break;
+      }
+      case v1::Command::kSetLocal: {
+        const v1::SetLocalCommand& set = c.set_local();
+        if (set.local_size() != kTrsFloats * set.entity_size()) {
+          return Malformed(k, "set_local: 10 floats per entity");
+        }
+        for (int i = 0; i < set.entity_size(); ++i) {
+          commands.push_back(SetLocalOp{
+              set.entity(i), ToTransform(set.local().data() + kTrsFloats * i)});
+        }
+        break;
+      }
+      case v1::Command::kSetWorld: {
+        const v1::SetWorldCommand& set = c.set_world();
+        if (set.world_size() != kTrsFloats * set.entity_size()) {
+          return Malformed(k, "set_world: 10 floats per entity");
+        }
+        for (int i = 0; i < set.entity_size(); ++i) {
+          commands.push_back(SetWorldOp{
+              set.entity(i), ToTransform(set.world().data() + kTrsFloats * i)});
+        }
+        break;
+      }
+      default:
+        return Malformed(k, "empty command");
+    }
+  }
+  if (commands.empty() && !request.end_frame()) {
+    return absl::InvalidArgumentError(
+        "empty batch: no commands and no end_frame");
+  }
+  return commands;
+}
+
+// ---------------------------------------------------------------------------
+
+HostedWorld::HostedWorld(std::string name, v1::FrameMode mode, double tick_hz)
+    : name_(std::move(name)),
+      mode_(mode),
+      tick_hz_(tick_hz),
+      tick_(mode == v1::FRAME_MODE_TICK ? absl::Seconds(1.0 / tick_hz)
+                                        : absl::InfiniteDuration()) {}
+
+absl::StatusOr<uint64_t> HostedWorld::Apply(const v1::ApplyRequest& request,
+                                            const Limits& limits) {
+  absl::StatusOr<std::vector<Command>> commands =
+      ToCommands(request, limits.max_batch);
+  if (!commands.ok()) return commands.status();
+  size_t creates = 0;
+  for (const Command& c : *commands)
+    creates += std::holds_alternative<CreateOp>(c);
+
+  absl::MutexLock lock(&mu_);
+  if (world_.size() + creates > limits.max_entities_per_world) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("world '", name_, "' would exceed ",
+                     limits.max_entities_per_world, " entities"));
+  }
+  if (absl::Status s = world_.Apply(*commands); !s.ok()) return s;
+  const uint64_t frame = world_.frame();
+  if (request.end_frame()) {
+    if (mode_ != v1::FRAME_MODE_DRIVEN) {
+      // The batch stands (it was valid); the tick owns publishing here.
+      return frame;
+    }
+    world_.EndFrame(&changes_);
+    replicator_.Publish(changes_, absl::Now());
+  }
+  return frame;
+}
+
+absl::Status HostedWorld::Read(const v1::ReadRequest& request,
+                               const Limits& limits,
+                               v1::ReadResponse* response) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<EntityId> entities(request.entity().begin(),
+                                 request.entity().end());
+  if (request.subtree() != kNoEntity) {
+    absl::StatusOr<std::vector<EntityId>> subtree =
+        world_.Subtree(request.subtree());
+    if (!subtree.ok()) return subtree.status();
+    entities.insert(entities.end(), subtree->begin(), subtree->end());
+  }
+  if (entities.empty()) {
+    return absl::InvalidArgumentError("name entities or a subtree to read");
+  }
+  constexpr size_t kBytesPerEntity = 8 + 8 + 4 * (kTrsFloats + kMatrixFloats);
+  if (entities.size() * kBytesPerEntity > limits.max_message_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("reading ", entities.size(),
+                     " entities exceeds the message size limit"));
+  }
+  for (EntityId e : entities) {
+    absl::StatusOr<Transform> local = world_.Local(e);
+    if (!local.ok()) return local.status();
+    response->add_entity(e);
+    response->add_parent(*world_.Parent(e));
+    AppendTransform(*local, response->mutable_local());
+    const Matrix3x4 world = *world_.WorldMatrix(e);
+    for (float f : world.m) response->add_world(f);
+  }
+  return absl::OkStatus();
+}
+
+void HostedWorld::Publish() {
+  absl::MutexLock lock(&mu_);
+  world_.EndFrame(&changes_);
+  replicator_.Publish(changes_, absl::Now());
+}
+
+v1::WorldInfo HostedWorld::Info() const {
+  v1::WorldInfo info;
+  info.set_name(name_);
+  info.set_mode(mode_);
+  info.set_tick_hz(mode_ == v1::FRAME_MODE_TICK ? tick_hz_ : 0);
+  {
+    absl::MutexLock lock(&mu_);
+    info.set_entities(world_.size());
+  }
+  info.set_frame(replicator_.frame());
+  info.set_subscribers(static_cast<uint32_t>(replicator_.subscribers()));
+  return info;
+}
+
+// ---------------------------------------------------------------------------
+
+WorldHost::WorldHost(Limits limits, double default_tick_hz)
+    : limits_(limits), default_tick_hz_(default_tick_hz) {
+  ticker_ = std::thread([this] { TickLoop(); });
+}
+
+WorldHost::~WorldHost() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  ticker_.join();
+}
+
+absl::StatusOr<std::shared_ptr<HostedWorld>> WorldHost::Create(
+    const v1::CreateWorldRequest& request) {
+  if (!ValidName(request.name())) {
+    return absl::InvalidArgumentError(
+        "a world name is 1-128 characters of [A-Za-z0-9_.-]");
+  }
+  v1::FrameMode mode = request.mode();
+  double tick_hz = request.tick_hz();
+  if (mode == v1::FRAME_MODE_UNSPECIFIED) mode = v1::FRAME_MODE_TICK;
+  if (mode != v1::FRAME_MODE_TICK && mode != v1::FRAME_MODE_DRIVEN) {
+    return absl::InvalidArgumentError("unknown frame mode");
+  }
+  if (mode == v1::FRAME_MODE_TICK) {
+    if (tick_hz == 0) tick_hz = default_tick_hz_;
+    if (!(tick_hz > 0 && tick_hz <= 1000)) {
+      return absl::InvalidArgumentError("tick_hz must be in (0, 1000]");
+    }
+  } else if (tick_hz != 0) {
+    return absl::InvalidArgumentError("a driven world has no tick_hz");
+  }
+  absl::MutexLock lock(&mu_);
+  if (worlds_.contains(request.name())) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("world '", request.name(), "' exists"));
+  }
+  if (worlds_.size() >= limits_.max_worlds) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the server holds its limit of ", limits_.max_worlds, " worlds"));
+  }
+  auto world = std::make_shared<HostedWorld>(request.name(), mode, tick_hz);
+  worlds_[request.name()] = world;
+  return world;
+}
+
+absl::StatusOr<std::shared_ptr<HostedWorld>> WorldHost::Get(
+    absl::string_view name) const {
+  absl::MutexLock lock(&mu_);
+  auto it = worlds_.find(name);
+  if (it == worlds_.end()) {
+    return absl::NotFoundError(absl::StrCat("no world '", name, "'"));
+  }
+  return it->second;
+}
+
+std::vector<std::shared_ptr<HostedWorld>> WorldHost::List() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::shared_ptr<HostedWorld>> out;
+  for (const auto& [name, world] : worlds_) out.push_back(world);
+  std::sort(out.begin(), out.end(),
+            [](const auto& a, const auto& b) { return a->name() < b->name(); });
+  return out;
+}
+
+absl::Status WorldHost::Delete(absl::string_view name) {
+  std::shared_ptr<HostedWorld> world;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = worlds_.find(name);
+    if (it == worlds_.end()) {
+      return absl::NotFoundError(absl::StrCat("no world '", name, "'"));
+    }
+    world = std::move(it->second);
+    worlds_.erase(it);
+  }
+  world->replicator().EndAll(
+      absl::NotFoundError(absl::StrCat("world '", name, "' was deleted")));
+  return absl::OkStatus();
+}
+
+void WorldHost::EndAllStreams(const absl::Status& status) {
+  for (const auto& world : List()) world->replicator().EndAll(status);
+}
+
+void WorldHost::TickLoop() {
+  absl::flat_hash_map<HostedWorld*, absl::Time> next_tick;
+  absl::Time next_poll = absl::Now();
+  for (;;) {
+    const absl::Time now = absl::Now();
+    absl::Time wake = now + kPollInterval;
+    for (const auto& world : List()) {
+      if (world->mode() == v1::FRAME_MODE_TICK) {
+        auto [it, inserted] =
+            next_tick.try_emplace(world.get(), now + world->tick());
+        if (now >= it->second) {
+          world->Publish();
+          // A tick that falls behind is dropped, not replayed in a burst.
+          it->second = std::max(it->second + world->tick(), now);
+        }
+        wake = std::min(wake, it->second);
+      }
+      if (now >= next_poll) world->replicator().Flush(now);
+    }
+    if (now >= next_poll) next_poll = now + kPollInterval;
+    absl::MutexLock lock(&mu_);
+    if (mu_.AwaitWithDeadline(absl::Condition(&stopping_), wake)) return;
+  }
+}
+
+}  // namespace xform::server

@@ -1,0 +1,112 @@
+// Copyright 2026 The xform Authors.
+//
+// WorldHost owns the server's worlds by name. A HostedWorld is one core World
+// behind a writer lock, plus the Replicator that serves its subscribers. Writes
+// apply at once (a read after a write sees it); frames are published on the
+// world's tick, by one ticker thread for all worlds, or when a write batch
+// says end_frame (driven mode). Protobuf is converted to core types here, at
+// the edge; the gRPC service on top only moves messages and statuses.
+
+#ifndef XFORM_SERVER_WORLD_HOST_H_
+#define XFORM_SERVER_WORLD_HOST_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "server/replicator.h"
+#include "xform/v1/xform.pb.h"
+#include "xform/world.h"
+
+namespace xform::server {
+
+struct Limits {
+  size_t max_worlds = 64;
+  size_t max_entities_per_world = 4'000'000;
+  size_t max_batch = 1'000'000;  // Entities named by one Apply request.
+  size_t max_subscribers = 256;  // Per world.
+  size_t max_message_bytes = 4 << 20;
+};
+
+// The commands of an ApplyRequest, or INVALID_ARGUMENT for a malformed one
+// (an empty command, arrays of mismatched lengths), or RESOURCE_EXHAUSTED
+// when it names more than `max_batch` entities.
+absl::StatusOr<std::vector<Command>> ToCommands(const v1::ApplyRequest& request,
+                                                size_t max_batch);
+
+class HostedWorld {
+ public:
+  HostedWorld(std::string name, v1::FrameMode mode, double tick_hz);
+
+  const std::string& name() const { return name_; }
+  v1::FrameMode mode() const { return mode_; }
+  absl::Duration tick() const { return tick_; }
+
+  // Validates and applies a batch; returns the frame it will be published in.
+  absl::StatusOr<uint64_t> Apply(const v1::ApplyRequest& request,
+                                 const Limits& limits);
+  absl::Status Read(const v1::ReadRequest& request, const Limits& limits,
+                    v1::ReadResponse* response) const;
+  // Closes the current frame and hands its changes to the replicator.
+  void Publish();
+  v1::WorldInfo Info() const;
+
+  Replicator& replicator() { return replicator_; }
+
+ private:
+  const std::string name_;
+  const v1::FrameMode mode_;
+  const double tick_hz_;
+  const absl::Duration tick_;
+
+  mutable absl::Mutex mu_;  // The writer lock: one batch or publish at a time.
+  World world_ ABSL_GUARDED_BY(mu_);
+  FrameChanges changes_ ABSL_GUARDED_BY(mu_);  // Reused by every Publish().
+  Replicator replicator_;
+};
+
+class WorldHost {
+ public:
+  WorldHost(Limits limits, double default_tick_hz);
+  ~WorldHost();
+  WorldHost(const WorldHost&) = delete;
+  WorldHost& operator=(const WorldHost&) = delete;
+
+  const Limits& limits() const { return limits_; }
+
+  absl::StatusOr<std::shared_ptr<HostedWorld>> Create(
+      const v1::CreateWorldRequest& request);
+  absl::StatusOr<std::shared_ptr<HostedWorld>> Get(
+      absl::string_view name) const;
+  std::vector<std::shared_ptr<HostedWorld>> List() const;
+  // Removes the world; its subscribers' streams end with NOT_FOUND.
+  absl::Status Delete(absl::string_view name);
+
+  // Ends every subscriber stream with `status` (shutdown).
+  void EndAllStreams(const absl::Status& status);
+
+ private:
+  void TickLoop();
+
+  const Limits limits_;
+  const double default_tick_hz_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<HostedWorld>> worlds_
+      ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread ticker_;
+};
+
+}  // namespace xform::server
+
+#endif  // XFORM_SERVER_WORLD_HOST_H_
