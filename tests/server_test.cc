@@ -1,0 +1,897 @@
+// Copyright 2026 The xform Authors.
+//
+// xformd's service over real gRPC on 127.0.0.1: a real server (in-process),
+// real channels, real threads, slow and disconnecting clients.
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "gtest/gtest.h"
+#include "server/service.h"
+#include "xform/v1/xform.grpc.pb.h"
+#include "xform/world.h"
+#include "xform_test/reflection.pb.h"
+
+namespace xform::server {
+namespace {
+
+using v1::FrameUpdate;
+
+constexpr grpc::StatusCode kOk = grpc::StatusCode::OK;
+
+// A subscriber's copy of its view, built only from the stream.
+struct Mirror {
+  struct Entry {
+    EntityId parent;
+    Matrix3x4 world;
+    bool operator==(const Entry&) const = default;
+  };
+  std::map<EntityId, Entry> entities;
+  uint64_t frame = 0;
+  bool synced = false;  // The snapshot is complete.
+
+  void Apply(const FrameUpdate& u) {
+    for (EntityId e : u.destroyed()) entities.erase(e);
+    for (int k = 0; k < u.created_size(); ++k) {
+      entities[u.created(k)].parent = u.created_parent(k);
+    }
+    for (int k = 0; k < u.reparented_size(); ++k) {
+      entities.at(u.reparented(k)).parent = u.reparented_parent(k);
+    }
+    for (int k = 0; k < u.moved_size(); ++k) {
+      std::copy_n(u.moved_world().data() + 12 * k, 12,
+                  entities.at(u.moved(k)).world.m.begin());
+    }
+    frame = u.frame();
+    if (u.snapshot_done()) synced = true;
+  }
+};
+
+using State = std::map<EntityId, Mirror::Entry>;
+
+State Snapshot(const World& world) {
+  State state;
+  world.ForEach([&](EntityId e, EntityId parent, const Matrix3x4& m) {
+    state[e] = {parent, m};
+  });
+  return state;
+}
+
+// What a subscriber with these filters should see of `state`.
+State Filter(const State& state, const std::set<EntityId>& listed,
+             const std::set<EntityId>& roots) {
+  if (listed.empty() && roots.empty()) return state;
+  State out;
+  for (const auto& [e, entry] : state) {
+    bool in = listed.count(e) != 0;
+    for (EntityId a = e; !in && a != kNoEntity; a = state.at(a).parent) {
+      in = roots.count(a) != 0;
+    }
+    if (in) out[e] = entry;
+  }
+  return out;
+}
+
+class ServerTest : public testing::Test {
+ protected:
+  void SetUp() override { StartServer(Limits{}); }
+
+  void StartServer(const Limits& limits) {
+    host_ = std::make_unique<WorldHost>(limits, 60);
+    service_ = std::make_unique<XformService>(*host_, ServiceOptions{});
+    grpc::EnableDefaultHealthCheckService(true);
+    grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                             &port_);
+    builder.RegisterService(service_.get());
+    builder.SetMaxSendMessageSize(64 << 20);
+    builder.SetMaxReceiveMessageSize(64 << 20);
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    ASSERT_NE(port_, 0);
+    stub_ = v1::Xform::NewStub(NewChannel());
+  }
+
+  void TearDown() override {
+    if (server_) {
+      host_->EndAllStreams(absl::UnavailableError("test over"));
+      server_->Shutdown(std::chrono::system_clock::now() +
+                        std::chrono::seconds(5));
+      server_->Wait();
+    }
+    service_.reset();
+    host_.reset();
+  }
+
+  std::shared_ptr<grpc::Channel> NewChannel() {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(64 << 20);
+    // Each channel its own connection, so a stalled one stalls alone.
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    return grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", port_),
+                                     grpc::InsecureChannelCredentials(), args);
+  }
+
+  grpc::Status CreateWorld(const std::string& name, v1::FrameMode mode,
+                           double tick_hz = 0) {
+    grpc::ClientContext context;
+    v1::CreateWorldRequest request;
+    request.set_name(name);
+    request.set_mode(mode);
+    request.set_tick_hz(tick_hz);
+    v1::WorldInfo info;
+    return stub_->CreateWorld(&context, request, &info);
+  }
+
+  grpc::Status Apply(const v1::ApplyRequest& request,
+                     uint64_t* frame = nullptr) {
+    grpc::ClientContext context;
+    v1::ApplyResponse response;
+    grpc::Status status = stub_->Apply(&context, request, &response);
+    if (frame != nullptr) *frame = response.frame();
+    return status;
+  }
+
+  v1::WorldInfo Info(const std::string& name) {
+    grpc::ClientContext context;
+    v1::GetWorldRequest request;
+    request.set_name(name);
+    v1::WorldInfo info;
+    EXPECT_TRUE(stub_->GetWorld(&context, request, &info).ok());
+    return info;
+  }
+
+  // The whole current state of a world, through the Read RPC.
+  State ReadAll(const std::string& name, const std::vector<EntityId>& roots) {
+    State state;
+    for (EntityId root : roots) {
+      grpc::ClientContext context;
+      v1::ReadRequest request;
+      request.set_world(name);
+      request.set_subtree(root);
+      v1::ReadResponse response;
+      EXPECT_TRUE(stub_->Read(&context, request, &response).ok());
+      for (int k = 0; k < response.entity_size(); ++k) {
+        Mirror::Entry& entry = state[response.entity(k)];
+        entry.parent = response.parent(k);
+        std::copy_n(response.world().data() + 12 * k, 12,
+                    entry.world.m.begin());
+      }
+    }
+    return state;
+  }
+
+  std::unique_ptr<WorldHost> host_;
+  std::unique_ptr<XformService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<v1::Xform::Stub> stub_;
+  int port_ = 0;
+};
+
+// Appends a command's 10 floats for a TRS.
+void AddTrs(const Transform& t, google::protobuf::RepeatedField<float>* out) {
+  for (float f :
+       {t.position.x, t.position.y, t.position.z, t.rotation.x, t.rotation.y,
+        t.rotation.z, t.rotation.w, t.scale.x, t.scale.y, t.scale.z}) {
+    out->Add(f);
+  }
+}
+
+// The same batch as core commands, for the test's reference world.
+std::vector<Command> ToCore(const v1::ApplyRequest& request) {
+  absl::StatusOr<std::vector<Command>> commands = ToCommands(request, 1 << 30);
+  EXPECT_TRUE(commands.ok()) << commands.status();
+  return commands.ok() ? *commands : std::vector<Command>{};
+}
+
+// A subscriber on its own channel and thread, recording its mirror at every
+// message once synced.
+class Subscriber {
+ public:
+  Subscriber(std::shared_ptr<grpc::Channel> channel,
+             v1::SubscribeRequest request)
+      : stub_(v1::Xform::NewStub(std::move(channel))),
+        request_(std::move(request)) {
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~Subscriber() {
+    context_.TryCancel();
+    thread_.join();
+  }
+
+  // Blocks until the mirror has seen `frame` (or the deadline passes).
+  bool WaitForFrame(uint64_t frame,
+                    absl::Duration timeout = absl::Seconds(20)) {
+    absl::MutexLock lock(&mu_);
+    return mu_.AwaitWithTimeout(absl::Condition(
+                                    +[](std::pair<Subscriber*, uint64_t>* arg) {
+                                      return arg->first->mirror_.synced &&
+                                             arg->first->mirror_.frame >=
+                                                 arg->second;
+                                    },
+                                    new_pair(frame)),
+                                timeout);
+  }
+
+  std::vector<std::pair<uint64_t, State>> history() {
+    absl::MutexLock lock(&mu_);
+    return history_;
+  }
+  Mirror mirror() {
+    absl::MutexLock lock(&mu_);
+    return mirror_;
+  }
+  uint64_t frames_skipped() {
+    absl::MutexLock lock(&mu_);
+    return frames_skipped_;
+  }
+  uint64_t messages() {
+    absl::MutexLock lock(&mu_);
+    return messages_;
+  }
+  void Pause(bool paused) { paused_ = paused; }
+  grpc::Status status() {
+    absl::MutexLock lock(&mu_);
+    return status_;
+  }
+  bool done() {
+    absl::MutexLock lock(&mu_);
+    return done_;
+  }
+
+ private:
+  std::pair<Subscriber*, uint64_t>* new_pair(uint64_t frame) {
+    pair_ = {this, frame};
+    return &pair_;
+  }
+
+  void Run() {
+    auto reader = stub_->Subscribe(&context_, request_);
+    FrameUpdate update;
+    for (;;) {
+      while (paused_) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      if (!reader->Read(&update)) break;
+      absl::MutexLock lock(&mu_);
+      mirror_.Apply(update);
+      ++messages_;
+      frames_skipped_ += update.frames_skipped();
+      if (mirror_.synced) {
+        State state;
+        for (const auto& [e, entry] : mirror_.entities) state[e] = entry;
+        history_.emplace_back(mirror_.frame, std::move(state));
+      }
+    }
+    grpc::Status status = reader->Finish();
+    absl::MutexLock lock(&mu_);
+    status_ = status;
+    done_ = true;
+  }
+
+  std::unique_ptr<v1::Xform::Stub> stub_;
+  v1::SubscribeRequest request_;
+  grpc::ClientContext context_;
+  std::thread thread_;
+  std::atomic<bool> paused_{false};
+  absl::Mutex mu_;
+  Mirror mirror_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<uint64_t, State>> history_ ABSL_GUARDED_BY(mu_);
+  uint64_t frames_skipped_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t messages_ ABSL_GUARDED_BY(mu_) = 0;
+  grpc::Status status_ ABSL_GUARDED_BY(mu_);
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  std::pair<Subscriber*, uint64_t> pair_;
+};
+
+v1::SubscribeRequest SubscribeTo(const std::string& world,
+                                 const std::set<EntityId>& entities = {},
+                                 const std::set<EntityId>& subtrees = {},
+                                 double max_rate_hz = 0) {
+  v1::SubscribeRequest request;
+  request.set_world(world);
+  for (EntityId e : entities) request.add_entity(e);
+  for (EntityId e : subtrees) request.add_subtree(e);
+  request.set_max_rate_hz(max_rate_hz);
+  return request;
+}
+
+// ---------------------------------------------------------------------------
+// Replication.
+
+// Random write batches over 1,000 driven frames; four subscribers (whole
+// world, two subtrees, an entity list, a rate-limited whole world). At every
+// frame a subscriber is told about, its mirror equals the server's state at
+// that frame for its filter, exactly, as a reference World given the same
+// batches computes it.
+TEST_F(ServerTest, ReplicationIsExactForEveryFilter) {
+  ASSERT_TRUE(CreateWorld("w", v1::FRAME_MODE_DRIVEN).ok());
+  const std::set<EntityId> roots = {1, 2};
+  const std::set<EntityId> listed = {5, 17, 40, 41, 99, 150};
+  std::vector<std::unique_ptr<Subscriber>> subs;
+  subs.push_back(std::make_unique<Subscriber>(NewChannel(), SubscribeTo("w")));
+  subs.push_back(
+      std::make_unique<Subscriber>(NewChannel(), SubscribeTo("w", {}, roots)));
+  subs.push_back(
+      std::make_unique<Subscriber>(NewChannel(), SubscribeTo("w", listed)));
+  subs.push_back(
+      std::make_unique<Subscriber>(NewChannel(), SubscribeTo("w", {}, {}, 40)));
+  const std::vector<std::pair<std::set<EntityId>, std::set<EntityId>>> filters =
+      {{{}, {}}, {{}, roots}, {listed, {}}, {{}, {}}};
+  for (auto& s : subs) ASSERT_TRUE(s->WaitForFrame(0));
+
+  World reference;
+  std::map<uint64_t, State> expected;
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<EntityId> id(1, 160);
+  std::uniform_real_distribution<float> u(-1, 1);
+  const auto random_trs = [&] {
+    Transform t;
+    t.position = {5 * u(rng), 5 * u(rng), 5 * u(rng)};
+    t.rotation = glm::angleAxis(3 * u(rng),
+                                glm::normalize(glm::vec3(u(rng), u(rng), 1)));
+    t.scale = {1 + 0.3f * u(rng), 1 + 0.3f * u(rng), 1 + 0.3f * u(rng)};
+    return t;
+  };
+  int refused = 0;
+  constexpr int kFrames = 1000;
+  for (int f = 0; f < kFrames; ++f) {
+    // Mostly valid commands on entities that exist; about one batch in
+    // twenty names a missing entity or makes a cycle, and is refused whole.
+    std::vector<EntityId> alive;
+    reference.ForEach(
+        [&](EntityId e, EntityId, const Matrix3x4&) { alive.push_back(e); });
+    const auto existing = [&] {
+      return alive.empty() ? id(rng) : alive[rng() % alive.size()];
+    };
+    const auto fresh = [&] {
+      EntityId e = id(rng);
+      while (reference.Has(e)) e = id(rng);
+      return e;
+    };
+    v1::ApplyRequest request;
+    request.set_world("w");
+    request.set_end_frame(true);
+    const bool bad = std::bernoulli_distribution(0.05)(rng);
+    switch (std::uniform_int_distribution<int>(0, 9)(rng)) {
+      case 0:
+      case 1: {
+        auto* create = request.add_commands()->mutable_create();
+        for (int k = 0; k < 3 && reference.size() < 150; ++k) {
+          const EntityId e = fresh();
+          if (std::find(create->entity().begin(), create->entity().end(), e) !=
+              create->entity().end()) {
+            continue;
+          }
+          create->add_entity(e);
+          create->add_parent(alive.empty() ||
+                                     std::bernoulli_distribution(0.2)(rng)
+                                 ? 0
+                                 : existing());
+          AddTrs(random_trs(), create->mutable_local());
+        }
+        if (create->entity_size() == 0) create->add_entity(bad ? 0 : 1000 + f);
+        break;
+      }
+      case 2: {
+        auto* destroy = request.add_commands()->mutable_destroy();
+        destroy->add_entity(bad ? 999 : existing());
+        destroy->set_keep_children(std::bernoulli_distribution(0.5)(rng));
+        break;
+      }
+      case 3:
+      case 4: {
+        auto* link = request.add_commands()->mutable_link();
+        link->add_entity(existing());
+        link->add_parent(std::bernoulli_distribution(0.3)(rng) ? 0
+                                                               : existing());
+        link->set_keep_world(std::bernoulli_distribution(0.5)(rng));
+        break;
+      }
+      default: {
+        auto* set = request.add_commands()->mutable_set_local();
+        for (int k = 0; k < 8; ++k) {
+          set->add_entity(bad && k == 7 ? 999 : existing());
+          AddTrs(random_trs(), set->mutable_local());
+        }
+        break;
+      }
+    }
+    uint64_t frame = 0;
+    grpc::Status status = Apply(request, &frame);
+    const absl::Status local = reference.Apply(ToCore(request));
+    ASSERT_EQ(static_cast<int>(status.error_code()),
+              static_cast<int>(local.code()))
+        << "frame " << f << ": " << status.error_message() << " vs " << local;
+    if (!status.ok()) {
+      ++refused;
+      v1::ApplyRequest tick;  // Publish the frame all the same.
+      tick.set_world("w");
+      tick.set_end_frame(true);
+      ASSERT_EQ(Apply(tick, &frame).error_code(), kOk);
+    }
+    FrameChanges changes;
+    reference.EndFrame(&changes);
+    ASSERT_EQ(changes.frame, frame);
+    expected[frame] = Snapshot(reference);
+  }
+  const uint64_t last = expected.rbegin()->first;
+  EXPECT_GT(refused, 10);
+  EXPECT_GT(reference.size(), 40u);
+
+  for (size_t k = 0; k < subs.size(); ++k) {
+    // A subscriber hears of a frame only if its view changed in it, so wait
+    // for the state, not for a frame number.
+    const State want =
+        Filter(expected.at(last), filters[k].first, filters[k].second);
+    bool converged = false;
+    for (int attempt = 0; attempt < 2000 && !converged; ++attempt) {
+      State mirrored;
+      for (const auto& [e, entry] : subs[k]->mirror().entities)
+        mirrored[e] = entry;
+      converged = mirrored == want;
+      if (!converged)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_TRUE(converged) << "subscriber " << k
+                           << " never reached the last state";
+    const auto history = subs[k]->history();
+    ASSERT_FALSE(history.empty());
+    size_t checked = 0;
+    for (const auto& [frame, state] : history) {
+      if (frame == 0) continue;  // The empty world before the first batch.
+      ASSERT_TRUE(expected.count(frame))
+          << "subscriber " << k << " frame " << frame;
+      ASSERT_EQ(state,
+                Filter(expected.at(frame), filters[k].first, filters[k].second))
+          << "subscriber " << k << " at frame " << frame;
+      ++checked;
+    }
+    EXPECT_GE(checked, k == 3 ? 5u : 50u) << "subscriber " << k;
+  }
+  // The rate-limited one folded frames together.
+  EXPECT_GT(subs[3]->frames_skipped(), 0u);
+}
+
+// A subscriber that stops reading while a 60 Hz world keeps moving: the others
+// receive every frame, the stalled one's pending set never exceeds the
+// world's size, and when it resumes it converges to the exact latest state.
+TEST_F(ServerTest, StalledSubscriberSkipsFramesAndConverges) {
+  ASSERT_TRUE(CreateWorld("w", v1::FRAME_MODE_TICK, 60).ok());
+  constexpr int kEntities = 4000;  // ~300 KB a frame: fills flow control fast.
+  v1::ApplyRequest scene;
+  scene.set_world("w");
+  auto* create = scene.add_commands()->mutable_create();
+  for (int e = 1; e <= kEntities; ++e) {
+    create->add_entity(e);
+    create->add_parent(e <= 40 ? 0 : (e - 1) % 40 + 1);
+  }
+  ASSERT_EQ(Apply(scene).error_code(), kOk);
+
+  Subscriber fast(NewChannel(), SubscribeTo("w"));
+  Subscriber stalled(NewChannel(), SubscribeTo("w"));
+  ASSERT_TRUE(fast.WaitForFrame(1));
+  ASSERT_TRUE(stalled.WaitForFrame(1));
+  stalled.Pause(true);
+
+  std::atomic<bool> writing{true};
+  std::thread writer([&] {
+    for (int step = 0; writing; ++step) {
+      v1::ApplyRequest move;
+      move.set_world("w");
+      auto* set = move.add_commands()->mutable_set_local();
+      for (int root = 1; root <= 40; ++root) {
+        set->add_entity(root);
+        Transform t;
+        t.position = {static_cast<float>(step), static_cast<float>(root), 0};
+        AddTrs(t, set->mutable_local());
+      }
+      EXPECT_EQ(Apply(move).error_code(), kOk);
+      std::this_thread::sleep_for(std::chrono::milliseconds(4));
+    }
+  });
+  const uint64_t fast_skipped_before = fast.frames_skipped();
+  size_t max_pending = 0;
+  for (int k = 0; k < 100; ++k) {  // About two seconds of stall.
+    for (const SubscriberStats& s : (*host_->Get("w"))->replicator().Stats()) {
+      max_pending = std::max(max_pending, s.pending);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  writing = false;
+  writer.join();
+  const uint64_t last = Info("w").frame() + 1;  // A tick after the last write.
+  ASSERT_TRUE(fast.WaitForFrame(last));
+  EXPECT_LE(max_pending, static_cast<size_t>(kEntities));
+  EXPECT_GT(max_pending, 0u) << "the stalled subscriber never fell behind";
+  EXPECT_EQ(fast.frames_skipped(), fast_skipped_before)
+      << "the stalled subscriber slowed the other";
+
+  stalled.Pause(false);
+  ASSERT_TRUE(stalled.WaitForFrame(last));
+  EXPECT_GT(stalled.frames_skipped(), 0u);
+  EXPECT_LT(stalled.messages(), fast.messages());
+  std::vector<EntityId> roots(40);
+  for (EntityId root = 1; root <= 40; ++root) roots[root - 1] = root;
+  const State now = ReadAll("w", roots);
+  EXPECT_EQ(now.size(), static_cast<size_t>(kEntities));
+  State mirrored;
+  for (const auto& [e, entry] : stalled.mirror().entities) mirrored[e] = entry;
+  EXPECT_EQ(mirrored, now);
+}
+
+TEST_F(ServerTest, TickWorldsPublishByThemselvesDrivenWorldsOnEndFrame) {
+  ASSERT_TRUE(CreateWorld("tick", v1::FRAME_MODE_TICK, 100).ok());
+  ASSERT_TRUE(CreateWorld("driven", v1::FRAME_MODE_DRIVEN).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_GT(Info("tick").frame(), 5u);
+  EXPECT_EQ(Info("driven").frame(), 0u);
+  v1::ApplyRequest tick;
+  tick.set_world("driven");
+  tick.set_end_frame(true);
+  uint64_t frame = 0;
+  ASSERT_EQ(Apply(tick, &frame).error_code(), kOk);
+  EXPECT_EQ(frame, 1u);
+  EXPECT_EQ(Info("driven").frame(), 1u);
+}
+
+TEST_F(ServerTest, ApplyStreamAnswersEachBatchInOrder) {
+  ASSERT_TRUE(CreateWorld("w", v1::FRAME_MODE_DRIVEN).ok());
+  grpc::ClientContext context;
+  auto stream = stub_->ApplyStream(&context);
+  for (int step = 0; step < 50; ++step) {
+    v1::ApplyRequest request;
+    request.set_world("w");
+    request.set_end_frame(true);
+    auto* create = request.add_commands()->mutable_create();
+    create->add_entity(step + 1);
+    ASSERT_TRUE(stream->Write(request));
+    v1::ApplyResponse response;
+    ASSERT_TRUE(stream->Read(&response));
+    EXPECT_EQ(response.frame(), static_cast<uint64_t>(step + 1));
+  }
+  // A bad batch ends the stream with its status; earlier batches stand.
+  v1::ApplyRequest duplicate;
+  duplicate.set_world("w");
+  duplicate.add_commands()->mutable_create()->add_entity(1);
+  ASSERT_TRUE(stream->Write(duplicate));
+  v1::ApplyResponse response;
+  EXPECT_FALSE(stream->Read(&response));
+  EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_EQ(Info("w").entities(), 50u);
+}
+
+TEST_F(ServerTest, SubscribersJoinMidRunLeaveAndDieMidSnapshot) {
+  ASSERT_TRUE(CreateWorld("w", v1::FRAME_MODE_TICK, 60).ok());
+  v1::ApplyRequest scene;
+  scene.set_world("w");
+  auto* create = scene.add_commands()->mutable_create();
+  for (int e = 1; e <= 200'000; ++e)
+    create->add_entity(e);  // A chunked snapshot.
+  ASSERT_EQ(Apply(scene).error_code(), kOk);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (int round = 0; round < 5; ++round) {
+    // Killed after its first message: mid-snapshot.
+    grpc::ClientContext context;
+    auto stub = v1::Xform::NewStub(NewChannel());
+    auto reader = stub->Subscribe(&context, SubscribeTo("w"));
+    FrameUpdate first;
+    ASSERT_TRUE(reader->Read(&first));
+    EXPECT_TRUE(first.snapshot());
+    EXPECT_FALSE(first.snapshot_done());
+    context.TryCancel();
+    while (reader->Read(&first)) {
+    }
+    EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  }
+  {
+    Subscriber joined(NewChannel(), SubscribeTo("w", {7, 8}));
+    ASSERT_TRUE(joined.WaitForFrame(1));
+    EXPECT_EQ(joined.mirror().entities.size(), 2u);
+  }
+  // Every stream above is gone from the server's books.
+  for (int k = 0; k < 200 && Info("w").subscribers() != 0; ++k) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(Info("w").subscribers(), 0u);
+}
+
+TEST_F(ServerTest, DeletingAWorldEndsItsStreams) {
+  ASSERT_TRUE(CreateWorld("w", v1::FRAME_MODE_TICK, 60).ok());
+  Subscriber sub(NewChannel(), SubscribeTo("w"));
+  ASSERT_TRUE(sub.WaitForFrame(0));
+  grpc::ClientContext context;
+  v1::DeleteWorldRequest request;
+  request.set_name("w");
+  v1::DeleteWorldResponse response;
+  ASSERT_TRUE(stub_->DeleteWorld(&context, request, &response).ok());
+  for (int k = 0; k < 200 && !sub.done(); ++k) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(sub.status().error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(ServerTest, HealthAndReflectionAnswer) {
+  auto channel = NewChannel();
+  server_->GetHealthCheckService()->SetServingStatus(true);
+  {
+    auto health = grpc::health::v1::Health::NewStub(channel);
+    grpc::ClientContext context;
+    grpc::health::v1::HealthCheckRequest request;
+    grpc::health::v1::HealthCheckResponse response;
+    ASSERT_TRUE(health->Check(&context, request, &response).ok());
+    EXPECT_EQ(response.status(),
+              grpc::health::v1::HealthCheckResponse::SERVING);
+  }
+  {
+    // One list_services exchange on the real reflection method, over a
+    // generic call (see tests/proto/xform_test/reflection.proto).
+    grpc::GenericStub generic(channel);
+    grpc::CompletionQueue cq;
+    grpc::ClientContext context;
+    void* tag = nullptr;
+    bool ok = false;
+    const auto step = [&](int expected) {
+      EXPECT_TRUE(cq.Next(&tag, &ok));
+      EXPECT_EQ(tag, reinterpret_cast<void*>(expected));
+      return ok;
+    };
+    auto call = generic.PrepareCall(
+        &context,
+        "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+    call->StartCall(reinterpret_cast<void*>(1));
+    ASSERT_TRUE(step(1));
+    xform_test::reflection::ServerReflectionRequest request;
+    request.set_list_services("");
+    const std::string bytes = request.SerializeAsString();
+    grpc::Slice slice(bytes);
+    grpc::ByteBuffer out(&slice, 1);
+    call->Write(out, reinterpret_cast<void*>(2));
+    ASSERT_TRUE(step(2));
+    grpc::ByteBuffer in;
+    call->Read(&in, reinterpret_cast<void*>(3));
+    ASSERT_TRUE(step(3));
+    std::vector<grpc::Slice> slices;
+    ASSERT_TRUE(in.Dump(&slices).ok());
+    std::string received;
+    for (const grpc::Slice& s : slices) {
+      received.append(reinterpret_cast<const char*>(s.begin()), s.size());
+    }
+    xform_test::reflection::ServerReflectionResponse response;
+    ASSERT_TRUE(response.ParseFromString(received));
+    std::set<std::string> services;
+    for (const auto& s : response.list_services_response().service()) {
+      services.insert(s.name());
+    }
+    EXPECT_TRUE(services.count("xform.v1.Xform"));
+    EXPECT_TRUE(services.count("grpc.health.v1.Health"));
+    call->WritesDone(reinterpret_cast<void*>(4));
+    step(4);
+    grpc::Status status;
+    call->Finish(&status, reinterpret_cast<void*>(5));
+    step(5);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    cq.Shutdown();
+    while (cq.Next(&tag, &ok)) {
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Bad input: a precise status per case, and nothing changes.
+
+class BadInputTest : public ServerTest {
+ protected:
+  void SetUp() override {
+    Limits limits;
+    limits.max_worlds = 3;
+    limits.max_entities_per_world = 100;
+    limits.max_batch = 50;
+    limits.max_subscribers = 2;
+    StartServer(limits);
+    ASSERT_TRUE(CreateWorld("w", v1::FRAME_MODE_DRIVEN).ok());
+    v1::ApplyRequest scene;
+    scene.set_world("w");
+    scene.set_end_frame(true);
+    auto* create = scene.add_commands()->mutable_create();
+    for (EntityId e = 1; e <= 10; ++e) {
+      create->add_entity(e);
+      create->add_parent(e == 1 ? 0 : e - 1);
+    }
+    ASSERT_EQ(Apply(scene).error_code(), kOk);
+    before_ = ReadAll("w", {1});
+    frame_before_ = Info("w").frame();
+  }
+
+  // The call's status, and the world exactly as it was.
+  void ExpectRefused(const v1::ApplyRequest& request, grpc::StatusCode code) {
+    const grpc::Status status = Apply(request);
+    EXPECT_EQ(status.error_code(), code) << status.error_message();
+    EXPECT_EQ(ReadAll("w", {1}), before_);
+    EXPECT_EQ(Info("w").frame(), frame_before_);
+    EXPECT_EQ(Info("w").entities(), 10u);
+  }
+
+  static v1::ApplyRequest SetLocal(EntityId e, const Transform& t) {
+    v1::ApplyRequest request;
+    request.set_world("w");
+    request.set_end_frame(true);
+    auto* set = request.add_commands()->mutable_set_local();
+    set->add_entity(e);
+    AddTrs(t, set->mutable_local());
+    return request;
+  }
+
+  State before_;
+  uint64_t frame_before_ = 0;
+};
+
+TEST_F(BadInputTest, UnknownWorldIsNotFound) {
+  v1::ApplyRequest request = SetLocal(1, {});
+  request.set_world("nope");
+  ExpectRefused(request, grpc::StatusCode::NOT_FOUND);
+  grpc::ClientContext c1, c2, c3;
+  v1::ReadRequest read;
+  read.set_world("nope");
+  read.add_entity(1);
+  v1::ReadResponse read_response;
+  EXPECT_EQ(stub_->Read(&c1, read, &read_response).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  v1::GetWorldRequest get;
+  get.set_name("nope");
+  v1::WorldInfo info;
+  EXPECT_EQ(stub_->GetWorld(&c2, get, &info).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  v1::DeleteWorldRequest del;
+  del.set_name("nope");
+  v1::DeleteWorldResponse deleted;
+  EXPECT_EQ(stub_->DeleteWorld(&c3, del, &deleted).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+  grpc::ClientContext c4;
+  auto reader = stub_->Subscribe(&c4, SubscribeTo("nope"));
+  FrameUpdate update;
+  EXPECT_FALSE(reader->Read(&update));
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(BadInputTest, UnknownEntityIsNotFound) {
+  ExpectRefused(SetLocal(99, {}), grpc::StatusCode::NOT_FOUND);
+  grpc::ClientContext context;
+  v1::ReadRequest read;
+  read.set_world("w");
+  read.add_entity(99);
+  v1::ReadResponse response;
+  EXPECT_EQ(stub_->Read(&context, read, &response).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+}
+
+TEST_F(BadInputTest, DuplicatesAreAlreadyExists) {
+  v1::ApplyRequest request;
+  request.set_world("w");
+  request.add_commands()->mutable_create()->add_entity(5);
+  ExpectRefused(request, grpc::StatusCode::ALREADY_EXISTS);
+  v1::ApplyRequest twice;
+  twice.set_world("w");
+  twice.add_commands()->mutable_create()->add_entity(20);
+  twice.add_commands()->mutable_create()->add_entity(20);
+  ExpectRefused(twice, grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_EQ(CreateWorld("w", v1::FRAME_MODE_DRIVEN).error_code(),
+            grpc::StatusCode::ALREADY_EXISTS);
+}
+
+TEST_F(BadInputTest, NonFiniteAndInvalidTransformsAreInvalidArgument) {
+  Transform nan;
+  nan.position.x = std::nanf("");
+  ExpectRefused(SetLocal(3, nan), grpc::StatusCode::INVALID_ARGUMENT);
+  Transform inf;
+  inf.scale.y = std::numeric_limits<float>::infinity();
+  ExpectRefused(SetLocal(3, inf), grpc::StatusCode::INVALID_ARGUMENT);
+  Transform flat;
+  flat.scale.z = 0;
+  ExpectRefused(SetLocal(3, flat), grpc::StatusCode::INVALID_ARGUMENT);
+  Transform skewed;
+  skewed.rotation = glm::quat(2, 0, 0, 0);
+  ExpectRefused(SetLocal(3, skewed), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(BadInputTest, MalformedRequestsAreInvalidArgument) {
+  v1::ApplyRequest empty;
+  empty.set_world("w");
+  ExpectRefused(empty, grpc::StatusCode::INVALID_ARGUMENT);
+  v1::ApplyRequest empty_command = SetLocal(3, {});
+  empty_command.add_commands();  // No kind set.
+  ExpectRefused(empty_command, grpc::StatusCode::INVALID_ARGUMENT);
+  v1::ApplyRequest short_local = SetLocal(3, {});
+  short_local.mutable_commands(0)
+      ->mutable_set_local()
+      ->mutable_local()
+      ->RemoveLast();
+  ExpectRefused(short_local, grpc::StatusCode::INVALID_ARGUMENT);
+  v1::ApplyRequest link;
+  link.set_world("w");
+  link.add_commands()->mutable_link()->add_entity(3);  // No parent given.
+  ExpectRefused(link, grpc::StatusCode::INVALID_ARGUMENT);
+  v1::ApplyRequest zero = SetLocal(0, {});
+  ExpectRefused(zero, grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(CreateWorld("bad name!", v1::FRAME_MODE_DRIVEN).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(CreateWorld("x", v1::FRAME_MODE_TICK, -1).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(CreateWorld("y", v1::FRAME_MODE_DRIVEN, 30).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  grpc::ClientContext context;
+  v1::ReadRequest read;
+  read.set_world("w");
+  v1::ReadResponse response;
+  EXPECT_EQ(stub_->Read(&context, read, &response).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  grpc::ClientContext subscribe_context;
+  auto reader = stub_->Subscribe(&subscribe_context, SubscribeTo("w", {0}));
+  FrameUpdate update;
+  EXPECT_FALSE(reader->Read(&update));
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(BadInputTest, CyclesAreFailedPrecondition) {
+  v1::ApplyRequest request;
+  request.set_world("w");
+  auto* link = request.add_commands()->mutable_link();
+  link->add_entity(1);
+  link->add_parent(10);
+  ExpectRefused(request, grpc::StatusCode::FAILED_PRECONDITION);
+  v1::ApplyRequest self;
+  self.set_world("w");
+  auto* self_link = self.add_commands()->mutable_link();
+  self_link->add_entity(4);
+  self_link->add_parent(4);
+  ExpectRefused(self, grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+TEST_F(BadInputTest, OverALimitIsResourceExhausted) {
+  v1::ApplyRequest big;  // 60 entities named; the batch limit is 50.
+  big.set_world("w");
+  auto* create = big.add_commands()->mutable_create();
+  for (EntityId e = 100; e < 160; ++e) create->add_entity(e);
+  ExpectRefused(big, grpc::StatusCode::RESOURCE_EXHAUSTED);
+  v1::ApplyRequest crowd;  // 10 + 45 + 46 > 100 entities in the world.
+  crowd.set_world("w");
+  for (EntityId base : {200, 300}) {
+    auto* c = crowd.add_commands()->mutable_create();
+    for (EntityId e = base; e < base + 45; ++e) c->add_entity(e);
+  }
+  ASSERT_EQ(Apply(crowd).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(Info("w").entities(), 10u);
+  EXPECT_TRUE(CreateWorld("a", v1::FRAME_MODE_DRIVEN).ok());
+  EXPECT_TRUE(CreateWorld("b", v1::FRAME_MODE_DRIVEN).ok());
+  EXPECT_EQ(CreateWorld("c", v1::FRAME_MODE_DRIVEN).error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);
+  Subscriber one(NewChannel(), SubscribeTo("w"));
+  Subscriber two(NewChannel(), SubscribeTo("w"));
+  ASSERT_TRUE(one.WaitForFrame(0));
+  ASSERT_TRUE(two.WaitForFrame(0));
+  grpc::ClientContext context;
+  auto reader = stub_->Subscribe(&context, SubscribeTo("w"));
+  FrameUpdate update;
+  EXPECT_FALSE(reader->Read(&update));
+  EXPECT_EQ(reader->Finish().error_code(),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);
+}
+
+}  // namespace
+}  // namespace xform::server
