@@ -74,128 +74,141 @@ class ApplyStreamReactor final
 // ---------------------------------------------------------------------------
 // Subscribe: one write in flight; the next message is pulled from the
 // replicator when the write completes or when the replicator wakes the sink.
+//
+// gRPC may run a reaction (OnWriteDone, OnCancel, even OnDone) inline in the
+// thread that calls StartWrite, Finish or TryCancel, so those calls are made
+// with no lock held, and the reactor keeps itself alive with a shared_ptr it
+// drops in OnDone: a sink that reached it through a weak_ptr keeps it alive
+// until its call returns.
 
 class SubscribeReactor;
 
-// The replicator's handle on a stream. It outlives the reactor (the
-// replicator may hold it a moment longer), so it forgets the reactor in
-// Detach(), which the reactor calls before it is deleted.
 class StreamSink final : public UpdateSink {
  public:
-  explicit StreamSink(SubscribeReactor* reactor) : reactor_(reactor) {}
+  explicit StreamSink(std::weak_ptr<SubscribeReactor> reactor)
+      : reactor_(std::move(reactor)) {}
   void Wake() override;
   void Poll(absl::Time now) override;
   void End(const absl::Status& status) override;
-  void Detach() {
-    absl::MutexLock lock(&mu_);
-    reactor_ = nullptr;
-  }
 
  private:
-  absl::Mutex mu_;
-  SubscribeReactor* reactor_ ABSL_GUARDED_BY(mu_);
+  const std::weak_ptr<SubscribeReactor> reactor_;
 };
 
 class SubscribeReactor final
     : public grpc::ServerWriteReactor<v1::FrameUpdate> {
  public:
-  SubscribeReactor(grpc::CallbackServerContext* context,
-                   std::shared_ptr<HostedWorld> world,
-                   SubscriptionOptions options, absl::Duration write_timeout)
-      : context_(context),
-        world_(std::move(world)),
-        write_timeout_(write_timeout),
-        sink_(std::make_shared<StreamSink>(this)) {
-    id_ = world_->replicator().Subscribe(std::move(options), sink_);
-    Log('I', "world '", world_->name(), "': subscriber ", id_, " joined from ",
-        context_->peer());
-    TrySend(absl::Now());
+  // Starts the stream; the reactor owns itself until OnDone().
+  static void Start(grpc::CallbackServerContext* context,
+                    std::shared_ptr<HostedWorld> world,
+                    SubscriptionOptions options, absl::Duration write_timeout,
+                    grpc::ServerWriteReactor<v1::FrameUpdate>** out) {
+    auto reactor = std::shared_ptr<SubscribeReactor>(
+        new SubscribeReactor(context, std::move(world), write_timeout));
+    reactor->self_ = reactor;
+    *out = reactor.get();
+    reactor->id_ = reactor->world_->replicator().Subscribe(
+        std::move(options), std::make_shared<StreamSink>(reactor));
+    Log('I', "world '", reactor->world_->name(), "': subscriber ", reactor->id_,
+        " joined from ", context->peer());
+    reactor->TrySend(absl::Now());
   }
 
   // Starts the next write if none is in flight and a message is due.
   void TrySend(absl::Time now) {
-    absl::MutexLock lock(&mu_);
-    if (writing_ || finishing_) return;
-    if (!world_->replicator().Next(id_, now, &update_)) return;
-    if (update_.frames_skipped() > 0 && !warned_slow_) {
-      warned_slow_ = true;  // Once per stream: a slow link is not news twice.
-      Log('W', "world '", world_->name(), "': subscriber ", id_,
-          " is slow, skipped ", update_.frames_skipped(), " frame(s)");
+    {
+      absl::MutexLock lock(&mu_);
+      if (writing_ || finishing_ || id_ == 0) return;
+      if (!world_->replicator().Next(id_, now, &update_)) return;
+      writing_ = true;
+      write_started_ = now;
+      if (update_.frames_skipped() > 0 && !warned_slow_) {
+        warned_slow_ = true;  // Once per stream: a slow link is not news twice.
+        Log('W', "world '", world_->name(), "': subscriber ", id_,
+            " is slow, skipped ", update_.frames_skipped(), " frame(s)");
+      }
     }
-    writing_ = true;
-    write_started_ = now;
-    StartWrite(&update_);
+    StartWrite(&update_);  // update_ is not touched again until OnWriteDone.
   }
 
   // A write stuck past the deadline cancels the stream.
   void CheckStuck(absl::Time now) {
-    absl::MutexLock lock(&mu_);
-    if (writing_ && now - write_started_ > write_timeout_ && !cancelled_) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (!writing_ || cancelled_ || now - write_started_ <= write_timeout_)
+        return;
       cancelled_ = true;
       Log('W', "world '", world_->name(), "': subscriber ", id_,
           " write stuck for ", absl::FormatDuration(now - write_started_),
           ", cancelling");
-      context_->TryCancel();
     }
+    context_->TryCancel();
   }
 
-  void End(const absl::Status& status) {
-    absl::MutexLock lock(&mu_);
-    FinishLocked(ToGrpc(status));
+  // Finishes with `status` as soon as no write is outstanding.
+  void RequestFinish(const grpc::Status& status) {
+    grpc::Status finish;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!finishing_) {
+        finishing_ = true;
+        finish_status_ = status;  // The first reason to finish is the one told.
+      }
+      if (writing_ || finished_) return;
+      finished_ = true;
+      finish = finish_status_;
+    }
+    Finish(finish);
   }
 
   void OnWriteDone(bool ok) override {
     {
       absl::MutexLock lock(&mu_);
       writing_ = false;
-      if (!ok) {
-        FinishLocked(
-            grpc::Status(grpc::StatusCode::CANCELLED, "stream broken"));
-        return;
-      }
-      if (finishing_) {
-        FinishLocked(finish_status_);
-        return;
-      }
+    }
+    if (!ok) {
+      RequestFinish(grpc::Status(grpc::StatusCode::CANCELLED, "stream broken"));
+      return;
+    }
+    bool finishing;
+    {
+      absl::MutexLock lock(&mu_);
+      finishing = finishing_;
+    }
+    if (finishing) {
+      RequestFinish(grpc::Status::OK);  // Completes the finish already asked.
+      return;
     }
     TrySend(absl::Now());
   }
 
   void OnCancel() override {
-    absl::MutexLock lock(&mu_);
-    FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+    RequestFinish(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
   }
 
   void OnDone() override {
     world_->replicator().Unsubscribe(id_);
-    sink_->Detach();
     Log('I', "world '", world_->name(), "': subscriber ", id_, " left");
-    delete this;
+    self_.reset();  // May delete this: the last statement.
   }
 
  private:
-  // Finish() only once, and never while a write is outstanding: a pending
-  // finish is completed by OnWriteDone().
-  void FinishLocked(const grpc::Status& status)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (finished_) return;
-    if (!finishing_) {
-      finishing_ = true;
-      finish_status_ = status;  // The first reason to finish is the one told.
-    }
-    if (writing_) return;
-    finished_ = true;
-    Finish(finish_status_);
-  }
+  SubscribeReactor(grpc::CallbackServerContext* context,
+                   std::shared_ptr<HostedWorld> world,
+                   absl::Duration write_timeout)
+      : context_(context),
+        world_(std::move(world)),
+        write_timeout_(write_timeout) {}
 
   grpc::CallbackServerContext* const context_;
   const std::shared_ptr<HostedWorld> world_;
   const absl::Duration write_timeout_;
-  const std::shared_ptr<StreamSink> sink_;
-  Replicator::SubscriptionId id_ = 0;
+  std::shared_ptr<SubscribeReactor> self_;
+  Replicator::SubscriptionId id_ =
+      0;  // Set once, before any other thread sees it.
 
   absl::Mutex mu_;
-  v1::FrameUpdate update_ ABSL_GUARDED_BY(mu_);
+  v1::FrameUpdate update_;  // Owned by the write in flight while writing_.
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finishing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
@@ -206,20 +219,18 @@ class SubscribeReactor final
 };
 
 void StreamSink::Wake() {
-  absl::MutexLock lock(&mu_);
-  if (reactor_ != nullptr) reactor_->TrySend(absl::Now());
+  if (auto reactor = reactor_.lock()) reactor->TrySend(absl::Now());
 }
 
 void StreamSink::Poll(absl::Time now) {
-  absl::MutexLock lock(&mu_);
-  if (reactor_ == nullptr) return;
-  reactor_->CheckStuck(now);
-  reactor_->TrySend(now);
+  if (auto reactor = reactor_.lock()) {
+    reactor->CheckStuck(now);
+    reactor->TrySend(now);
+  }
 }
 
 void StreamSink::End(const absl::Status& status) {
-  absl::MutexLock lock(&mu_);
-  if (reactor_ != nullptr) reactor_->End(status);
+  if (auto reactor = reactor_.lock()) reactor->RequestFinish(ToGrpc(status));
 }
 
 // A reactor that only finishes, for streams refused at the start.
@@ -321,8 +332,10 @@ grpc::ServerWriteReactor<v1::FrameUpdate>* XformService::Subscribe(
   options.subtrees.assign(request->subtree().begin(), request->subtree().end());
   options.max_rate_hz = request->max_rate_hz();
   options.max_message_bytes = host_.limits().max_message_bytes / 2;
-  return new SubscribeReactor(context, *std::move(world), std::move(options),
-                              options_.write_timeout);
+  grpc::ServerWriteReactor<v1::FrameUpdate>* reactor = nullptr;
+  SubscribeReactor::Start(context, *std::move(world), std::move(options),
+                          options_.write_timeout, &reactor);
+  return reactor;
 }
 
 }  // namespace xform::server
