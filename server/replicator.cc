@@ -75,7 +75,7 @@ bool Replicator::InView(const Subscription& s, EntityId e) const {
 void Replicator::Publish(const FrameChanges& changes, absl::Time time) {
   std::vector<std::shared_ptr<UpdateSink>> wake;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     // Filtered views depend on membership before and after the frame; the
     // subtree of a re-parented entity may enter or leave a view with it.
     std::vector<Subscription*> filtered;
@@ -174,7 +174,7 @@ Replicator::SubscriptionId Replicator::Subscribe(
   s->sink = std::move(sink);
   SubscriptionId id;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     BuildSnapshot(*s);
     id = next_id_++;
     subs_.emplace(id, std::move(s));
@@ -243,7 +243,7 @@ void Replicator::SortByDepth(std::vector<EntityId>& entities) const {
 
 void Replicator::Unsubscribe(SubscriptionId id) {
   std::unique_ptr<Subscription> gone;
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   auto it = subs_.find(id);
   if (it == subs_.end()) return;
   gone = std::move(it->second);  // Freed outside nothing: sinks own no lock.
@@ -252,7 +252,7 @@ void Replicator::Unsubscribe(SubscriptionId id) {
 
 bool Replicator::Next(SubscriptionId id, absl::Time now,
                       v1::FrameUpdate* update) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   auto it = subs_.find(id);
   if (it == subs_.end()) return false;
   Subscription& s = *it->second;
@@ -323,7 +323,7 @@ bool Replicator::Next(SubscriptionId id, absl::Time now,
 void Replicator::Flush(absl::Time now) {
   std::vector<std::shared_ptr<UpdateSink>> sinks;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     for (auto& [id, s] : subs_) sinks.push_back(s->sink);
   }
   for (auto& sink : sinks) sink->Poll(now);
@@ -332,29 +332,29 @@ void Replicator::Flush(absl::Time now) {
 void Replicator::EndAll(const absl::Status& status) {
   std::vector<std::shared_ptr<UpdateSink>> sinks;
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     for (auto& [id, s] : subs_) sinks.push_back(s->sink);
   }
   for (auto& sink : sinks) sink->End(status);
 }
 
 uint64_t Replicator::frame() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return frame_;
 }
 
 size_t Replicator::subscribers() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return subs_.size();
 }
 
 size_t Replicator::entities() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   return state_.size();
 }
 
 std::vector<SubscriberStats> Replicator::Stats() const {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   std::vector<SubscriberStats> out;
   for (const auto& [id, s] : subs_) {
     out.push_back(

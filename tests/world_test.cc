@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -252,6 +253,30 @@ TEST(WorldTest, MovingOnePercentOfRootsTouchesOnlyTheirSubtrees) {
   ASSERT_TRUE(world.SetLocal(42000, At(3, 0, 0)).ok());
   EXPECT_EQ(world.stats().recomputed - before, 50u);
   EXPECT_EQ(world.WorldMatrix(42049)->translation(), glm::vec3(3, 1, 0));
+}
+
+// The header promises concurrent const calls are safe (TSan checks this in
+// the xform_core_test_tsan build).
+TEST(WorldTest, ConcurrentReadsOfAConstWorldAgree) {
+  World world;
+  std::vector<CreateOp> ops;
+  for (EntityId e = 1; e <= 2000; ++e)
+    ops.push_back({e, e > 10 ? e / 10 : kNoEntity, At(1, 0, 0)});
+  ASSERT_TRUE(world.CreateMany(ops).ok());
+  const World& reader = world;
+  std::vector<std::thread> threads;
+  std::vector<double> sums(4, 0.0);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (EntityId e = 1; e <= 2000; ++e) {
+        sums[t] += reader.WorldMatrix(e)->m[3];
+        sums[t] += static_cast<double>(reader.Children(e)->size());
+        sums[t] += static_cast<double>(*reader.Parent(e));
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (int t = 1; t < 4; ++t) EXPECT_EQ(sums[t], sums[0]);
 }
 
 TEST(WorldTest, MemoryIsAccounted) {

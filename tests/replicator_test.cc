@@ -1,0 +1,233 @@
+// Copyright 2026 The xform Authors.
+//
+// The Replicator without gRPC: coalescing, bounded pending state, filtered
+// views, and many threads at once (this binary also runs under
+// ThreadSanitizer: the server's cross-thread logic lives here, while Debian's
+// gRPC is not instrumented).
+
+#include "server/replicator.h"
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "xform/world.h"
+
+namespace xform::server {
+namespace {
+
+class CountingSink : public UpdateSink {
+ public:
+  void Wake() override { ++wakes; }
+  void Poll(absl::Time) override {}
+  void End(const absl::Status&) override { ended = true; }
+  std::atomic<int> wakes{0};
+  std::atomic<bool> ended{false};
+};
+
+struct Entry {
+  EntityId parent;
+  Matrix3x4 world;
+  bool operator==(const Entry&) const = default;
+};
+using State = std::map<EntityId, Entry>;
+
+void ApplyUpdate(const v1::FrameUpdate& u, State* state) {
+  for (EntityId e : u.destroyed()) state->erase(e);
+  for (int k = 0; k < u.created_size(); ++k)
+    (*state)[u.created(k)].parent = u.created_parent(k);
+  for (int k = 0; k < u.reparented_size(); ++k) {
+    state->at(u.reparented(k)).parent = u.reparented_parent(k);
+  }
+  for (int k = 0; k < u.moved_size(); ++k) {
+    std::copy_n(u.moved_world().data() + 12 * k, 12,
+                state->at(u.moved(k)).world.m.begin());
+  }
+}
+
+State Snapshot(const World& world) {
+  State state;
+  world.ForEach([&](EntityId e, EntityId p, const Matrix3x4& m) {
+    state[e] = {p, m};
+  });
+  return state;
+}
+
+// Drains every message due now into `state`.
+int Drain(Replicator& r, Replicator::SubscriptionId id, State* state,
+          v1::FrameUpdate* last = nullptr) {
+  v1::FrameUpdate update;
+  int messages = 0;
+  while (r.Next(id, absl::InfiniteFuture(), &update)) {
+    ApplyUpdate(update, state);
+    if (last) *last = update;
+    ++messages;
+  }
+  return messages;
+}
+
+Transform At(float x) {
+  Transform t;
+  t.position.x = x;
+  return t;
+}
+
+class ReplicatorTest : public testing::Test {
+ protected:
+  void Publish() {
+    world_.EndFrame(&changes_);
+    replicator_.Publish(changes_, absl::Now());
+  }
+  World world_;
+  FrameChanges changes_;
+  Replicator replicator_;
+};
+
+TEST_F(ReplicatorTest, ASlowSubscriberGetsOneMessageWithTheLatestState) {
+  ASSERT_TRUE(world_.CreateMany({{1, 0, {}}, {2, 1, {}}, {3, 0, {}}}).ok());
+  Publish();
+  auto sink = std::make_shared<CountingSink>();
+  const auto id = replicator_.Subscribe({}, sink);
+  State mirror;
+  Drain(replicator_, id, &mirror);  // The snapshot.
+  for (int f = 0; f < 100; ++f) {
+    ASSERT_TRUE(world_.SetLocal(1, At(static_cast<float>(f + 1))).ok());
+    Publish();
+  }
+  EXPECT_GE(sink->wakes, 100);
+  v1::FrameUpdate last;
+  EXPECT_EQ(Drain(replicator_, id, &mirror, &last), 1);
+  EXPECT_EQ(last.frame(), world_.frame() - 1);
+  EXPECT_EQ(last.frames_skipped(), 99u);
+  EXPECT_EQ(last.moved_size(), 2);  // 1 and its child, once each.
+  EXPECT_EQ(mirror, Snapshot(world_));
+}
+
+TEST_F(ReplicatorTest, PendingStateIsBoundedByTheWorldNotByTheLag) {
+  ASSERT_TRUE(world_.Create(1, 0, {}).ok());
+  Publish();
+  const auto id = replicator_.Subscribe({}, std::make_shared<CountingSink>());
+  State mirror;
+  Drain(replicator_, id, &mirror);
+  // Churn through 10,000 ids, 10 alive at a time, while the subscriber sleeps.
+  for (EntityId e = 100; e < 10'100; ++e) {
+    ASSERT_TRUE(world_.Create(e, 1, At(1)).ok());
+    if (e >= 110) {
+      ASSERT_TRUE(world_.Destroy(e - 10).ok());
+    }
+    Publish();
+    ASSERT_LE(replicator_.Stats()[0].pending, 2 * world_.size());
+  }
+  Drain(replicator_, id, &mirror);
+  EXPECT_EQ(mirror, Snapshot(world_));
+}
+
+TEST_F(ReplicatorTest, SubtreeViewsSeeEntitiesJoinAndLeave) {
+  ASSERT_TRUE(
+      world_.CreateMany({{1, 0, {}}, {2, 0, {}}, {3, 2, {}}, {4, 3, {}}}).ok());
+  Publish();
+  SubscriptionOptions options;
+  options.subtrees = {1};
+  const auto id =
+      replicator_.Subscribe(options, std::make_shared<CountingSink>());
+  State mirror;
+  Drain(replicator_, id, &mirror);
+  EXPECT_EQ(mirror.size(), 1u);
+  ASSERT_TRUE(world_.Link(3, 1).ok());  // 3 and 4 join the view.
+  Publish();
+  v1::FrameUpdate update;
+  Drain(replicator_, id, &mirror, &update);
+  EXPECT_EQ(update.created_size(), 2);
+  EXPECT_EQ(update.created(0), 3u);  // Parents first.
+  EXPECT_EQ(mirror.size(), 3u);
+  ASSERT_TRUE(world_.Link(3, 2).ok());  // And leave again.
+  Publish();
+  Drain(replicator_, id, &mirror, &update);
+  EXPECT_EQ(update.destroyed_size(), 2);
+  EXPECT_EQ(mirror.size(), 1u);
+}
+
+TEST_F(ReplicatorTest, ChunkedSnapshotsCarryOneFrame) {
+  std::vector<CreateOp> ops;
+  for (EntityId e = 1; e <= 1000; ++e)
+    ops.push_back({e, e > 1 ? e - 1 : 0, At(1)});
+  ASSERT_TRUE(world_.CreateMany(ops).ok());
+  Publish();
+  SubscriptionOptions options;
+  options.max_message_bytes = 10'000;
+  const auto id =
+      replicator_.Subscribe(options, std::make_shared<CountingSink>());
+  v1::FrameUpdate update;
+  State mirror;
+  int chunks = 0;
+  while (replicator_.Next(id, absl::Now(), &update)) {
+    ++chunks;
+    EXPECT_TRUE(update.snapshot());
+    EXPECT_EQ(update.frame(), 1u);
+    ApplyUpdate(update, &mirror);
+    if (update.snapshot_done()) break;
+  }
+  EXPECT_GT(chunks, 5);
+  EXPECT_EQ(mirror, Snapshot(world_));
+}
+
+// Publishing, consuming, subscribing and leaving, all at once. Every consumer
+// ends with the exact final state.
+TEST(ReplicatorThreadsTest, ConcurrentPublishConsumeAndChurn) {
+  Replicator replicator;
+  World world;
+  std::atomic<bool> publishing{true};
+  State final_state;
+  std::thread publisher([&] {
+    std::mt19937 rng(3);
+    FrameChanges changes;
+    for (int f = 0; f < 1500; ++f) {
+      const EntityId e = rng() % 200 + 1;
+      if (!world.Has(e)) {
+        (void)world.Create(e, world.Has(e / 2) ? e / 2 : 0, At(1));
+      } else if (rng() % 4 == 0) {
+        (void)world.Destroy(e, DestroyMode::kReparentChildren);
+      } else {
+        (void)world.SetLocal(e, At(static_cast<float>(f)));
+      }
+      world.EndFrame(&changes);
+      replicator.Publish(changes, absl::Now());
+    }
+    final_state = Snapshot(world);
+    publishing = false;
+  });
+  std::vector<std::thread> consumers;
+  std::vector<State> mirrors(4);
+  for (int c = 0; c < 4; ++c) {
+    consumers.emplace_back([&, c] {
+      const auto id =
+          replicator.Subscribe({}, std::make_shared<CountingSink>());
+      while (publishing) {
+        Drain(replicator, id, &mirrors[c]);
+        replicator.Flush(absl::Now());
+      }
+      Drain(replicator, id, &mirrors[c]);
+    });
+  }
+  std::thread churn([&] {
+    while (publishing) {
+      const auto id =
+          replicator.Subscribe({}, std::make_shared<CountingSink>());
+      State scratch;
+      Drain(replicator, id, &scratch);
+      replicator.Unsubscribe(id);
+      (void)replicator.Stats();
+    }
+  });
+  publisher.join();
+  churn.join();
+  for (auto& t : consumers) t.join();
+  for (const State& mirror : mirrors) EXPECT_EQ(mirror, final_state);
+}
+
+}  // namespace
+}  // namespace xform::server
