@@ -35,6 +35,16 @@ void Replicator::Note(Subscription& s, EntityId e, uint8_t event) {
   }
 }
 
+void Replicator::Fold(Subscription& s) {
+  if (!s.ready) return;
+  const v1::FrameUpdate& u = *s.ready;
+  for (EntityId e : u.destroyed()) Note(s, e, kLeft);
+  for (EntityId e : u.created()) Note(s, e, kEntered);
+  for (EntityId e : u.reparented()) Note(s, e, kReparented);
+  for (EntityId e : u.moved()) Note(s, e, kMoved);
+  s.ready.reset();
+}
+
 void Replicator::RemoveChild(EntityId parent, EntityId child) {
   auto it = children_.find(parent);
   if (it == children_.end()) return;
@@ -128,8 +138,40 @@ void Replicator::Publish(const FrameChanges& changes, absl::Time time) {
     frame_ = changes.frame;
     frame_time_ = time;
 
+    // Caught-up whole-world subscribers share this frame's message, made
+    // once from the frame's changes (already parents-first); the others fold
+    // the frame into their pending events.
+    std::shared_ptr<const v1::FrameUpdate> shared;
     for (auto& [id, s] : subs_) {
       if (!s->whole_world) continue;
+      const bool caught_up = s->pending.empty() && s->snapshot.empty() &&
+                             !s->ready && s->options.max_rate_hz == 0;
+      if (caught_up && !changes.empty()) {
+        if (!shared) {
+          auto update = std::make_shared<v1::FrameUpdate>();
+          update->set_frame(changes.frame);
+          update->set_server_time_unix_nanos(absl::ToUnixNanos(time));
+          update->mutable_created()->Add(changes.created.begin(),
+                                         changes.created.end());
+          update->mutable_created_parent()->Add(changes.created_parent.begin(),
+                                                changes.created_parent.end());
+          update->mutable_destroyed()->Add(changes.destroyed.begin(),
+                                           changes.destroyed.end());
+          update->mutable_reparented()->Add(changes.reparented.begin(),
+                                            changes.reparented.end());
+          update->mutable_reparented_parent()->Add(
+              changes.reparented_parent.begin(),
+              changes.reparented_parent.end());
+          update->mutable_moved()->Add(changes.moved.begin(),
+                                       changes.moved.end());
+          update->mutable_moved_world()->Add(changes.moved_world.begin(),
+                                             changes.moved_world.end());
+          shared = std::move(update);
+        }
+        s->ready = shared;
+        continue;
+      }
+      Fold(*s);
       for (EntityId e : changes.destroyed) Note(*s, e, kLeft);
       for (EntityId e : changes.created) Note(*s, e, kEntered);
       for (EntityId e : changes.reparented) Note(*s, e, kReparented);
@@ -158,7 +200,7 @@ void Replicator::Publish(const FrameChanges& changes, absl::Time time) {
       }
     }
     for (auto& [id, s] : subs_) {
-      if (!s->pending.empty()) wake.push_back(s->sink);
+      if (!s->pending.empty() || s->ready) wake.push_back(s->sink);
     }
   }
   for (auto& sink : wake) sink->Wake();
@@ -250,20 +292,25 @@ void Replicator::Unsubscribe(SubscriptionId id) {
   subs_.erase(it);
 }
 
-bool Replicator::Next(SubscriptionId id, absl::Time now,
-                      v1::FrameUpdate* update) {
+std::shared_ptr<const v1::FrameUpdate> Replicator::Next(SubscriptionId id,
+                                                        absl::Time now) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = subs_.find(id);
-  if (it == subs_.end()) return false;
+  if (it == subs_.end()) return nullptr;
   Subscription& s = *it->second;
   if (!s.snapshot.empty()) {
-    *update = std::move(s.snapshot.front());
+    auto chunk =
+        std::make_shared<v1::FrameUpdate>(std::move(s.snapshot.front()));
     s.snapshot.pop_front();
-    return true;
+    return chunk;
   }
-  if (s.pending.empty() || now < s.next_allowed) return false;
+  if (s.ready) {
+    s.last_frame_sent = s.ready->frame();
+    return std::exchange(s.ready, nullptr);
+  }
+  if (s.pending.empty() || now < s.next_allowed) return nullptr;
 
-  update->Clear();
+  auto update = std::make_shared<v1::FrameUpdate>();
   update->set_frame(frame_);
   update->set_server_time_unix_nanos(absl::ToUnixNanos(frame_time_));
   const uint64_t skipped =
@@ -304,7 +351,7 @@ bool Replicator::Next(SubscriptionId id, absl::Time now,
     update->add_created(e);
     update->add_created_parent(p.parent);
     update->add_moved(e);
-    AppendWorld(p.world, update);
+    AppendWorld(p.world, update.get());
   }
   for (EntityId e : reparented) {
     update->add_reparented(e);
@@ -312,12 +359,12 @@ bool Replicator::Next(SubscriptionId id, absl::Time now,
   }
   for (EntityId e : moved) {
     update->add_moved(e);
-    AppendWorld(state_.at(e).world, update);
+    AppendWorld(state_.at(e).world, update.get());
   }
   if (s.options.max_rate_hz > 0) {
     s.next_allowed = now + absl::Seconds(1.0 / s.options.max_rate_hz);
   }
-  return true;
+  return update;
 }
 
 void Replicator::Flush(absl::Time now) {

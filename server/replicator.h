@@ -76,10 +76,11 @@ class Replicator {
                            std::shared_ptr<UpdateSink> sink);
   void Unsubscribe(SubscriptionId id);
 
-  // Fills `update` with the subscription's next message and returns true, or
-  // returns false when it has nothing due (caught up, or rate limited until
-  // a later Flush()).
-  bool Next(SubscriptionId id, absl::Time now, v1::FrameUpdate* update);
+  // The subscription's next message, or null when it has nothing due (caught
+  // up, or rate limited until a later Flush()). Subscribers that are caught up
+  // with the whole world share one message per frame, built once.
+  std::shared_ptr<const v1::FrameUpdate> Next(SubscriptionId id,
+                                              absl::Time now);
 
   // Polls every subscription's sink: rate-limited messages now due, stuck
   // writes past their deadline.
@@ -112,6 +113,9 @@ class Replicator {
     absl::flat_hash_set<EntityId> roots;
     std::shared_ptr<UpdateSink> sink;
     std::deque<v1::FrameUpdate> snapshot;  // Chunks not yet taken.
+    // The shared message of the last frame, while this subscriber is caught
+    // up and has not taken it yet.
+    std::shared_ptr<const v1::FrameUpdate> ready;
     absl::flat_hash_map<EntityId, uint8_t> pending;
     uint64_t last_frame_sent = 0;
     uint64_t frames_skipped = 0;
@@ -123,6 +127,8 @@ class Replicator {
   template <typename F>
   void ForEachInSubtree(EntityId e, F&& f) const;
   static void Note(Subscription& s, EntityId e, uint8_t event);
+  // Turns an untaken shared message back into pending events.
+  static void Fold(Subscription& s);
   void RemoveChild(EntityId parent, EntityId child);
   void BuildSnapshot(Subscription& s);
   // Parents-first order: by depth in the published state.

@@ -2,6 +2,7 @@
 
 #include "server/service.h"
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <utility>
@@ -119,16 +120,17 @@ class SubscribeReactor final
     {
       absl::MutexLock lock(&mu_);
       if (writing_ || finishing_ || id_ == 0) return;
-      if (!world_->replicator().Next(id_, now, &update_)) return;
+      update_ = world_->replicator().Next(id_, now);
+      if (update_ == nullptr) return;
       writing_ = true;
       write_started_ = now;
-      if (update_.frames_skipped() > 0 && !warned_slow_) {
+      if (update_->frames_skipped() > 0 && !warned_slow_) {
         warned_slow_ = true;  // Once per stream: a slow link is not news twice.
         Log('W', "world '", world_->name(), "': subscriber ", id_,
-            " is slow, skipped ", update_.frames_skipped(), " frame(s)");
+            " is slow, skipped ", update_->frames_skipped(), " frame(s)");
       }
     }
-    StartWrite(&update_);  // update_ is not touched again until OnWriteDone.
+    StartWrite(update_.get());  // update_ is not touched until OnWriteDone.
   }
 
   // A write stuck past the deadline cancels the stream.
@@ -208,7 +210,8 @@ class SubscribeReactor final
       0;  // Set once, before any other thread sees it.
 
   absl::Mutex mu_;
-  v1::FrameUpdate update_;  // Owned by the write in flight while writing_.
+  // The message of the write in flight; perhaps shared with other streams.
+  std::shared_ptr<const v1::FrameUpdate> update_;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finishing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
@@ -331,7 +334,10 @@ grpc::ServerWriteReactor<v1::FrameUpdate>* XformService::Subscribe(
   options.entities.assign(request->entity().begin(), request->entity().end());
   options.subtrees.assign(request->subtree().begin(), request->subtree().end());
   options.max_rate_hz = request->max_rate_hz();
-  options.max_message_bytes = host_.limits().max_message_bytes / 2;
+  // Snapshot chunks and deltas stay a few MB whatever the limit: a single
+  // huge write would hold the stream (and its write deadline) for seconds.
+  options.max_message_bytes =
+      std::min<size_t>(host_.limits().max_message_bytes / 2, 4 << 20);
   grpc::ServerWriteReactor<v1::FrameUpdate>* reactor = nullptr;
   SubscribeReactor::Start(context, *std::move(world), std::move(options),
                           options_.write_timeout, &reactor);

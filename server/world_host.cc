@@ -178,7 +178,20 @@ absl::StatusOr<uint64_t> HostedWorld::Apply(const v1::ApplyRequest& request,
         absl::StrCat("world '", name_, "' would exceed ",
                      limits.max_entities_per_world, " entities"));
   }
-  if (absl::Status s = world_.Apply(*commands); !s.ok()) return s;
+  // A physics step is all set-locals: the core's fast path skips the
+  // general validator's overlay.
+  const bool only_set_locals = std::all_of(
+      commands->begin(), commands->end(),
+      [](const Command& c) { return std::holds_alternative<SetLocalOp>(c); });
+  if (only_set_locals && !commands->empty()) {
+    std::vector<SetLocalOp> set_locals;
+    set_locals.reserve(commands->size());
+    for (const Command& c : *commands)
+      set_locals.push_back(std::get<SetLocalOp>(c));
+    if (absl::Status s = world_.SetLocals(set_locals); !s.ok()) return s;
+  } else if (absl::Status s = world_.Apply(*commands); !s.ok()) {
+    return s;
+  }
   const uint64_t frame = world_.frame();
   if (request.end_frame()) {
     if (mode_ != v1::FRAME_MODE_DRIVEN) {

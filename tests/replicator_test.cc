@@ -60,11 +60,10 @@ State Snapshot(const World& world) {
 // Drains every message due now into `state`.
 int Drain(Replicator& r, Replicator::SubscriptionId id, State* state,
           v1::FrameUpdate* last = nullptr) {
-  v1::FrameUpdate update;
   int messages = 0;
-  while (r.Next(id, absl::InfiniteFuture(), &update)) {
-    ApplyUpdate(update, state);
-    if (last) *last = update;
+  while (auto update = r.Next(id, absl::InfiniteFuture())) {
+    ApplyUpdate(*update, state);
+    if (last) *last = *update;
     ++messages;
   }
   return messages;
@@ -105,6 +104,34 @@ TEST_F(ReplicatorTest, ASlowSubscriberGetsOneMessageWithTheLatestState) {
   EXPECT_EQ(last.frames_skipped(), 99u);
   EXPECT_EQ(last.moved_size(), 2);  // 1 and its child, once each.
   EXPECT_EQ(mirror, Snapshot(world_));
+}
+
+TEST_F(ReplicatorTest, CaughtUpSubscribersShareOneMessagePerFrame) {
+  ASSERT_TRUE(world_.CreateMany({{1, 0, {}}, {2, 1, {}}}).ok());
+  Publish();
+  const auto a = replicator_.Subscribe({}, std::make_shared<CountingSink>());
+  const auto b = replicator_.Subscribe({}, std::make_shared<CountingSink>());
+  State mirror_a, mirror_b;
+  Drain(replicator_, a, &mirror_a);
+  Drain(replicator_, b, &mirror_b);
+  ASSERT_TRUE(world_.SetLocal(1, At(5)).ok());
+  Publish();
+  const auto from_a = replicator_.Next(a, absl::Now());
+  const auto from_b = replicator_.Next(b, absl::Now());
+  ASSERT_TRUE(from_a != nullptr);
+  EXPECT_TRUE(from_a.get() == from_b.get());  // One message, built once.
+  // b falls behind by a frame: the shared message folds into its pending set.
+  ASSERT_TRUE(world_.SetLocal(2, At(7)).ok());
+  Publish();
+  ASSERT_TRUE(world_.SetLocal(1, At(6)).ok());
+  Publish();
+  ApplyUpdate(*from_a, &mirror_a);
+  ApplyUpdate(*from_b, &mirror_b);
+  Drain(replicator_, a, &mirror_a);
+  v1::FrameUpdate last;
+  EXPECT_EQ(Drain(replicator_, b, &mirror_b, &last), 1);
+  EXPECT_EQ(mirror_a, Snapshot(world_));
+  EXPECT_EQ(mirror_b, Snapshot(world_));
 }
 
 TEST_F(ReplicatorTest, PendingStateIsBoundedByTheWorldNotByTheLag) {
@@ -161,15 +188,14 @@ TEST_F(ReplicatorTest, ChunkedSnapshotsCarryOneFrame) {
   options.max_message_bytes = 10'000;
   const auto id =
       replicator_.Subscribe(options, std::make_shared<CountingSink>());
-  v1::FrameUpdate update;
   State mirror;
   int chunks = 0;
-  while (replicator_.Next(id, absl::Now(), &update)) {
+  while (auto update = replicator_.Next(id, absl::Now())) {
     ++chunks;
-    EXPECT_TRUE(update.snapshot());
-    EXPECT_EQ(update.frame(), 1u);
-    ApplyUpdate(update, &mirror);
-    if (update.snapshot_done()) break;
+    EXPECT_TRUE(update->snapshot());
+    EXPECT_EQ(update->frame(), 1u);
+    ApplyUpdate(*update, &mirror);
+    if (update->snapshot_done()) break;
   }
   EXPECT_GT(chunks, 5);
   EXPECT_EQ(mirror, Snapshot(world_));

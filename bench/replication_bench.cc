@@ -1,0 +1,328 @@
+// Copyright 2026 The xform Authors.
+//
+// End-to-end replication benchmark. Starts xformd as a process on loopback,
+// loads a 1,000,000-entity `scene` world (as in xform_core_bench), then for
+// 1, 4 and 16 subscribers drives 60 frames a second, each moving 10,000 world
+// matrices (10,000 leaves get a new local), and reports:
+//   frames/s      frames published and received per second by the slowest
+//                 subscriber
+//   latency       publish-to-receive, p50 / p99 / max over every message
+//   bytes/entity  wire bytes of the frame messages per moved entity
+//   server CPU    xformd's user+system CPU per published frame (/proc)
+// Not a test: run it by hand (see docs/benchmarks.md).
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+#include "xform/v1/xform.grpc.pb.h"
+
+extern char** environ;
+
+ABSL_FLAG(std::string, xformd, XFORMD_PATH, "The xformd binary");
+ABSL_FLAG(int, port, 50123, "Loopback port for the server");
+ABSL_FLAG(int, entities, 1'000'000, "World size");
+ABSL_FLAG(int, moved, 10'000, "World matrices changed per frame");
+ABSL_FLAG(double, hz, 60, "Frames per second driven");
+ABSL_FLAG(int, seconds, 10, "Measured seconds per subscriber count");
+ABSL_FLAG(std::string, subscribers, "1,4,16", "Subscriber counts to run");
+
+namespace {
+
+using xform::v1::FrameUpdate;
+
+double CpuSeconds(pid_t pid) {
+  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+  std::string field;
+  // utime and stime are fields 14 and 15; the command (field 2) has no spaces
+  // here.
+  for (int k = 1; k <= 13; ++k) stat >> field;
+  long utime = 0, stime = 0;
+  stat >> utime >> stime;
+  return static_cast<double>(utime + stime) /
+         static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+struct Shape {
+  std::vector<uint64_t> parent;  // 0: a root.
+  std::vector<uint64_t> leaves;  // Entities nobody is the parent of.
+};
+
+// The `scene` shape: node i's parent is a random node among the previous 64,
+// or none with probability 1% (seed 42).
+Shape MakeScene(int n) {
+  std::mt19937 rng(42);
+  std::uniform_int_distribution<int> back(1, 64);
+  std::bernoulli_distribution new_root(0.01);
+  Shape shape;
+  shape.parent.resize(n);
+  std::vector<bool> has_child(n + 1, false);
+  for (int i = 0; i < n; ++i) {
+    if (i > 0 && !new_root(rng)) {
+      shape.parent[i] = static_cast<uint64_t>(std::max(0, i - back(rng))) + 1;
+      has_child[shape.parent[i]] = true;
+    }
+  }
+  for (int i = 1; i <= n; ++i) {
+    if (!has_child[i]) shape.leaves.push_back(i);
+  }
+  return shape;
+}
+
+void AddTrs(float x, float angle, google::protobuf::RepeatedField<float>* out) {
+  for (float f : {x, 1.0f, 2.0f, 0.0f, std::sin(angle / 2), 0.0f,
+                  std::cos(angle / 2), 1.0f, 1.0f, 1.0f}) {
+    out->Add(f);
+  }
+}
+
+struct SubscriberResult {
+  std::vector<double> latency_ms;
+  uint64_t messages = 0;
+  uint64_t moved = 0;
+  uint64_t bytes = 0;
+  uint64_t skipped = 0;
+  uint64_t first_frame = 0;
+  uint64_t last_frame = 0;
+};
+
+class BenchSubscriber {
+ public:
+  BenchSubscriber(const std::string& address) {
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(256 << 20);
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    stub_ = xform::v1::Xform::NewStub(grpc::CreateCustomChannel(
+        address, grpc::InsecureChannelCredentials(), args));
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~BenchSubscriber() {
+    context_.TryCancel();
+    thread_.join();
+  }
+  bool synced() const { return synced_; }
+  bool ended() const { return ended_; }
+  void StartMeasuring() { measuring_ = true; }
+  SubscriberResult Stop() {
+    measuring_ = false;
+    absl::MutexLock lock(&mu_);
+    return result_;
+  }
+
+ private:
+  void Run() {
+    xform::v1::SubscribeRequest request;
+    request.set_world("bench");
+    auto reader = stub_->Subscribe(&context_, request);
+    FrameUpdate update;
+    while (reader->Read(&update)) {
+      const absl::Time now = absl::Now();
+      if (update.snapshot_done()) synced_ = true;
+      if (update.snapshot() || !measuring_) continue;
+      absl::MutexLock lock(&mu_);
+      result_.latency_ms.push_back(absl::ToDoubleMilliseconds(
+          now - absl::FromUnixNanos(update.server_time_unix_nanos())));
+      ++result_.messages;
+      result_.moved += update.moved_size();
+      result_.bytes += update.ByteSizeLong();
+      result_.skipped += update.frames_skipped();
+      if (result_.first_frame == 0) result_.first_frame = update.frame();
+      result_.last_frame = update.frame();
+    }
+    reader->Finish();
+    ended_ = true;
+  }
+
+  std::unique_ptr<xform::v1::Xform::Stub> stub_;
+  grpc::ClientContext context_;
+  std::thread thread_;
+  std::atomic<bool> synced_{false};
+  std::atomic<bool> ended_{false};
+  std::atomic<bool> measuring_{false};
+  absl::Mutex mu_;
+  SubscriberResult result_;
+};
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1,
+                    static_cast<size_t>(p * static_cast<double>(v.size())))];
+}
+
+int Main() {
+  const std::string address =
+      absl::StrCat("127.0.0.1:", absl::GetFlag(FLAGS_port));
+  const std::string xformd = absl::GetFlag(FLAGS_xformd);
+  const std::string listen = absl::StrCat("--listen=", address);
+  char* argv[] = {const_cast<char*>(xformd.c_str()),
+                  const_cast<char*>(listen.c_str()),
+                  const_cast<char*>("--max_batch=2000000"),
+                  const_cast<char*>("--max_message_bytes=268435456"),
+                  // 1M-entity snapshots to many clients on 2 cores are slow.
+                  const_cast<char*>("--write_timeout_ms=60000"), nullptr};
+  pid_t server = 0;
+  if (posix_spawn(&server, xformd.c_str(), nullptr, nullptr, argv, environ) !=
+      0) {
+    std::fprintf(stderr, "cannot start %s\n", xformd.c_str());
+    return 1;
+  }
+  grpc::ChannelArguments args;
+  args.SetMaxSendMessageSize(256 << 20);
+  auto channel = grpc::CreateCustomChannel(
+      address, grpc::InsecureChannelCredentials(), args);
+  if (!channel->WaitForConnected(std::chrono::system_clock::now() +
+                                 std::chrono::seconds(20))) {
+    std::fprintf(stderr, "xformd did not come up\n");
+    kill(server, SIGTERM);
+    return 1;
+  }
+  auto stub = xform::v1::Xform::NewStub(channel);
+  {
+    grpc::ClientContext context;
+    xform::v1::CreateWorldRequest request;
+    request.set_name("bench");
+    request.set_mode(xform::v1::FRAME_MODE_DRIVEN);
+    xform::v1::WorldInfo info;
+    if (!stub->CreateWorld(&context, request, &info).ok()) return 1;
+  }
+  const int n = absl::GetFlag(FLAGS_entities);
+  const Shape shape = MakeScene(n);
+  {
+    xform::v1::ApplyRequest load;
+    load.set_world("bench");
+    load.set_end_frame(true);
+    auto* create = load.add_commands()->mutable_create();
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> u(-1, 1);
+    for (int i = 0; i < n; ++i) {
+      create->add_entity(i + 1);
+      create->add_parent(shape.parent[i]);
+      AddTrs(10 * u(rng), 3 * u(rng), create->mutable_local());
+    }
+    grpc::ClientContext context;
+    xform::v1::ApplyResponse response;
+    const absl::Time start = absl::Now();
+    const grpc::Status status = stub->Apply(&context, load, &response);
+    if (!status.ok()) {
+      std::fprintf(stderr, "load failed: %s\n", status.error_message().c_str());
+      return 1;
+    }
+    std::printf("loaded %d entities (%zu leaves) in %.0f ms\n", n,
+                shape.leaves.size(),
+                absl::ToDoubleMilliseconds(absl::Now() - start));
+  }
+
+  const int moved = absl::GetFlag(FLAGS_moved);
+  const absl::Duration period = absl::Seconds(1.0 / absl::GetFlag(FLAGS_hz));
+  std::printf(
+      "\n| subscribers | frames/s (driven %.0f) | latency p50 | p99 | max | "
+      "bytes/moved entity | server CPU/frame "
+      "|\n|---|---|---|---|---|---|---|\n",
+      absl::GetFlag(FLAGS_hz));
+  const std::vector<std::string> counts =
+      absl::StrSplit(absl::GetFlag(FLAGS_subscribers), ',');
+  for (const std::string& count : counts) {
+    const int subscribers = std::stoi(count);
+    // One at a time: each takes its 1M-entity snapshot before the next
+    // joins, so what is measured is the steady stream.
+    std::vector<std::unique_ptr<BenchSubscriber>> subs;
+    for (int s = 0; s < subscribers; ++s) {
+      subs.push_back(std::make_unique<BenchSubscriber>(address));
+      while (!subs.back()->synced()) {
+        if (subs.back()->ended()) {
+          std::fprintf(stderr,
+                       "a subscriber's stream ended before its snapshot\n");
+          kill(server, SIGTERM);
+          return 1;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    }
+    for (auto& s : subs) s->StartMeasuring();
+
+    std::mt19937 rng(11);
+    const double cpu_before = CpuSeconds(server);
+    const absl::Time start = absl::Now();
+    const absl::Time end = start + absl::Seconds(absl::GetFlag(FLAGS_seconds));
+    uint64_t frames = 0;
+    grpc::ClientContext context;
+    auto writer = stub->ApplyStream(&context);
+    for (absl::Time next = start; absl::Now() < end; next += period) {
+      xform::v1::ApplyRequest frame;
+      frame.set_world("bench");
+      frame.set_end_frame(true);
+      auto* set = frame.add_commands()->mutable_set_local();
+      for (int k = 0; k < moved; ++k) {
+        set->add_entity(shape.leaves[rng() % shape.leaves.size()]);
+        AddTrs(static_cast<float>(frames % 100), static_cast<float>(k),
+               set->mutable_local());
+      }
+      xform::v1::ApplyResponse response;
+      if (!writer->Write(frame) || !writer->Read(&response)) break;
+      ++frames;
+      absl::SleepFor(next + period - absl::Now());
+    }
+    writer->WritesDone();
+    writer->Finish();
+    const absl::Duration elapsed = absl::Now() - start;
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(300));  // Let the last arrive.
+    const double cpu = CpuSeconds(server) - cpu_before;
+
+    std::vector<double> latency;
+    double slowest_fps = 1e9;
+    uint64_t bytes = 0, entities = 0;
+    for (auto& s : subs) {
+      SubscriberResult r = s->Stop();
+      latency.insert(latency.end(), r.latency_ms.begin(), r.latency_ms.end());
+      slowest_fps = std::min(slowest_fps, static_cast<double>(r.messages) /
+                                              absl::ToDoubleSeconds(elapsed));
+      bytes += r.bytes;
+      entities += r.moved;
+    }
+    std::printf(
+        "| %d | %.1f published, %.1f received | %.2f ms | %.2f ms | %.2f ms | "
+        "%.1f | %.2f ms |\n",
+        subscribers,
+        static_cast<double>(frames) / absl::ToDoubleSeconds(elapsed),
+        slowest_fps, Percentile(latency, 0.5), Percentile(latency, 0.99),
+        Percentile(latency, 1.0),
+        entities ? static_cast<double>(bytes) / static_cast<double>(entities)
+                 : 0.0,
+        1000.0 * cpu / static_cast<double>(frames));
+    std::fflush(stdout);
+  }
+  kill(server, SIGTERM);
+  int status = 0;
+  waitpid(server, &status, 0);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return Main();
+}
