@@ -82,7 +82,22 @@ bool Replicator::InView(const Subscription& s, EntityId e) const {
   return false;
 }
 
-void Replicator::Publish(const FrameChanges& changes, absl::Time time) {
+bool Replicator::IsEcho(const std::string& client, const FrameWriters& writers,
+                        EntityId e) const {
+  auto self = writers.find(e);
+  if (self == writers.end() || self->second != client) return false;
+  // Another writer's change above it moves it too.
+  for (auto it = state_.find(e);
+       it != state_.end() && it->second.parent != kNoEntity;
+       it = state_.find(it->second.parent)) {
+    auto above = writers.find(it->second.parent);
+    if (above != writers.end() && above->second != client) return false;
+  }
+  return true;
+}
+
+void Replicator::Publish(const FrameChanges& changes, absl::Time time,
+                         const FrameWriters& writers) {
   std::vector<std::shared_ptr<UpdateSink>> wake;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -144,8 +159,10 @@ void Replicator::Publish(const FrameChanges& changes, absl::Time time) {
     std::shared_ptr<const v1::FrameUpdate> shared;
     for (auto& [id, s] : subs_) {
       if (!s->whole_world) continue;
+      const bool echo_filtered = !s->options.no_echo_client_id.empty();
       const bool caught_up = s->pending.empty() && s->snapshot.empty() &&
-                             !s->ready && s->options.max_rate_hz == 0;
+                             !s->ready && s->options.max_rate_hz == 0 &&
+                             !echo_filtered;
       if (caught_up && !changes.empty()) {
         if (!shared) {
           auto update = std::make_shared<v1::FrameUpdate>();
@@ -175,7 +192,12 @@ void Replicator::Publish(const FrameChanges& changes, absl::Time time) {
       for (EntityId e : changes.destroyed) Note(*s, e, kLeft);
       for (EntityId e : changes.created) Note(*s, e, kEntered);
       for (EntityId e : changes.reparented) Note(*s, e, kReparented);
-      for (EntityId e : changes.moved) Note(*s, e, kMoved);
+      for (EntityId e : changes.moved) {
+        if (!echo_filtered ||
+            !IsEcho(s->options.no_echo_client_id, writers, e)) {
+          Note(*s, e, kMoved);
+        }
+      }
     }
     if (!filtered.empty()) {
       const absl::flat_hash_set<EntityId> moved(changes.moved.begin(),
@@ -194,7 +216,11 @@ void Replicator::Publish(const FrameChanges& changes, absl::Time time) {
             Note(s, e, kLeft);
           } else if (was && is) {
             if (reparented.contains(e)) Note(s, e, kReparented);
-            if (moved.contains(e)) Note(s, e, kMoved);
+            if (moved.contains(e) &&
+                (s.options.no_echo_client_id.empty() ||
+                 !IsEcho(s.options.no_echo_client_id, writers, e))) {
+              Note(s, e, kMoved);
+            }
           }
         }
       }
@@ -393,6 +419,13 @@ uint64_t Replicator::frame() const {
 size_t Replicator::subscribers() const {
   std::lock_guard<std::mutex> lock(mu_);
   return subs_.size();
+}
+
+size_t Replicator::echo_filtered_subscribers() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t n = 0;
+  for (const auto& [id, s] : subs_) n += !s->options.no_echo_client_id.empty();
+  return n;
 }
 
 size_t Replicator::entities() const {

@@ -20,6 +20,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -42,11 +43,17 @@ class UpdateSink {
   virtual void End(const absl::Status& status) = 0;
 };
 
+// Who set which entities directly in a frame, for echo suppression: the
+// writer's client id, or "" when several (or anonymous) writers set it.
+using FrameWriters = absl::flat_hash_map<EntityId, std::string>;
+
 struct SubscriptionOptions {
   // Both empty: the whole world.
   std::vector<EntityId> entities;
   std::vector<EntityId> subtrees;
   double max_rate_hz = 0;  // 0: a message per published frame.
+  // Moves this writer caused by setting entities directly are not sent.
+  std::string no_echo_client_id;
   // Messages are split to stay under this many bytes of entity data.
   size_t max_message_bytes = 4 << 20;
 };
@@ -68,7 +75,8 @@ class Replicator {
 
   // Publishes the frame `changes` closes (see xform::FrameChanges) and wakes
   // the subscribers it concerns.
-  void Publish(const FrameChanges& changes, absl::Time time);
+  void Publish(const FrameChanges& changes, absl::Time time,
+               const FrameWriters& writers = {});
 
   // Adds a subscription, starting with a snapshot of its view at the last
   // published frame; its deltas begin with the next frame.
@@ -90,6 +98,7 @@ class Replicator {
 
   uint64_t frame() const;
   size_t subscribers() const;
+  size_t echo_filtered_subscribers() const;
   size_t entities() const;
   std::vector<SubscriberStats> Stats() const;
 
@@ -123,6 +132,9 @@ class Replicator {
   };
 
   bool InView(const Subscription& s, EntityId e) const;
+  // Whether moving `e` in this frame was only `client`'s own direct write.
+  bool IsEcho(const std::string& client, const FrameWriters& writers,
+              EntityId e) const;
   // Visits `e` and everything below it in the published state.
   template <typename F>
   void ForEachInSubtree(EntityId e, F&& f) const;

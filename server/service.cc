@@ -334,6 +334,7 @@ grpc::ServerWriteReactor<v1::FrameUpdate>* XformService::Subscribe(
   options.entities.assign(request->entity().begin(), request->entity().end());
   options.subtrees.assign(request->subtree().begin(), request->subtree().end());
   options.max_rate_hz = request->max_rate_hz();
+  options.no_echo_client_id = request->no_echo_client_id();
   // Snapshot chunks and deltas stay a few MB whatever the limit: a single
   // huge write would hold the stream (and its write deadline) for seconds.
   options.max_message_bytes =

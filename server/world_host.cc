@@ -192,15 +192,21 @@ absl::StatusOr<uint64_t> HostedWorld::Apply(const v1::ApplyRequest& request,
   } else if (absl::Status s = world_.Apply(*commands); !s.ok()) {
     return s;
   }
-  const uint64_t frame = world_.frame();
-  if (request.end_frame()) {
-    if (mode_ != v1::FRAME_MODE_DRIVEN) {
-      // The batch stands (it was valid); the tick owns publishing here.
-      return frame;
+  // Remember who set what, for subscribers that want no echo. Tracked only
+  // once such a subscriber exists; anonymous writes ("") block suppression.
+  if (replicator_.echo_filtered_subscribers() > 0) {
+    for (const Command& c : *commands) {
+      EntityId e = kNoEntity;
+      if (const auto* set = std::get_if<SetLocalOp>(&c)) e = set->entity;
+      if (const auto* set = std::get_if<SetWorldOp>(&c)) e = set->entity;
+      if (e == kNoEntity) continue;
+      auto [it, inserted] = writers_.try_emplace(e, request.client_id());
+      if (!inserted && it->second != request.client_id()) it->second.clear();
     }
-    world_.EndFrame(&changes_);
-    replicator_.Publish(changes_, absl::Now());
   }
+  const uint64_t frame = world_.frame();
+  // A tick world's batch stands even with end_frame: the tick publishes.
+  if (request.end_frame() && mode_ == v1::FRAME_MODE_DRIVEN) PublishLocked();
   return frame;
 }
 
@@ -239,8 +245,13 @@ absl::Status HostedWorld::Read(const v1::ReadRequest& request,
 
 void HostedWorld::Publish() {
   absl::MutexLock lock(&mu_);
+  PublishLocked();
+}
+
+void HostedWorld::PublishLocked() {
   world_.EndFrame(&changes_);
-  replicator_.Publish(changes_, absl::Now());
+  replicator_.Publish(changes_, absl::Now(), writers_);
+  writers_.clear();
 }
 
 v1::WorldInfo HostedWorld::Info() const {

@@ -72,6 +72,9 @@ class HostedWorld {
   mutable absl::Mutex mu_;  // The writer lock: one batch or publish at a time.
   World world_ ABSL_GUARDED_BY(mu_);
   FrameChanges changes_ ABSL_GUARDED_BY(mu_);  // Reused by every Publish().
+  // Who set which entities directly in the open frame (echo suppression).
+  FrameWriters writers_ ABSL_GUARDED_BY(mu_);
+  void PublishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Replicator replicator_;
 };
 

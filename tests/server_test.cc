@@ -549,6 +549,71 @@ TEST_F(ServerTest, StalledSubscriberSkipsFramesAndConverges) {
   EXPECT_EQ(mirrored, now);
 }
 
+// A writer subscribed with no_echo_client_id is not sent back the entities it
+// set itself, unless another writer's change above them moved them too; a
+// plain subscriber gets everything.
+TEST_F(ServerTest, EchoSuppressionSkipsAWritersOwnMoves) {
+  ASSERT_TRUE(CreateWorld("w", v1::FRAME_MODE_DRIVEN).ok());
+  v1::ApplyRequest scene;  // 1 -> 2 -> 3, and 10 alone.
+  scene.set_world("w");
+  scene.set_end_frame(true);
+  auto* create = scene.add_commands()->mutable_create();
+  for (EntityId e : {1, 2, 3, 10}) {
+    create->add_entity(e);
+    create->add_parent(e == 2 ? 1 : e == 3 ? 2 : 0);
+  }
+  ASSERT_EQ(Apply(scene).error_code(), kOk);
+  v1::SubscribeRequest own = SubscribeTo("w");
+  own.set_no_echo_client_id("physics");
+  Subscriber physics_view(NewChannel(), own);
+  Subscriber everyone(NewChannel(), SubscribeTo("w"));
+  ASSERT_TRUE(physics_view.WaitForFrame(1));
+  ASSERT_TRUE(everyone.WaitForFrame(1));
+
+  const auto write = [&](const std::string& client,
+                         std::vector<EntityId> entities, float x) {
+    v1::ApplyRequest request;
+    request.set_world("w");
+    request.set_client_id(client);
+    auto* set = request.add_commands()->mutable_set_local();
+    for (EntityId e : entities) {
+      set->add_entity(e);
+      Transform t;
+      t.position.x = x;
+      AddTrs(t, set->mutable_local());
+    }
+    ASSERT_EQ(Apply(request).error_code(), kOk);
+  };
+  const auto end_frame = [&] {
+    v1::ApplyRequest request;
+    request.set_world("w");
+    request.set_end_frame(true);
+    uint64_t frame = 0;
+    EXPECT_EQ(Apply(request, &frame).error_code(), kOk);
+    return frame;
+  };
+  // Physics moves 2 and 10: its own view gets only 3 (moved by 2's change);
+  // everyone gets 2, 3 and 10.
+  write("physics", {2, 10}, 1);
+  uint64_t frame = end_frame();
+  ASSERT_TRUE(everyone.WaitForFrame(frame));
+  ASSERT_TRUE(physics_view.WaitForFrame(frame));
+  Mirror mirror = physics_view.mirror();
+  EXPECT_EQ(mirror.entities.at(3).world.translation().x, 1.0f);
+  EXPECT_EQ(mirror.entities.at(10).world.translation().x, 0.0f) << "echoed";
+  EXPECT_EQ(mirror.entities.at(2).world.translation().x, 0.0f) << "echoed";
+  EXPECT_EQ(everyone.mirror().entities.at(10).world.translation().x, 1.0f);
+
+  // The editor moves 1 while physics moves 2: 2 moved by someone else too.
+  write("physics", {2}, 2);
+  write("editor", {1}, 5);
+  frame = end_frame();
+  ASSERT_TRUE(physics_view.WaitForFrame(frame));
+  mirror = physics_view.mirror();
+  EXPECT_EQ(mirror.entities.at(1).world.translation().x, 5.0f);
+  EXPECT_EQ(mirror.entities.at(2).world.translation().x, 7.0f);
+}
+
 TEST_F(ServerTest, TickWorldsPublishByThemselvesDrivenWorldsOnEndFrame) {
   ASSERT_TRUE(CreateWorld("tick", v1::FRAME_MODE_TICK, 100).ok());
   ASSERT_TRUE(CreateWorld("driven", v1::FRAME_MODE_DRIVEN).ok());
