@@ -38,6 +38,23 @@ absl::Status Malformed(int index, absl::string_view what) {
       absl::StrCat("command ", index, ": ", what));
 }
 
+// Set-local and set-world commands: ids, and 10 floats of TRS per id.
+template <typename Op>
+absl::Status AppendTransformOps(
+    int index, absl::string_view what,
+    const google::protobuf::RepeatedField<uint64_t>& entities,
+    const google::protobuf::RepeatedField<float>& values,
+    std::vector<Command>* commands) {
+  if (values.size() != kTrsFloats * entities.size()) {
+    return Malformed(index, absl::StrCat(what, ": 10 floats per entity"));
+  }
+  for (int i = 0; i < entities.size(); ++i) {
+    commands->push_back(
+        Op{entities.Get(i), ToTransform(values.data() + kTrsFloats * i)});
+  }
+  return absl::OkStatus();
+}
+
 bool ValidName(absl::string_view name) {
   if (name.empty() || name.size() > 128) return false;
   return std::all_of(name.begin(), name.end(), [](char c) {
@@ -121,28 +138,22 @@ absl::StatusOr<std::vector<Command>> ToCommands(const v1::ApplyRequest& request,
         }
         break;
       }
-      case v1::Command::kSetLocal: {
-        const v1::SetLocalCommand& set = c.set_local();
-        if (set.local_size() != kTrsFloats * set.entity_size()) {
-          return Malformed(k, "set_local: 10 floats per entity");
-        }
-        for (int i = 0; i < set.entity_size(); ++i) {
-          commands.push_back(SetLocalOp{
-              set.entity(i), ToTransform(set.local().data() + kTrsFloats * i)});
+      case v1::Command::kSetLocal:
+        if (absl::Status s = AppendTransformOps<SetLocalOp>(
+                k, "set_local", c.set_local().entity(), c.set_local().local(),
+                &commands);
+            !s.ok()) {
+          return s;
         }
         break;
-      }
-      case v1::Command::kSetWorld: {
-        const v1::SetWorldCommand& set = c.set_world();
-        if (set.world_size() != kTrsFloats * set.entity_size()) {
-          return Malformed(k, "set_world: 10 floats per entity");
-        }
-        for (int i = 0; i < set.entity_size(); ++i) {
-          commands.push_back(SetWorldOp{
-              set.entity(i), ToTransform(set.world().data() + kTrsFloats * i)});
+      case v1::Command::kSetWorld:
+        if (absl::Status s = AppendTransformOps<SetWorldOp>(
+                k, "set_world", c.set_world().entity(), c.set_world().world(),
+                &commands);
+            !s.ok()) {
+          return s;
         }
         break;
-      }
       default:
         return Malformed(k, "empty command");
     }

@@ -179,6 +179,16 @@ class ServerTest : public testing::Test {
     return state;
   }
 
+  // A subscription the server refuses: no message, then `code`.
+  void ExpectSubscribeRefused(const v1::SubscribeRequest& request,
+                              grpc::StatusCode code) {
+    grpc::ClientContext context;
+    auto reader = stub_->Subscribe(&context, request);
+    FrameUpdate update;
+    EXPECT_FALSE(reader->Read(&update));
+    EXPECT_EQ(reader->Finish().error_code(), code);
+  }
+
   std::unique_ptr<WorldHost> host_;
   std::unique_ptr<XformService> service_;
   std::unique_ptr<grpc::Server> server_;
@@ -845,11 +855,7 @@ TEST_F(BadInputTest, UnknownWorldIsNotFound) {
   v1::DeleteWorldResponse deleted;
   EXPECT_EQ(stub_->DeleteWorld(&c3, del, &deleted).error_code(),
             grpc::StatusCode::NOT_FOUND);
-  grpc::ClientContext c4;
-  auto reader = stub_->Subscribe(&c4, SubscribeTo("nope"));
-  FrameUpdate update;
-  EXPECT_FALSE(reader->Read(&update));
-  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::NOT_FOUND);
+  ExpectSubscribeRefused(SubscribeTo("nope"), grpc::StatusCode::NOT_FOUND);
 }
 
 TEST_F(BadInputTest, UnknownEntityIsNotFound) {
@@ -923,11 +929,8 @@ TEST_F(BadInputTest, MalformedRequestsAreInvalidArgument) {
   v1::ReadResponse response;
   EXPECT_EQ(stub_->Read(&context, read, &response).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
-  grpc::ClientContext subscribe_context;
-  auto reader = stub_->Subscribe(&subscribe_context, SubscribeTo("w", {0}));
-  FrameUpdate update;
-  EXPECT_FALSE(reader->Read(&update));
-  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  ExpectSubscribeRefused(SubscribeTo("w", {0}),
+                         grpc::StatusCode::INVALID_ARGUMENT);
 }
 
 TEST_F(BadInputTest, CyclesAreFailedPrecondition) {
@@ -967,12 +970,8 @@ TEST_F(BadInputTest, OverALimitIsResourceExhausted) {
   Subscriber two(NewChannel(), SubscribeTo("w"));
   ASSERT_TRUE(one.WaitForFrame(0));
   ASSERT_TRUE(two.WaitForFrame(0));
-  grpc::ClientContext context;
-  auto reader = stub_->Subscribe(&context, SubscribeTo("w"));
-  FrameUpdate update;
-  EXPECT_FALSE(reader->Read(&update));
-  EXPECT_EQ(reader->Finish().error_code(),
-            grpc::StatusCode::RESOURCE_EXHAUSTED);
+  ExpectSubscribeRefused(SubscribeTo("w"),
+                         grpc::StatusCode::RESOURCE_EXHAUSTED);
 }
 
 }  // namespace
