@@ -37,7 +37,7 @@ void Replicator::Note(Subscription& s, EntityId e, uint8_t event) {
 
 void Replicator::Fold(Subscription& s) {
   if (!s.ready) return;
-  const v1::FrameUpdate& u = *s.ready;
+  const v1::FrameUpdate& u = s.ready->message();
   for (EntityId e : u.destroyed()) Note(s, e, kLeft);
   for (EntityId e : u.created()) Note(s, e, kEntered);
   for (EntityId e : u.reparented()) Note(s, e, kReparented);
@@ -156,7 +156,7 @@ void Replicator::Publish(const FrameChanges& changes, absl::Time time,
     // Caught-up whole-world subscribers share this frame's message, made
     // once from the frame's changes (already parents-first); the others fold
     // the frame into their pending events.
-    std::shared_ptr<const v1::FrameUpdate> shared;
+    std::shared_ptr<const Outgoing> shared;
     for (auto& [id, s] : subs_) {
       if (!s->whole_world) continue;
       const bool echo_filtered = !s->options.no_echo_client_id.empty();
@@ -165,7 +165,8 @@ void Replicator::Publish(const FrameChanges& changes, absl::Time time,
                              !echo_filtered;
       if (caught_up && !changes.empty()) {
         if (!shared) {
-          auto update = std::make_shared<v1::FrameUpdate>();
+          v1::FrameUpdate message;
+          v1::FrameUpdate* update = &message;
           update->set_frame(changes.frame);
           update->set_server_time_unix_nanos(absl::ToUnixNanos(time));
           update->mutable_created()->Add(changes.created.begin(),
@@ -183,7 +184,7 @@ void Replicator::Publish(const FrameChanges& changes, absl::Time time,
                                        changes.moved.end());
           update->mutable_moved_world()->Add(changes.moved_world.begin(),
                                              changes.moved_world.end());
-          shared = std::move(update);
+          shared = std::make_shared<const Outgoing>(std::move(message));
         }
         s->ready = shared;
         continue;
@@ -318,25 +319,26 @@ void Replicator::Unsubscribe(SubscriptionId id) {
   subs_.erase(it);
 }
 
-std::shared_ptr<const v1::FrameUpdate> Replicator::Next(SubscriptionId id,
-                                                        absl::Time now) {
+std::shared_ptr<const Outgoing> Replicator::Next(SubscriptionId id,
+                                                 absl::Time now) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = subs_.find(id);
   if (it == subs_.end()) return nullptr;
   Subscription& s = *it->second;
   if (!s.snapshot.empty()) {
     auto chunk =
-        std::make_shared<v1::FrameUpdate>(std::move(s.snapshot.front()));
+        std::make_shared<const Outgoing>(std::move(s.snapshot.front()));
     s.snapshot.pop_front();
     return chunk;
   }
   if (s.ready) {
-    s.last_frame_sent = s.ready->frame();
+    s.last_frame_sent = s.ready->message().frame();
     return std::exchange(s.ready, nullptr);
   }
   if (s.pending.empty() || now < s.next_allowed) return nullptr;
 
-  auto update = std::make_shared<v1::FrameUpdate>();
+  v1::FrameUpdate message;
+  v1::FrameUpdate* update = &message;
   update->set_frame(frame_);
   update->set_server_time_unix_nanos(absl::ToUnixNanos(frame_time_));
   const uint64_t skipped =
@@ -377,7 +379,7 @@ std::shared_ptr<const v1::FrameUpdate> Replicator::Next(SubscriptionId id,
     update->add_created(e);
     update->add_created_parent(p.parent);
     update->add_moved(e);
-    AppendWorld(p.world, update.get());
+    AppendWorld(p.world, update);
   }
   for (EntityId e : reparented) {
     update->add_reparented(e);
@@ -385,12 +387,12 @@ std::shared_ptr<const v1::FrameUpdate> Replicator::Next(SubscriptionId id,
   }
   for (EntityId e : moved) {
     update->add_moved(e);
-    AppendWorld(state_.at(e).world, update.get());
+    AppendWorld(state_.at(e).world, update);
   }
   if (s.options.max_rate_hz > 0) {
     s.next_allowed = now + absl::Seconds(1.0 / s.options.max_rate_hz);
   }
-  return update;
+  return std::make_shared<const Outgoing>(std::move(message));
 }
 
 void Replicator::Flush(absl::Time now) {

@@ -47,6 +47,24 @@ class UpdateSink {
 // writer's client id, or "" when several (or anonymous) writers set it.
 using FrameWriters = absl::flat_hash_map<EntityId, std::string>;
 
+// One outgoing message. Streams that send the same frame share one of these,
+// and so its encoding, made once on first use and then only referenced.
+class Outgoing {
+ public:
+  explicit Outgoing(v1::FrameUpdate message) : message_(std::move(message)) {}
+  const v1::FrameUpdate& message() const { return message_; }
+  const std::string& encoded() const {
+    std::call_once(encode_once_,
+                   [this] { message_.SerializeToString(&encoded_); });
+    return encoded_;
+  }
+
+ private:
+  v1::FrameUpdate message_;
+  mutable std::once_flag encode_once_;
+  mutable std::string encoded_;
+};
+
 struct SubscriptionOptions {
   // Both empty: the whole world.
   std::vector<EntityId> entities;
@@ -87,8 +105,7 @@ class Replicator {
   // The subscription's next message, or null when it has nothing due (caught
   // up, or rate limited until a later Flush()). Subscribers that are caught up
   // with the whole world share one message per frame, built once.
-  std::shared_ptr<const v1::FrameUpdate> Next(SubscriptionId id,
-                                              absl::Time now);
+  std::shared_ptr<const Outgoing> Next(SubscriptionId id, absl::Time now);
 
   // Polls every subscription's sink: rate-limited messages now due, stuck
   // writes past their deadline.
@@ -124,7 +141,7 @@ class Replicator {
     std::deque<v1::FrameUpdate> snapshot;  // Chunks not yet taken.
     // The shared message of the last frame, while this subscriber is caught
     // up and has not taken it yet.
-    std::shared_ptr<const v1::FrameUpdate> ready;
+    std::shared_ptr<const Outgoing> ready;
     absl::flat_hash_map<EntityId, uint8_t> pending;
     uint64_t last_frame_sent = 0;
     uint64_t frames_skipped = 0;

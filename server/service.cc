@@ -96,14 +96,19 @@ class StreamSink final : public UpdateSink {
   const std::weak_ptr<SubscribeReactor> reactor_;
 };
 
+// Frees the reference a shared encoding's slice holds.
+void ReleaseOutgoing(void* keep) {
+  delete static_cast<std::shared_ptr<const Outgoing>*>(keep);
+}
+
 class SubscribeReactor final
-    : public grpc::ServerWriteReactor<v1::FrameUpdate> {
+    : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   // Starts the stream; the reactor owns itself until OnDone().
   static void Start(grpc::CallbackServerContext* context,
                     std::shared_ptr<HostedWorld> world,
                     SubscriptionOptions options, absl::Duration write_timeout,
-                    grpc::ServerWriteReactor<v1::FrameUpdate>** out) {
+                    grpc::ServerWriteReactor<grpc::ByteBuffer>** out) {
     auto reactor = std::shared_ptr<SubscribeReactor>(
         new SubscribeReactor(context, std::move(world), write_timeout));
     reactor->self_ = reactor;
@@ -124,13 +129,21 @@ class SubscribeReactor final
       if (update_ == nullptr) return;
       writing_ = true;
       write_started_ = now;
-      if (update_->frames_skipped() > 0 && !warned_slow_) {
+      if (update_->message().frames_skipped() > 0 && !warned_slow_) {
         warned_slow_ = true;  // Once per stream: a slow link is not news twice.
         Log('W', "world '", world_->name(), "': subscriber ", id_,
-            " is slow, skipped ", update_->frames_skipped(), " frame(s)");
+            " is slow, skipped ", update_->message().frames_skipped(),
+            " frame(s)");
       }
     }
-    StartWrite(update_.get());  // update_ is not touched until OnWriteDone.
+    // The slice references the shared encoding and keeps it alive for as long
+    // as gRPC holds the bytes, which may outlast this write.
+    const std::string& bytes = update_->encoded();
+    grpc::Slice slice(const_cast<char*>(bytes.data()), bytes.size(),
+                      &ReleaseOutgoing,
+                      new std::shared_ptr<const Outgoing>(update_));
+    buffer_ = grpc::ByteBuffer(&slice, 1);
+    StartWrite(&buffer_);  // buffer_ is not touched again until OnWriteDone.
   }
 
   // A write stuck past the deadline cancels the stream.
@@ -210,8 +223,10 @@ class SubscribeReactor final
       0;  // Set once, before any other thread sees it.
 
   absl::Mutex mu_;
-  // The message of the write in flight; perhaps shared with other streams.
-  std::shared_ptr<const v1::FrameUpdate> update_;
+  // The message of the write in flight (perhaps shared with other streams),
+  // and the buffer that carries its encoding.
+  std::shared_ptr<const Outgoing> update_;
+  grpc::ByteBuffer buffer_;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finishing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
@@ -237,7 +252,7 @@ void StreamSink::End(const absl::Status& status) {
 }
 
 // A reactor that only finishes, for streams refused at the start.
-class RefusedStream final : public grpc::ServerWriteReactor<v1::FrameUpdate> {
+class RefusedStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   explicit RefusedStream(const absl::Status& status) { Finish(ToGrpc(status)); }
   void OnDone() override { delete this; }
@@ -308,8 +323,17 @@ grpc::ServerUnaryReactor* XformService::Read(
   return Done(context, (*world)->Read(*request, host_.limits(), response));
 }
 
-grpc::ServerWriteReactor<v1::FrameUpdate>* XformService::Subscribe(
-    grpc::CallbackServerContext* context, const v1::SubscribeRequest* request) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* XformService::Subscribe(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw_request) {
+  v1::SubscribeRequest parsed;
+  grpc::ByteBuffer copy(*raw_request);  // Deserialize takes a mutable buffer.
+  if (!grpc::SerializationTraits<v1::SubscribeRequest>::Deserialize(&copy,
+                                                                    &parsed)
+           .ok()) {
+    return new RefusedStream(
+        absl::InvalidArgumentError("malformed SubscribeRequest"));
+  }
+  const v1::SubscribeRequest* request = &parsed;
   absl::StatusOr<std::shared_ptr<HostedWorld>> world =
       host_.Get(request->world());
   if (!world.ok()) return new RefusedStream(world.status());
@@ -339,7 +363,7 @@ grpc::ServerWriteReactor<v1::FrameUpdate>* XformService::Subscribe(
   // huge write would hold the stream (and its write deadline) for seconds.
   options.max_message_bytes =
       std::min<size_t>(host_.limits().max_message_bytes / 2, 4 << 20);
-  grpc::ServerWriteReactor<v1::FrameUpdate>* reactor = nullptr;
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* reactor = nullptr;
   SubscribeReactor::Start(context, *std::move(world), std::move(options),
                           options_.write_timeout, &reactor);
   return reactor;

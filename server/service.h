@@ -20,7 +20,10 @@ struct ServiceOptions {
   absl::Duration write_timeout = absl::Seconds(10);
 };
 
-class XformService final : public v1::Xform::CallbackService {
+// Subscribe is served raw (grpc::ByteBuffer) so that streams sending the same
+// frame share one encoding of it; the other methods are typed.
+class XformService final : public v1::Xform::WithRawCallbackMethod_Subscribe<
+                               v1::Xform::CallbackService> {
  public:
   XformService(WorldHost& host, ServiceOptions options)
       : host_(host), options_(options) {}
@@ -47,9 +50,11 @@ class XformService final : public v1::Xform::CallbackService {
   grpc::ServerUnaryReactor* Read(grpc::CallbackServerContext* context,
                                  const v1::ReadRequest* request,
                                  v1::ReadResponse* response) override;
-  grpc::ServerWriteReactor<v1::FrameUpdate>* Subscribe(
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Subscribe(
       grpc::CallbackServerContext* context,
-      const v1::SubscribeRequest* request) override;
+      const grpc::ByteBuffer* request) override;
+  using v1::Xform::WithRawCallbackMethod_Subscribe<
+      v1::Xform::CallbackService>::Subscribe;
 
  private:
   WorldHost& host_;

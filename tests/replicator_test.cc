@@ -62,8 +62,8 @@ int Drain(Replicator& r, Replicator::SubscriptionId id, State* state,
           v1::FrameUpdate* last = nullptr) {
   int messages = 0;
   while (auto update = r.Next(id, absl::InfiniteFuture())) {
-    ApplyUpdate(*update, state);
-    if (last) *last = *update;
+    ApplyUpdate(update->message(), state);
+    if (last) *last = update->message();
     ++messages;
   }
   return messages;
@@ -125,8 +125,9 @@ TEST_F(ReplicatorTest, CaughtUpSubscribersShareOneMessagePerFrame) {
   Publish();
   ASSERT_TRUE(world_.SetLocal(1, At(6)).ok());
   Publish();
-  ApplyUpdate(*from_a, &mirror_a);
-  ApplyUpdate(*from_b, &mirror_b);
+  EXPECT_TRUE(&from_a->encoded() == &from_b->encoded());  // Encoded once.
+  ApplyUpdate(from_a->message(), &mirror_a);
+  ApplyUpdate(from_b->message(), &mirror_b);
   Drain(replicator_, a, &mirror_a);
   v1::FrameUpdate last;
   EXPECT_EQ(Drain(replicator_, b, &mirror_b, &last), 1);
@@ -192,10 +193,10 @@ TEST_F(ReplicatorTest, ChunkedSnapshotsCarryOneFrame) {
   int chunks = 0;
   while (auto update = replicator_.Next(id, absl::Now())) {
     ++chunks;
-    EXPECT_TRUE(update->snapshot());
-    EXPECT_EQ(update->frame(), 1u);
-    ApplyUpdate(*update, &mirror);
-    if (update->snapshot_done()) break;
+    EXPECT_TRUE(update->message().snapshot());
+    EXPECT_EQ(update->message().frame(), 1u);
+    ApplyUpdate(update->message(), &mirror);
+    if (update->message().snapshot_done()) break;
   }
   EXPECT_GT(chunks, 5);
   EXPECT_EQ(mirror, Snapshot(world_));
