@@ -933,6 +933,36 @@ TEST_F(BadInputTest, MalformedRequestsAreInvalidArgument) {
                          grpc::StatusCode::INVALID_ARGUMENT);
 }
 
+// Bytes that are not a SubscribeRequest, sent on the raw method.
+TEST_F(BadInputTest, UnparseableSubscribeRequestIsInvalidArgument) {
+  grpc::GenericStub generic(NewChannel());
+  grpc::CompletionQueue cq;
+  grpc::ClientContext context;
+  void* tag = nullptr;
+  bool ok = false;
+  auto call = generic.PrepareCall(&context, "/xform.v1.Xform/Subscribe", &cq);
+  call->StartCall(reinterpret_cast<void*>(1));
+  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+  const std::string garbage = "\xff\xff\xff\xff not a protobuf";
+  grpc::Slice slice(garbage);
+  grpc::ByteBuffer request(&slice, 1);
+  call->WriteLast(request, grpc::WriteOptions(), reinterpret_cast<void*>(2));
+  ASSERT_TRUE(cq.Next(&tag, &ok));
+  grpc::ByteBuffer response;
+  call->Read(&response, reinterpret_cast<void*>(3));
+  ASSERT_TRUE(cq.Next(&tag, &ok));
+  EXPECT_FALSE(ok);  // No message, only a status.
+  grpc::Status status;
+  call->Finish(&status, reinterpret_cast<void*>(4));
+  ASSERT_TRUE(cq.Next(&tag, &ok));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+      << status.error_message();
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+  EXPECT_EQ(Info("w").subscribers(), 0u);
+}
+
 TEST_F(BadInputTest, CyclesAreFailedPrecondition) {
   v1::ApplyRequest request;
   request.set_world("w");
