@@ -311,12 +311,14 @@ void Replicator::SortByDepth(std::vector<EntityId>& entities) const {
 }
 
 void Replicator::Unsubscribe(SubscriptionId id) {
-  std::unique_ptr<Subscription> gone;
-  std::lock_guard<std::mutex> lock(mu_);
-  auto it = subs_.find(id);
-  if (it == subs_.end()) return;
-  gone = std::move(it->second);  // Freed outside nothing: sinks own no lock.
-  subs_.erase(it);
+  std::unique_ptr<Subscription> gone;  // Freed after the lock is released.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = subs_.find(id);
+    if (it == subs_.end()) return;
+    gone = std::move(it->second);
+    subs_.erase(it);
+  }
 }
 
 std::shared_ptr<const Outgoing> Replicator::Next(SubscriptionId id,

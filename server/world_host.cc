@@ -368,15 +368,21 @@ void WorldHost::EndAllStreams(const absl::Status& status) {
 }
 
 void WorldHost::TickLoop() {
-  absl::flat_hash_map<HostedWorld*, absl::Time> next_tick;
+  // Keyed by the world itself (held here), so a deleted world's entry goes
+  // with it and a new world never inherits another's schedule.
+  absl::flat_hash_map<std::shared_ptr<HostedWorld>, absl::Time> next_tick;
   absl::Time next_poll = absl::Now();
   for (;;) {
     const absl::Time now = absl::Now();
     absl::Time wake = now + kPollInterval;
-    for (const auto& world : List()) {
+    const std::vector<std::shared_ptr<HostedWorld>> worlds = List();
+    absl::erase_if(next_tick, [&](const auto& entry) {
+      return std::find(worlds.begin(), worlds.end(), entry.first) ==
+             worlds.end();
+    });
+    for (const auto& world : worlds) {
       if (world->mode() == v1::FRAME_MODE_TICK) {
-        auto [it, inserted] =
-            next_tick.try_emplace(world.get(), now + world->tick());
+        auto [it, inserted] = next_tick.try_emplace(world, now + world->tick());
         if (now >= it->second) {
           world->Publish();
           // A tick that falls behind is dropped, not replayed in a burst.
