@@ -98,6 +98,12 @@ void SetNsPerTransform(benchmark::State& state,
       benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
+// What a structural change really costs: instances shifted per operation.
+void SetRelocated(benchmark::State& state, uint64_t relocated) {
+  state.counters["relocated"] =
+      static_cast<double>(relocated) / static_cast<double>(state.iterations());
+}
+
 // Moves `roots` by alternating their positions, so every matrix below them
 // really changes each iteration (an unchanged matrix is skipped by tracking).
 std::vector<SetLocalOp> Toggle(World& world, const std::vector<EntityId>& roots,
@@ -208,6 +214,7 @@ void BM_Reparent1k(benchmark::State& state) {
   std::mt19937 rng(13);
   std::uniform_int_distribution<EntityId> tree(0, 999);
   FrameChanges changes;
+  uint64_t relocated = 0;  // Instances moved in memory to keep pre-order.
   for (auto _ : state) {
     state.PauseTiming();
     const EntityId moved = tree(rng) * 1000 + 1;
@@ -215,14 +222,17 @@ void BM_Reparent1k(benchmark::State& state) {
     if (host == moved) host = (host + 1000) % kTransforms;
     const EntityId new_parent =
         host + 1 + tree(rng) % 999;  // A leaf of another tree.
+    const uint64_t before = world.stats().relocated;
     state.ResumeTiming();
     if (!world.Link(moved, new_parent).ok()) state.SkipWithError("link failed");
     state.PauseTiming();
+    relocated += world.stats().relocated - before;
     if (!world.Unlink(moved).ok()) state.SkipWithError("unlink failed");
     world.EndFrame(&changes);
     state.ResumeTiming();
   }
   state.SetLabel("wide, 1000-node subtree under a leaf of another tree");
+  SetRelocated(state, relocated);
   SetNsPerTransform(state, 1000);
 }
 
@@ -231,6 +241,7 @@ void BM_Destroy1k(benchmark::State& state) {
   std::mt19937 rng(17);
   std::uniform_int_distribution<EntityId> tree(0, 999);
   FrameChanges changes;
+  uint64_t relocated = 0;  // Instances moved in memory to keep pre-order.
   for (auto _ : state) {
     state.PauseTiming();
     const EntityId root = tree(rng) * 1000 + 1;
@@ -239,14 +250,17 @@ void BM_Destroy1k(benchmark::State& state) {
     for (EntityId e : subtree) {
       again.push_back({e, *world.Parent(e), *world.Local(e)});
     }
+    const uint64_t before = world.stats().relocated;
     state.ResumeTiming();
     if (!world.Destroy(root).ok()) state.SkipWithError("destroy failed");
     state.PauseTiming();
+    relocated += world.stats().relocated - before;
     if (!world.CreateMany(again).ok()) state.SkipWithError("recreate failed");
     world.EndFrame(&changes);
     state.ResumeTiming();
   }
   state.SetLabel("wide, 1000-node subtree");
+  SetRelocated(state, relocated);
   SetNsPerTransform(state, 1000);
 }
 

@@ -432,11 +432,6 @@ size_t Replicator::echo_filtered_subscribers() const {
   return n;
 }
 
-size_t Replicator::entities() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return state_.size();
-}
-
 std::vector<SubscriberStats> Replicator::Stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<SubscriberStats> out;

@@ -116,7 +116,7 @@ class Replicator {
   uint64_t frame() const;
   size_t subscribers() const;
   size_t echo_filtered_subscribers() const;
-  size_t entities() const;
+
   std::vector<SubscriberStats> Stats() const;
 
  private:

@@ -341,13 +341,11 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* XformService::Subscribe(
     return new RefusedStream(
         absl::InvalidArgumentError("max_rate_hz must be in [0, 1e6]"));
   }
-  for (uint64_t e : request->entity()) {
-    if (e == kNoEntity)
-      return new RefusedStream(absl::InvalidArgumentError("entity id 0"));
-  }
-  for (uint64_t e : request->subtree()) {
-    if (e == kNoEntity)
-      return new RefusedStream(absl::InvalidArgumentError("subtree id 0"));
+  for (const auto* ids : {&request->entity(), &request->subtree()}) {
+    if (std::find(ids->begin(), ids->end(), kNoEntity) != ids->end()) {
+      return new RefusedStream(
+          absl::InvalidArgumentError("entity id 0 in a subscription filter"));
+    }
   }
   if ((*world)->replicator().subscribers() >= host_.limits().max_subscribers) {
     return new RefusedStream(absl::ResourceExhaustedError(

@@ -189,20 +189,7 @@ absl::StatusOr<uint64_t> HostedWorld::Apply(const v1::ApplyRequest& request,
         absl::StrCat("world '", name_, "' would exceed ",
                      limits.max_entities_per_world, " entities"));
   }
-  // A physics step is all set-locals: the core's fast path skips the
-  // general validator's overlay.
-  const bool only_set_locals = std::all_of(
-      commands->begin(), commands->end(),
-      [](const Command& c) { return std::holds_alternative<SetLocalOp>(c); });
-  if (only_set_locals && !commands->empty()) {
-    std::vector<SetLocalOp> set_locals;
-    set_locals.reserve(commands->size());
-    for (const Command& c : *commands)
-      set_locals.push_back(std::get<SetLocalOp>(c));
-    if (absl::Status s = world_.SetLocals(set_locals); !s.ok()) return s;
-  } else if (absl::Status s = world_.Apply(*commands); !s.ok()) {
-    return s;
-  }
+  if (absl::Status s = world_.Apply(*commands); !s.ok()) return s;
   // Remember who set what, for subscribers that want no echo. Tracked only
   // once such a subscriber exists; anonymous writes ("") block suppression.
   if (replicator_.echo_filtered_subscribers() > 0) {

@@ -80,10 +80,6 @@ Matrix3x4 FromMat4(const glm::mat4& a) {
   return out;
 }
 
-Matrix3x4 Inverse(const Matrix3x4& a) {
-  return FromMat4(glm::affineInverse(ToMat4(a)));
-}
-
 namespace {
 
 glm::dmat4 ToDMat4(const Matrix3x4& a) { return glm::dmat4(ToMat4(a)); }

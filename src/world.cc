@@ -79,6 +79,16 @@ World::~World() = default;
 // Mutations: validate whole, then apply, then propagate once.
 
 absl::Status World::Apply(absl::Span<const Command> batch) {
+  // A physics step is all set-locals: no structure to simulate, so the
+  // overlay validator is not needed (same checks, same order, one lookup).
+  if (!batch.empty() &&
+      std::all_of(batch.begin(), batch.end(), [](const Command& c) {
+        return std::holds_alternative<SetLocalOp>(c);
+      })) {
+    return SetLocalsOf(batch.size(), [&](size_t k) -> const SetLocalOp& {
+      return std::get<SetLocalOp>(batch[k]);
+    });
+  }
   {
     BatchValidator validator(*this);
     for (size_t k = 0; k < batch.size(); ++k) {
@@ -150,23 +160,29 @@ absl::Status World::CreateMany(absl::Span<const CreateOp> ops) {
 }
 
 absl::Status World::SetLocals(absl::Span<const SetLocalOp> ops) {
-  std::vector<Index> targets(ops.size());
-  for (size_t k = 0; k < ops.size(); ++k) {
+  return SetLocalsOf(ops.size(),
+                     [&](size_t k) -> const SetLocalOp& { return ops[k]; });
+}
+
+template <typename Get>
+absl::Status World::SetLocalsOf(size_t count, Get get) {
+  std::vector<Index> targets(count);
+  for (size_t k = 0; k < count; ++k) {
+    const SetLocalOp& op = get(k);
     absl::Status status;
-    if (ops[k].entity == kNoEntity) {
+    if (op.entity == kNoEntity) {
       status = absl::InvalidArgumentError("entity id 0 is reserved for 'none'");
-    } else if (status = ValidateTransform(ops[k].local); !status.ok()) {
-    } else if (targets[k] = index_of(ops[k].entity); targets[k] == kNone) {
+    } else if (status = ValidateTransform(op.local); !status.ok()) {
+    } else if (targets[k] = index_of(op.entity); targets[k] == kNone) {
       status = absl::NotFoundError("not found");
     }
     if (!status.ok()) {
       return absl::Status(status.code(),
                           absl::StrCat("command ", k, " (set local entity ",
-                                       ops[k].entity, "): ", status.message()));
+                                       op.entity, "): ", status.message()));
     }
   }
-  for (size_t k = 0; k < ops.size(); ++k)
-    ApplySetLocal(targets[k], ops[k].local);
+  for (size_t k = 0; k < count; ++k) ApplySetLocal(targets[k], get(k).local);
   Propagate();
   return absl::OkStatus();
 }

@@ -67,9 +67,6 @@ Matrix3x4 ToMatrix(const Transform& t);
 // parent * child, both affine.
 Matrix3x4 Multiply(const Matrix3x4& parent, const Matrix3x4& child);
 
-// The inverse of an invertible affine matrix.
-Matrix3x4 Inverse(const Matrix3x4& a);
-
 // The TRS nearest to `a`: exact when `a` has no shear. A matrix with shear
 // (a non-uniformly scaled parent under a rotated child) has no exact TRS; the
 // result then keeps the translation and the axis lengths, and orthonormalizes
@@ -77,7 +74,7 @@ Matrix3x4 Inverse(const Matrix3x4& a);
 Transform Decompose(const Matrix3x4& a);
 
 // The local transform that yields `world` under a parent whose world matrix
-// is `parent_world`: Decompose(Inverse(parent_world) * world), computed in
+// is `parent_world`: Decompose(parent_world^-1 * world), computed in
 // double so that a badly conditioned parent (deep, non-uniformly scaled) does
 // not cost the float result its digits.
 Transform LocalForWorld(const Matrix3x4& parent_world, const Matrix3x4& world);

@@ -225,6 +225,10 @@ class World {
 
   // Structural primitives. Each keeps pre-order, parent links, subtree sizes
   // and the slot map exact.
+  // SetLocals over `count` ops that get(k) returns: the one implementation
+  // behind SetLocals() and all-set-local batches given to Apply().
+  template <typename Get>
+  absl::Status SetLocalsOf(size_t count, Get get);
   void ApplyCreates(absl::Span<const CreateOp> ops);
   void ApplyDestroy(const DestroyOp& op);
   void ApplyLink(const LinkOp& op);
