@@ -22,6 +22,7 @@
 #include "benchmark/benchmark.h"
 #include "glm/gtc/matrix_transform.hpp"
 #include "glm/gtc/quaternion.hpp"
+#include "xform/scenes.h"
 #include "xform/world.h"
 
 namespace xform {
@@ -29,66 +30,27 @@ namespace {
 
 constexpr size_t kTransforms = 1'000'000;
 
-enum Shape { kWide, kScene, kChains };
-const char* const kShapeNames[] = {"wide", "scene", "chains"};
+using Shape = SceneShape;
+constexpr Shape kWide = SceneShape::kWide;
+constexpr Shape kScene = SceneShape::kScene;
+constexpr Shape kChains = SceneShape::kChains;
 
-Transform RandomTrs(std::mt19937& rng) {
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  Transform t;
-  t.position = {u(rng) * 10, u(rng) * 10, u(rng) * 10};
-  t.rotation = glm::angleAxis(u(rng) * 3.0f,
-                              glm::normalize(glm::vec3(u(rng), u(rng), u(rng)) +
-                                             glm::vec3(0, 0, 0.01f)));
-  t.scale = {1.0f + 0.2f * u(rng), 1.0f + 0.2f * u(rng), 1.0f + 0.2f * u(rng)};
-  return t;
-}
-
-// Ids are 1-based positions in creation order; parents precede children.
 std::vector<CreateOp> MakeShape(Shape shape) {
-  std::mt19937 rng(42);
-  std::vector<CreateOp> ops(kTransforms);
-  std::uniform_int_distribution<int> back(1, 64);
-  std::bernoulli_distribution new_root(0.01);
-  for (size_t i = 0; i < kTransforms; ++i) {
-    EntityId parent = kNoEntity;
-    switch (shape) {
-      case kWide:
-        parent = i % 1000 == 0 ? kNoEntity : (i / 1000) * 1000 + 1;
-        break;
-      case kScene:
-        if (i > 0 && !new_root(rng)) {
-          parent =
-              std::max<int64_t>(0, static_cast<int64_t>(i) - back(rng)) + 1;
-        }
-        break;
-      case kChains:
-        parent = i % 100 == 0 ? kNoEntity : i;  // The previous node.
-        break;
-    }
-    ops[i] = {i + 1, parent, RandomTrs(rng)};
-  }
-  return ops;
-}
-
-std::vector<EntityId> Roots(const std::vector<CreateOp>& ops) {
-  std::vector<EntityId> roots;
-  for (const CreateOp& op : ops) {
-    if (op.parent == kNoEntity) roots.push_back(op.entity);
-  }
-  return roots;
+  return MakeScene(shape, kTransforms);
 }
 
 // Built once per shape and shared: building 1M transforms per benchmark would
 // dominate the run.
 World& SharedWorld(Shape shape) {
   static std::unique_ptr<World> worlds[3];
-  if (!worlds[shape]) {
-    worlds[shape] = std::make_unique<World>();
-    if (!worlds[shape]->CreateMany(MakeShape(shape)).ok()) std::abort();
+  if (!worlds[static_cast<int>(shape)]) {
+    worlds[static_cast<int>(shape)] = std::make_unique<World>();
+    if (!worlds[static_cast<int>(shape)]->CreateMany(MakeShape(shape)).ok())
+      std::abort();
     FrameChanges changes;
-    worlds[shape]->EndFrame(&changes);
+    worlds[static_cast<int>(shape)]->EndFrame(&changes);
   }
-  return *worlds[shape];
+  return *worlds[static_cast<int>(shape)];
 }
 
 void SetNsPerTransform(benchmark::State& state,
@@ -173,7 +135,7 @@ void BM_BatchSetLocal10k(benchmark::State& state, Shape shape) {
   for (auto _ : state) {
     state.PauseTiming();
     std::vector<SetLocalOp> ops(10'000);
-    for (SetLocalOp& op : ops) op = {pick(rng), RandomTrs(rng)};
+    for (SetLocalOp& op : ops) op = {pick(rng), RandomTransform(rng)};
     state.ResumeTiming();
     if (!world.SetLocals(ops).ok()) state.SkipWithError("set locals failed");
     float sum = 0;
@@ -348,7 +310,8 @@ void RegisterAll() {
   };
   for (const auto& b : per_shape) {
     for (Shape shape : {kWide, kScene, kChains}) {
-      const std::string name = std::string(b.name) + "/" + kShapeNames[shape];
+      const std::string name =
+          std::string(b.name) + "/" + SceneShapeName(shape);
       benchmark::RegisterBenchmark(name.c_str(), b.fn, shape)->Unit(b.unit);
     }
   }

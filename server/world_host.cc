@@ -11,49 +11,8 @@
 namespace xform::server {
 namespace {
 
-constexpr int kTrsFloats = 10;
-constexpr int kMatrixFloats = 12;
 // How often the ticker polls subscribers (rate limits, stuck writes).
 constexpr absl::Duration kPollInterval = absl::Milliseconds(5);
-
-Transform ToTransform(const float* f) {
-  Transform t;
-  t.position = {f[0], f[1], f[2]};
-  t.rotation = glm::quat(f[6], f[3], f[4], f[5]);  // glm takes (w, x, y, z).
-  t.scale = {f[7], f[8], f[9]};
-  return t;
-}
-
-void AppendTransform(const Transform& t,
-                     google::protobuf::RepeatedField<float>* out) {
-  for (float f :
-       {t.position.x, t.position.y, t.position.z, t.rotation.x, t.rotation.y,
-        t.rotation.z, t.rotation.w, t.scale.x, t.scale.y, t.scale.z}) {
-    out->Add(f);
-  }
-}
-
-absl::Status Malformed(int index, absl::string_view what) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("command ", index, ": ", what));
-}
-
-// Set-local and set-world commands: ids, and 10 floats of TRS per id.
-template <typename Op>
-absl::Status AppendTransformOps(
-    int index, absl::string_view what,
-    const google::protobuf::RepeatedField<uint64_t>& entities,
-    const google::protobuf::RepeatedField<float>& values,
-    std::vector<Command>* commands) {
-  if (values.size() != kTrsFloats * entities.size()) {
-    return Malformed(index, absl::StrCat(what, ": 10 floats per entity"));
-  }
-  for (int i = 0; i < entities.size(); ++i) {
-    commands->push_back(
-        Op{entities.Get(i), ToTransform(values.data() + kTrsFloats * i)});
-  }
-  return absl::OkStatus();
-}
 
 bool ValidName(absl::string_view name) {
   if (name.empty() || name.size() > 128) return false;
@@ -64,106 +23,6 @@ bool ValidName(absl::string_view name) {
 }
 
 }  // namespace
-
-absl::StatusOr<std::vector<Command>> ToCommands(const v1::ApplyRequest& request,
-                                                size_t max_batch) {
-  size_t named = 0;
-  for (const v1::Command& c : request.commands()) {
-    switch (c.kind_case()) {
-      case v1::Command::kCreate:
-        named += c.create().entity_size();
-        break;
-      case v1::Command::kDestroy:
-        named += c.destroy().entity_size();
-        break;
-      case v1::Command::kLink:
-        named += c.link().entity_size();
-        break;
-      case v1::Command::kSetLocal:
-        named += c.set_local().entity_size();
-        break;
-      case v1::Command::kSetWorld:
-        named += c.set_world().entity_size();
-        break;
-      default:
-        break;
-    }
-  }
-  if (named > max_batch) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the batch names ", named, " entities; the limit is ", max_batch));
-  }
-  std::vector<Command> commands;
-  commands.reserve(named);
-  for (int k = 0; k < request.commands_size(); ++k) {
-    const v1::Command& c = request.commands(k);
-    switch (c.kind_case()) {
-      case v1::Command::kCreate: {
-        const v1::CreateCommand& create = c.create();
-        const int n = create.entity_size();
-        if (create.parent_size() != 0 && create.parent_size() != n) {
-          return Malformed(k, "create: parent must be empty or one per entity");
-        }
-        if (create.local_size() != 0 && create.local_size() != kTrsFloats * n) {
-          return Malformed(
-              k, "create: local must be empty or 10 floats per entity");
-        }
-        for (int i = 0; i < n; ++i) {
-          CreateOp op;
-          op.entity = create.entity(i);
-          if (create.parent_size() != 0) op.parent = create.parent(i);
-          if (create.local_size() != 0) {
-            op.local = ToTransform(create.local().data() + kTrsFloats * i);
-          }
-          commands.push_back(op);
-        }
-        break;
-      }
-      case v1::Command::kDestroy:
-        for (EntityId e : c.destroy().entity()) {
-          commands.push_back(DestroyOp{e, c.destroy().keep_children()
-                                              ? DestroyMode::kReparentChildren
-                                              : DestroyMode::kSubtree});
-        }
-        break;
-      case v1::Command::kLink: {
-        const v1::LinkCommand& link = c.link();
-        if (link.parent_size() != link.entity_size()) {
-          return Malformed(k, "link: one parent per entity (0 unlinks)");
-        }
-        for (int i = 0; i < link.entity_size(); ++i) {
-          commands.push_back(LinkOp{
-              link.entity(i), link.parent(i),
-              link.keep_world() ? LinkMode::kKeepWorld : LinkMode::kKeepLocal});
-        }
-        break;
-      }
-      case v1::Command::kSetLocal:
-        if (absl::Status s = AppendTransformOps<SetLocalOp>(
-                k, "set_local", c.set_local().entity(), c.set_local().local(),
-                &commands);
-            !s.ok()) {
-          return s;
-        }
-        break;
-      case v1::Command::kSetWorld:
-        if (absl::Status s = AppendTransformOps<SetWorldOp>(
-                k, "set_world", c.set_world().entity(), c.set_world().world(),
-                &commands);
-            !s.ok()) {
-          return s;
-        }
-        break;
-      default:
-        return Malformed(k, "empty command");
-    }
-  }
-  if (commands.empty() && !request.end_frame()) {
-    return absl::InvalidArgumentError(
-        "empty batch: no commands and no end_frame");
-  }
-  return commands;
-}
 
 // ---------------------------------------------------------------------------
 
@@ -177,7 +36,7 @@ HostedWorld::HostedWorld(std::string name, v1::FrameMode mode, double tick_hz)
 absl::StatusOr<uint64_t> HostedWorld::Apply(const v1::ApplyRequest& request,
                                             const Limits& limits) {
   absl::StatusOr<std::vector<Command>> commands =
-      ToCommands(request, limits.max_batch);
+      v1::ToCommands(request, limits.max_batch);
   if (!commands.ok()) return commands.status();
   size_t creates = 0;
   for (const Command& c : *commands)
@@ -223,7 +82,8 @@ absl::Status HostedWorld::Read(const v1::ReadRequest& request,
   if (entities.empty()) {
     return absl::InvalidArgumentError("name entities or a subtree to read");
   }
-  constexpr size_t kBytesPerEntity = 8 + 8 + 4 * (kTrsFloats + kMatrixFloats);
+  constexpr size_t kBytesPerEntity =
+      8 + 8 + 4 * (v1::kTrsFloats + v1::kMatrixFloats);
   if (entities.size() * kBytesPerEntity > limits.max_message_bytes) {
     return absl::ResourceExhaustedError(
         absl::StrCat("reading ", entities.size(),
@@ -234,7 +94,7 @@ absl::Status HostedWorld::Read(const v1::ReadRequest& request,
     if (!local.ok()) return local.status();
     response->add_entity(e);
     response->add_parent(*world_.Parent(e));
-    AppendTransform(*local, response->mutable_local());
+    v1::AppendTransform(*local, response->mutable_local());
     const Matrix3x4 world = *world_.WorldMatrix(e);
     for (float f : world.m) response->add_world(f);
   }

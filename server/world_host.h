@@ -25,6 +25,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/replicator.h"
+#include "xform/v1/wire.h"
 #include "xform/v1/xform.pb.h"
 #include "xform/world.h"
 
@@ -37,12 +38,6 @@ struct Limits {
   size_t max_subscribers = 256;  // Per world.
   size_t max_message_bytes = 4 << 20;
 };
-
-// The commands of an ApplyRequest, or INVALID_ARGUMENT for a malformed one
-// (an empty command, arrays of mismatched lengths), or RESOURCE_EXHAUSTED
-// when it names more than `max_batch` entities.
-absl::StatusOr<std::vector<Command>> ToCommands(const v1::ApplyRequest& request,
-                                                size_t max_batch);
 
 class HostedWorld {
  public:

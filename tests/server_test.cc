@@ -25,6 +25,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "gtest/gtest.h"
 #include "server/service.h"
+#include "tests/loopback_server.h"
 #include "xform/v1/xform.grpc.pb.h"
 #include "xform/world.h"
 #include "xform_test/reflection.pb.h"
@@ -94,32 +95,13 @@ class ServerTest : public testing::Test {
   void SetUp() override { StartServer(Limits{}); }
 
   void StartServer(const Limits& limits) {
-    host_ = std::make_unique<WorldHost>(limits, 60);
-    service_ = std::make_unique<XformService>(*host_, ServiceOptions{});
-    grpc::EnableDefaultHealthCheckService(true);
-    grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-    grpc::ServerBuilder builder;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                             &port_);
-    builder.RegisterService(service_.get());
-    builder.SetMaxSendMessageSize(64 << 20);
-    builder.SetMaxReceiveMessageSize(64 << 20);
-    server_ = builder.BuildAndStart();
-    ASSERT_NE(server_, nullptr);
-    ASSERT_NE(port_, 0);
+    server_.Stop();
+    ASSERT_TRUE(server_.Start(limits));
+    port_ = server_.port();
     stub_ = v1::Xform::NewStub(NewChannel());
   }
 
-  void TearDown() override {
-    if (server_) {
-      host_->EndAllStreams(absl::UnavailableError("test over"));
-      server_->Shutdown(std::chrono::system_clock::now() +
-                        std::chrono::seconds(5));
-      server_->Wait();
-    }
-    service_.reset();
-    host_.reset();
-  }
+  void TearDown() override { server_.Stop(); }
 
   std::shared_ptr<grpc::Channel> NewChannel() {
     grpc::ChannelArguments args;
@@ -189,9 +171,7 @@ class ServerTest : public testing::Test {
     EXPECT_EQ(reader->Finish().error_code(), code);
   }
 
-  std::unique_ptr<WorldHost> host_;
-  std::unique_ptr<XformService> service_;
-  std::unique_ptr<grpc::Server> server_;
+  LoopbackServer server_;
   std::unique_ptr<v1::Xform::Stub> stub_;
   int port_ = 0;
 };
@@ -207,7 +187,8 @@ void AddTrs(const Transform& t, google::protobuf::RepeatedField<float>* out) {
 
 // The same batch as core commands, for the test's reference world.
 std::vector<Command> ToCore(const v1::ApplyRequest& request) {
-  absl::StatusOr<std::vector<Command>> commands = ToCommands(request, 1 << 30);
+  absl::StatusOr<std::vector<Command>> commands =
+      v1::ToCommands(request, 1 << 30);
   EXPECT_TRUE(commands.ok()) << commands.status();
   return commands.ok() ? *commands : std::vector<Command>{};
 }
@@ -527,7 +508,8 @@ TEST_F(ServerTest, StalledSubscriberSkipsFramesAndConverges) {
   const uint64_t fast_messages_before = fast.messages();
   size_t max_pending = 0;
   for (int k = 0; k < 100; ++k) {  // About two seconds of stall.
-    for (const SubscriberStats& s : (*host_->Get("w"))->replicator().Stats()) {
+    for (const SubscriberStats& s :
+         (*server_.host().Get("w"))->replicator().Stats()) {
       max_pending = std::max(max_pending, s.pending);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -721,7 +703,7 @@ TEST_F(ServerTest, DeletingAWorldEndsItsStreams) {
 
 TEST_F(ServerTest, HealthAndReflectionAnswer) {
   auto channel = NewChannel();
-  server_->GetHealthCheckService()->SetServingStatus(true);
+  server_.grpc_server().GetHealthCheckService()->SetServingStatus(true);
   {
     auto health = grpc::health::v1::Health::NewStub(channel);
     grpc::ClientContext context;

@@ -1,0 +1,535 @@
+// Copyright 2026 The xform Authors.
+//
+// xformctl: worlds, entities and live subscriptions of an xformd server from
+// the command line, for people (aligned text) and scripts (--json: one JSON
+// object per result or per streamed message). Errors print the server's
+// status code and message and exit 1; usage errors exit 2.
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "nlohmann/json.hpp"
+#include "xform/client.h"
+#include "xform/mirror.h"
+
+ABSL_FLAG(std::string, server, "127.0.0.1:50051", "xformd address");
+ABSL_FLAG(std::string, token, "", "Bearer token (xformd --token)");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM file of root certificates: talk TLS, verifying with these");
+ABSL_FLAG(double, timeout_s, 10, "Deadline of each call, and of connecting");
+ABSL_FLAG(bool, json, false, "Print JSON (one object per line)");
+// worlds create
+ABSL_FLAG(std::string, mode, "tick", "worlds create: tick or driven");
+ABSL_FLAG(double, tick_hz, 0, "worlds create: tick rate (0: server default)");
+// entities
+ABSL_FLAG(uint64_t, parent, 0, "entities create: the parent (0: a root)");
+ABSL_FLAG(std::string, position, "", "x,y,z");
+ABSL_FLAG(std::string, rotation, "", "a unit quaternion x,y,z,w");
+ABSL_FLAG(std::string, scale, "", "x,y,z");
+ABSL_FLAG(bool, keep_children, false,
+          "entities destroy: children go to the parent, keeping their world");
+ABSL_FLAG(bool, keep_world, false,
+          "entities link: keep the world transform (default: the local)");
+ABSL_FLAG(bool, subtree, false, "entities get: the entity and all below it");
+ABSL_FLAG(bool, end_frame, false, "writes: publish a frame (driven worlds)");
+// watch
+ABSL_FLAG(std::string, entities, "", "watch: only these ids (a,b,c)");
+ABSL_FLAG(std::string, subtrees, "", "watch: only the subtrees of these ids");
+ABSL_FLAG(double, rate_hz, 0, "watch: at most this many messages a second");
+ABSL_FLAG(int, frames, 0, "watch: stop after this many frames (0: never)");
+ABSL_FLAG(bool, verbose, false, "watch: print every change, not only counts");
+
+namespace xform {
+namespace {
+
+using Json = nlohmann::json;
+
+constexpr int kServerError = 1;
+constexpr int kUsageError = 2;
+
+struct Command {
+  const char* name;
+  const char* usage;
+  const char* help;
+};
+
+const Command kCommands[] = {
+    {"worlds list", "xformctl worlds list", "Lists the server's worlds."},
+    {"worlds create",
+     "xformctl worlds create NAME [--mode=tick|driven] "
+     "[--tick_hz=HZ]",
+     "Creates a world. A tick world publishes frames at its rate; a driven "
+     "world when a write says --end_frame."},
+    {"worlds info", "xformctl worlds info NAME",
+     "A world's mode, rate, size, last frame and subscriber count."},
+    {"worlds delete", "xformctl worlds delete NAME",
+     "Deletes a world; its subscribers' streams end NOT_FOUND."},
+    {"entities create",
+     "xformctl entities create WORLD ID [--parent=ID] [--position=x,y,z] "
+     "[--rotation=x,y,z,w] [--scale=x,y,z]",
+     "Creates an entity with a local transform (identity where not given)."},
+    {"entities destroy", "xformctl entities destroy WORLD ID [--keep_children]",
+     "Destroys an entity and its subtree, or only the entity."},
+    {"entities link", "xformctl entities link WORLD ID PARENT [--keep_world]",
+     "Moves an entity under PARENT (0: makes it a root)."},
+    {"entities set",
+     "xformctl entities set WORLD ID [--position=x,y,z] [--rotation=x,y,z,w] "
+     "[--scale=x,y,z]",
+     "Changes the given parts of an entity's local transform."},
+    {"entities get", "xformctl entities get WORLD ID... [--subtree]",
+     "Prints entities' parent, local transform and world matrix."},
+    {"watch",
+     "xformctl watch WORLD [--entities=a,b] [--subtrees=a,b] [--rate_hz=HZ] "
+     "[--frames=N] [--verbose]",
+     "Subscribes and prints a line per message: frame, counts and latency "
+     "(publish to receive), or every change with --verbose. Reconnects if "
+     "the stream drops."},
+};
+
+void PrintUsage(FILE* out, absl::string_view only) {
+  if (only.empty()) {
+    std::fprintf(out,
+                 "xformctl: drive and watch an xformd server.\n\n"
+                 "Commands:\n");
+  }
+  for (const Command& c : kCommands) {
+    if (!only.empty() && !absl::StartsWith(c.name, only)) continue;
+    std::fprintf(out, "  %s\n      %s\n", c.usage, c.help);
+  }
+  std::fprintf(out,
+               "\nEvery command: --server=HOST:PORT (127.0.0.1:50051) "
+               "--json --token=T --tls_ca=FILE --timeout_s=S\n"
+               "Help for one command: xformctl COMMAND --help\n");
+}
+
+int Fail(const absl::Status& status) {
+  if (absl::GetFlag(FLAGS_json)) {
+    Json j = {{"error", absl::StatusCodeToString(status.code())},
+              {"message", std::string(status.message())}};
+    std::fprintf(stderr, "%s\n", j.dump().c_str());
+  } else {
+    std::fprintf(stderr, "error: %s: %s\n",
+                 absl::StatusCodeToString(status.code()).c_str(),
+                 std::string(status.message()).c_str());
+  }
+  return kServerError;
+}
+
+int UsageError(absl::string_view what, absl::string_view command) {
+  std::fprintf(stderr, "xformctl: %s\n\n", std::string(what).c_str());
+  PrintUsage(stderr, command);
+  return kUsageError;
+}
+
+void Print(const Json& json, const std::string& text) {
+  std::printf("%s\n",
+              absl::GetFlag(FLAGS_json) ? json.dump().c_str() : text.c_str());
+  std::fflush(stdout);
+}
+
+bool ParseFloats(absl::string_view text, size_t count, float* out) {
+  std::vector<std::string> parts = absl::StrSplit(text, ',');
+  if (parts.size() != count) return false;
+  for (size_t i = 0; i < count; ++i) {
+    if (!absl::SimpleAtof(parts[i], &out[i])) return false;
+  }
+  return true;
+}
+
+bool ParseIds(absl::string_view text, std::vector<EntityId>* ids) {
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    EntityId id;
+    if (!absl::SimpleAtoi(part, &id)) return false;
+    ids->push_back(id);
+  }
+  return true;
+}
+
+// Applies --position/--rotation/--scale over `t`; false on a malformed one.
+bool OverrideTransform(Transform* t, std::string* error) {
+  const std::string position = absl::GetFlag(FLAGS_position);
+  const std::string rotation = absl::GetFlag(FLAGS_rotation);
+  const std::string scale = absl::GetFlag(FLAGS_scale);
+  float v[4];
+  if (!position.empty()) {
+    if (!ParseFloats(position, 3, v)) {
+      *error = "--position takes x,y,z";
+      return false;
+    }
+    t->position = {v[0], v[1], v[2]};
+  }
+  if (!rotation.empty()) {
+    if (!ParseFloats(rotation, 4, v)) {
+      *error = "--rotation takes a quaternion x,y,z,w";
+      return false;
+    }
+    t->rotation = glm::quat(v[3], v[0], v[1], v[2]);
+  }
+  if (!scale.empty()) {
+    if (!ParseFloats(scale, 3, v)) {
+      *error = "--scale takes x,y,z";
+      return false;
+    }
+    t->scale = {v[0], v[1], v[2]};
+  }
+  return true;
+}
+
+const char* ModeName(FrameMode mode) {
+  switch (mode) {
+    case FrameMode::kTick:
+      return "tick";
+    case FrameMode::kDriven:
+      return "driven";
+    case FrameMode::kServerDefault:
+      break;
+  }
+  return "default";
+}
+
+Json ToJson(const WorldInfo& w) {
+  return {{"name", w.name},       {"mode", ModeName(w.mode)},
+          {"tick_hz", w.tick_hz}, {"entities", w.entities},
+          {"frame", w.frame},     {"subscribers", w.subscribers}};
+}
+
+std::string ToText(const WorldInfo& w) {
+  return absl::StrFormat(
+      "%-24s %-7s %7.1f Hz %10u entities  frame %-9u %u subscribers", w.name,
+      ModeName(w.mode), w.tick_hz, w.entities, w.frame, w.subscribers);
+}
+
+std::vector<float> Floats(const Transform& t) {
+  return {t.position.x, t.position.y, t.position.z, t.rotation.x, t.rotation.y,
+          t.rotation.z, t.rotation.w, t.scale.x,    t.scale.y,    t.scale.z};
+}
+
+// The command line after the flags: the command's words, then its operands.
+struct Invocation {
+  std::string command;  // "worlds create", "watch", ...
+  std::vector<std::string> operands;
+};
+
+class Ctl {
+ public:
+  explicit Ctl(Client& client) : client_(client) {}
+
+  int Run(const Invocation& in) {
+    using Handler = int (Ctl::*)(const std::vector<std::string>&);
+    static const std::map<std::string, std::pair<size_t, Handler>> kHandlers = {
+        {"worlds list", {0, &Ctl::WorldsList}},
+        {"worlds create", {1, &Ctl::WorldsCreate}},
+        {"worlds info", {1, &Ctl::WorldsInfo}},
+        {"worlds delete", {1, &Ctl::WorldsDelete}},
+        {"entities create", {2, &Ctl::EntitiesCreate}},
+        {"entities destroy", {2, &Ctl::EntitiesDestroy}},
+        {"entities link", {3, &Ctl::EntitiesLink}},
+        {"entities set", {2, &Ctl::EntitiesSet}},
+        {"entities get", {2, &Ctl::EntitiesGet}},
+        {"watch", {1, &Ctl::Watch}}};
+    auto it = kHandlers.find(in.command);
+    if (it == kHandlers.end()) {
+      return UsageError(absl::StrCat("unknown command '", in.command, "'"), "");
+    }
+    const auto& [operands, handler] = it->second;
+    const bool variadic = in.command == "entities get";
+    if (variadic ? in.operands.size() < operands
+                 : in.operands.size() != operands) {
+      return UsageError("wrong number of operands", in.command);
+    }
+    if (absl::StartsWith(in.command, "entities")) {
+      for (size_t i = 1; i < in.operands.size(); ++i) {
+        EntityId id;
+        if (!absl::SimpleAtoi(in.operands[i], &id)) {
+          return UsageError(
+              absl::StrCat("'", in.operands[i], "' is not an entity id"),
+              in.command);
+        }
+        ids_.push_back(id);
+      }
+    }
+    return (this->*handler)(in.operands);
+  }
+
+ private:
+  int WorldsList(const std::vector<std::string>&) {
+    absl::StatusOr<std::vector<WorldInfo>> worlds = client_.ListWorlds();
+    if (!worlds.ok()) return Fail(worlds.status());
+    Json all = Json::array();
+    std::string text;
+    for (const WorldInfo& w : *worlds) {
+      all.push_back(ToJson(w));
+      absl::StrAppend(&text, text.empty() ? "" : "\n", ToText(w));
+    }
+    Print({{"worlds", all}}, worlds->empty() ? "(no worlds)" : text);
+    return 0;
+  }
+
+  int WorldsCreate(const std::vector<std::string>& args) {
+    WorldOptions options;
+    const std::string mode = absl::GetFlag(FLAGS_mode);
+    if (mode == "tick") {
+      options.mode = FrameMode::kTick;
+    } else if (mode == "driven") {
+      options.mode = FrameMode::kDriven;
+    } else {
+      return UsageError("--mode is tick or driven", "worlds create");
+    }
+    options.tick_hz = absl::GetFlag(FLAGS_tick_hz);
+    return PrintWorld(client_.CreateWorld(args[0], options));
+  }
+
+  int WorldsInfo(const std::vector<std::string>& args) {
+    return PrintWorld(client_.GetWorld(args[0]));
+  }
+
+  int WorldsDelete(const std::vector<std::string>& args) {
+    if (absl::Status s = client_.DeleteWorld(args[0]); !s.ok()) return Fail(s);
+    Print({{"deleted", args[0]}}, absl::StrCat("deleted ", args[0]));
+    return 0;
+  }
+
+  int EntitiesCreate(const std::vector<std::string>& args) {
+    CreateOp op{ids_[0], absl::GetFlag(FLAGS_parent), {}};
+    std::string error;
+    if (!OverrideTransform(&op.local, &error)) {
+      return UsageError(error, "entities create");
+    }
+    return Write(args[0], op, absl::StrCat("created ", op.entity));
+  }
+
+  int EntitiesDestroy(const std::vector<std::string>& args) {
+    DestroyOp op{ids_[0], absl::GetFlag(FLAGS_keep_children)
+                              ? DestroyMode::kReparentChildren
+                              : DestroyMode::kSubtree};
+    return Write(args[0], op, absl::StrCat("destroyed ", op.entity));
+  }
+
+  int EntitiesLink(const std::vector<std::string>& args) {
+    LinkOp op{ids_[0], ids_[1],
+              absl::GetFlag(FLAGS_keep_world) ? LinkMode::kKeepWorld
+                                              : LinkMode::kKeepLocal};
+    return Write(args[0], op,
+                 absl::StrCat("linked ", op.entity, " under ", op.parent));
+  }
+
+  // Reads the local, changes the parts given, writes it back. Not atomic
+  // against another writer of the same entity: the last write wins.
+  int EntitiesSet(const std::vector<std::string>& args) {
+    absl::StatusOr<std::vector<EntityState>> read =
+        client_.Read(args[0], {ids_[0]});
+    if (!read.ok()) return Fail(read.status());
+    SetLocalOp op{ids_[0], (*read)[0].local};
+    std::string error;
+    if (!OverrideTransform(&op.local, &error)) {
+      return UsageError(error, "entities set");
+    }
+    return Write(args[0], op, absl::StrCat("set ", op.entity));
+  }
+
+  int EntitiesGet(const std::vector<std::string>& args) {
+    absl::StatusOr<std::vector<EntityState>> read =
+        absl::GetFlag(FLAGS_subtree) && ids_.size() == 1
+            ? client_.ReadSubtree(args[0], ids_[0])
+            : client_.Read(args[0], ids_);
+    if (!read.ok()) return Fail(read.status());
+    for (const EntityState& e : *read) {
+      const std::vector<float> local = Floats(e.local);
+      Print({{"entity", e.entity},
+             {"parent", e.parent},
+             {"local", local},
+             {"world", e.world.m}},
+            absl::StrFormat(
+                "%u parent %u\n  local  position %g %g %g  rotation %g %g %g "
+                "%g  scale %g %g %g\n  world  %s",
+                e.entity, e.parent, local[0], local[1], local[2], local[3],
+                local[4], local[5], local[6], local[7], local[8], local[9],
+                absl::StrJoin(e.world.m, " ")));
+    }
+    return 0;
+  }
+
+  int Watch(const std::vector<std::string>& args);
+
+  int Write(const std::string& world, const xform::Command& op,
+            const std::string& done) {
+    absl::StatusOr<uint64_t> frame = client_.Apply(
+        world, {op}, {.end_frame = absl::GetFlag(FLAGS_end_frame)});
+    if (!frame.ok()) return Fail(frame.status());
+    Print({{"ok", done}, {"frame", *frame}},
+          absl::StrCat(done, " (frame ", *frame, ")"));
+    return 0;
+  }
+
+  int PrintWorld(const absl::StatusOr<WorldInfo>& info) {
+    if (!info.ok()) return Fail(info.status());
+    Print(ToJson(*info), ToText(*info));
+    return 0;
+  }
+
+  Client& client_;
+  std::vector<EntityId> ids_;  // The operands after the world, as ids.
+};
+
+std::atomic<bool> interrupted{false};
+
+int Ctl::Watch(const std::vector<std::string>& args) {
+  MirrorOptions options;
+  options.world = args[0];
+  if (!ParseIds(absl::GetFlag(FLAGS_entities), &options.entities) ||
+      !ParseIds(absl::GetFlag(FLAGS_subtrees), &options.subtrees)) {
+    return UsageError("--entities and --subtrees take ids a,b,c", "watch");
+  }
+  options.max_rate_hz = absl::GetFlag(FLAGS_rate_hz);
+  const int frames = absl::GetFlag(FLAGS_frames);
+  const bool verbose = absl::GetFlag(FLAGS_verbose);
+  const bool json = absl::GetFlag(FLAGS_json);
+  absl::Notification done;
+  int deltas = 0;
+  options.on_update = [&](const MirrorUpdate& u) {
+    const double latency_ms =
+        absl::ToDoubleMilliseconds(u.received - u.published);
+    Json line = {{"frame", u.frame},
+                 {"snapshot", u.snapshot},
+                 {"moved", u.moved.size()},
+                 {"created", u.created.size()},
+                 {"destroyed", u.destroyed.size()},
+                 {"reparented", u.reparented.size()},
+                 {"frames_skipped", u.frames_skipped},
+                 {"bytes", u.bytes},
+                 {"latency_ms", latency_ms}};
+    std::string text = absl::StrFormat(
+        "frame %u%s: %u moved, %u created, %u destroyed, %u reparented, "
+        "%.2f ms%s",
+        u.frame, u.snapshot ? " (snapshot)" : "", u.moved.size(),
+        u.created.size(), u.destroyed.size(), u.reparented.size(), latency_ms,
+        u.frames_skipped ? absl::StrCat(" (", u.frames_skipped, " skipped)")
+                         : "");
+    if (verbose) {
+      Json moved = Json::array();
+      for (size_t k = 0; k < u.moved.size(); ++k) {
+        const float* m = u.moved_world.data() + 12 * k;
+        if (json) {
+          moved.push_back({{"entity", u.moved[k]},
+                           {"world", std::vector<float>(m, m + 12)}});
+        } else {
+          absl::StrAppendFormat(&text, "\n  moved %u to %g %g %g", u.moved[k],
+                                m[3], m[7], m[11]);
+        }
+      }
+      for (size_t k = 0; k < u.created.size(); ++k) {
+        absl::StrAppendFormat(&text, "\n  created %u under %u", u.created[k],
+                              u.created_parent[k]);
+      }
+      for (EntityId e : u.destroyed) {
+        absl::StrAppendFormat(&text, "\n  destroyed %u", e);
+      }
+      for (size_t k = 0; k < u.reparented.size(); ++k) {
+        absl::StrAppendFormat(&text, "\n  reparented %u under %u",
+                              u.reparented[k], u.reparented_parent[k]);
+      }
+      line["moved_entities"] = moved;
+      line["created_entities"] =
+          std::vector<EntityId>(u.created.begin(), u.created.end());
+      line["created_parents"] = std::vector<EntityId>(u.created_parent.begin(),
+                                                      u.created_parent.end());
+      line["destroyed_entities"] =
+          std::vector<EntityId>(u.destroyed.begin(), u.destroyed.end());
+      line["reparented_entities"] =
+          std::vector<EntityId>(u.reparented.begin(), u.reparented.end());
+      line["reparented_parents"] = std::vector<EntityId>(
+          u.reparented_parent.begin(), u.reparented_parent.end());
+    }
+    Print(line, text);
+    if (!u.snapshot && ++deltas == frames && !done.HasBeenNotified()) {
+      done.Notify();
+    }
+  };
+  absl::StatusOr<std::unique_ptr<Mirror>> mirror =
+      Mirror::Start(client_, std::move(options));
+  if (!mirror.ok()) return Fail(mirror.status());
+  absl::Status last_reported;
+  while (!done.WaitForNotificationWithTimeout(absl::Milliseconds(100))) {
+    if (interrupted) break;
+    // A stream the server refuses or drops: say so once, keep trying.
+    absl::Status status = (*mirror)->status();
+    if (!status.ok() && status != last_reported && !(*mirror)->synced()) {
+      std::fprintf(stderr, "stream: %s: %s (reconnecting)\n",
+                   absl::StatusCodeToString(status.code()).c_str(),
+                   std::string(status.message()).c_str());
+      last_reported = status;
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace xform
+
+int main(int argc, char** argv) {
+  // --help anywhere prints the help of the command it follows.
+  std::vector<std::string> words;
+  bool help = false;
+  for (int i = 1; i < argc; ++i) {
+    const absl::string_view arg = argv[i];
+    if (arg == "--help" || arg == "-h" || arg == "help") {
+      help = true;
+    } else if (!absl::StartsWith(arg, "-") && words.size() < 2) {
+      words.emplace_back(arg);
+    }
+  }
+  if (help || argc == 1) {
+    std::string command = absl::StrJoin(words, " ");
+    if (!words.empty() && words[0] == "watch") command = "watch";
+    xform::PrintUsage(stdout, command);
+    return argc == 1 ? xform::kUsageError : 0;
+  }
+  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  xform::Invocation in;
+  size_t next = 1;
+  if (next < positional.size()) in.command = positional[next++];
+  if (in.command != "watch" && next < positional.size()) {
+    absl::StrAppend(&in.command, " ", positional[next++]);
+  }
+  for (; next < positional.size(); ++next) {
+    in.operands.emplace_back(positional[next]);
+  }
+
+  xform::ClientOptions options;
+  options.address = absl::GetFlag(FLAGS_server);
+  options.token = absl::GetFlag(FLAGS_token);
+  options.deadline = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+  options.connect_timeout = options.deadline;
+  if (const std::string ca = absl::GetFlag(FLAGS_tls_ca); !ca.empty()) {
+    std::ifstream file(ca);
+    if (!file) return xform::UsageError("cannot read --tls_ca", "");
+    std::stringstream pem;
+    pem << file.rdbuf();
+    options.tls_root_certificates_pem = pem.str();
+    options.tls = true;
+  }
+  std::signal(SIGINT, [](int) { xform::interrupted = true; });
+  absl::StatusOr<std::unique_ptr<xform::Client>> client =
+      xform::Client::Connect(options);
+  if (!client.ok()) return xform::Fail(client.status());
+  return xform::Ctl(**client).Run(in);
+}

@@ -1,0 +1,159 @@
+// Copyright 2026 The xform Authors.
+//
+// A typed, synchronous client of xformd. Every call returns absl::Status (or
+// StatusOr) carrying the server's own code and message, so a caller tells
+// NOT_FOUND (no such world or entity) from FAILED_PRECONDITION (a cycle, an
+// existing id) from UNAVAILABLE (no server) without parsing text. Writes take
+// the core's command types (xform/world.h), so code that builds batches for a
+// local World builds them for a remote one unchanged.
+//
+// A Client is thread-safe: calls from several threads share one channel.
+//
+//   xform::ClientOptions options;
+//   options.address = "127.0.0.1:50051";
+//   auto client = xform::Client::Connect(options);
+//   if (!client.ok()) return client.status();
+//   (*client)->CreateWorld("scene", {});
+//   (*client)->Apply("scene", {xform::CreateOp{1, 0, {}}});
+
+#ifndef XFORM_CLIENT_H_
+#define XFORM_CLIENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "xform/transform.h"
+#include "xform/world.h"
+
+namespace xform {
+
+struct ClientOptions {
+  // host:port of xformd (any gRPC target string works: dns:, unix:, ...).
+  std::string address = "127.0.0.1:50051";
+  // PEM root certificates to verify a TLS server with. Empty: plaintext,
+  // unless `tls` is set, in which case the system roots are used.
+  std::string tls_root_certificates_pem;
+  bool tls = false;
+  // Sent as "authorization: Bearer <token>" on every call when not empty
+  // (xformd's --token).
+  std::string token;
+  // Each unary call's deadline. Streams have none: they live until closed.
+  absl::Duration deadline = absl::Seconds(10);
+  // The largest message either side may send: a snapshot chunk, a big read.
+  int max_message_bytes = 64 << 20;
+  // How long Connect() waits for the server to be reachable. Zero: Connect()
+  // does not wait, and calls fail UNAVAILABLE until the server is up.
+  absl::Duration connect_timeout = absl::Seconds(5);
+  // Names this client to the server's echo suppression: its batches carry
+  // it, and a Mirror subscribing with no_echo set is not sent them back.
+  std::string client_id;
+};
+
+enum class FrameMode {
+  kServerDefault,  // The server's own tick rate.
+  kTick,           // Publishes on a fixed tick.
+  kDriven,         // Publishes when a batch says end_frame.
+};
+
+struct WorldOptions {
+  FrameMode mode = FrameMode::kServerDefault;
+  double tick_hz = 0;  // kTick only; 0 takes the server's default.
+};
+
+struct WorldInfo {
+  std::string name;
+  FrameMode mode = FrameMode::kServerDefault;
+  double tick_hz = 0;
+  uint64_t entities = 0;
+  uint64_t frame = 0;  // The last published frame.
+  uint32_t subscribers = 0;
+};
+
+// One entity as Read() returns it: the current (not only the published)
+// state.
+struct EntityState {
+  EntityId entity = kNoEntity;
+  EntityId parent = kNoEntity;
+  Transform local;
+  Matrix3x4 world;
+};
+
+struct ApplyOptions {
+  // Publishes a frame once the batch applies (driven worlds).
+  bool end_frame = false;
+};
+
+// A stream of batches for a writer that sends one every frame (a physics
+// step): no per-call setup, answers in order. The first refused batch ends
+// the stream; Write() then returns that batch's status, and so does every
+// later call. Not thread-safe: one writer, one thread.
+class BatchWriter {
+ public:
+  virtual ~BatchWriter() = default;
+
+  // Sends a batch and waits for its answer: the frame it lands in.
+  virtual absl::StatusOr<uint64_t> Write(absl::Span<const Command> batch,
+                                         ApplyOptions options = {}) = 0;
+  // Ends the stream and returns how it ended. Called by the destructor too.
+  virtual absl::Status Close() = 0;
+};
+
+class Mirror;
+
+class Client {
+ public:
+  // Makes a channel to `options.address` and, unless connect_timeout is
+  // zero, waits for it: UNAVAILABLE if the server is not reachable by then.
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(
+      const ClientOptions& options);
+
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Worlds.
+  absl::StatusOr<WorldInfo> CreateWorld(absl::string_view name,
+                                        const WorldOptions& options);
+  absl::StatusOr<std::vector<WorldInfo>> ListWorlds();
+  absl::StatusOr<WorldInfo> GetWorld(absl::string_view name);
+  absl::Status DeleteWorld(absl::string_view name);
+
+  // Writes a batch, validated whole and applied whole by the server; returns
+  // the frame it is published in. A refused batch changes nothing.
+  absl::StatusOr<uint64_t> Apply(absl::string_view world,
+                                 absl::Span<const Command> batch,
+                                 ApplyOptions options = {});
+  // Closes a driven world's frame without writing.
+  absl::StatusOr<uint64_t> EndFrame(absl::string_view world);
+  absl::StatusOr<std::unique_ptr<BatchWriter>> OpenWriter(
+      absl::string_view world);
+
+  // The current state of these entities (NOT_FOUND names the first unknown
+  // one), or of `root` and every entity below it, parents first.
+  absl::StatusOr<std::vector<EntityState>> Read(
+      absl::string_view world, absl::Span<const EntityId> entities);
+  absl::StatusOr<std::vector<EntityState>> ReadSubtree(absl::string_view world,
+                                                       EntityId root);
+
+  const ClientOptions& options() const { return options_; }
+
+ private:
+  friend class Mirror;
+  struct Channel;
+
+  Client(const ClientOptions& options, std::unique_ptr<Channel> channel);
+
+  const ClientOptions options_;
+  std::unique_ptr<Channel> channel_;
+};
+
+}  // namespace xform
+
+#endif  // XFORM_CLIENT_H_

@@ -1,0 +1,149 @@
+// Copyright 2026 The xform Authors.
+//
+// A Mirror is a subscriber's local copy of a world (or of the part its filter
+// selects): each entity's parent and world matrix, kept current by one xformd
+// subscription stream. A renderer asks it for an entity's matrix, for all of
+// them, or for what changed since it last asked; it never polls the server.
+//
+// Two ways to drive it:
+// - kBackground: a thread of the mirror's own applies every message as it
+//   arrives; reads lock briefly and always see whole frames.
+// - kCaller: messages wait (a few at most) until the caller calls Update(),
+//   typically once at the start of its own frame, so the copy changes only
+//   when the caller says. A caller that falls behind makes the stream wait,
+//   and the server then folds the frames it missed into one.
+//
+// When the stream drops (the server restarts, the network fails) the mirror
+// reconnects with backoff and resynchronises from a fresh snapshot; the
+// changes the caller is next given say so (`resynced`) and hold the net
+// difference, so nothing is missed and nothing needs to be re-read.
+//
+// Thread-safe.
+
+#ifndef XFORM_MIRROR_H_
+#define XFORM_MIRROR_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "xform/client.h"
+#include "xform/transform.h"
+
+namespace xform {
+
+// One message as it arrived, for callers that watch the stream itself (a
+// monitor, a load driver). The spans are valid only during the callback.
+struct MirrorUpdate {
+  uint64_t frame = 0;
+  bool snapshot = false;        // Part of the initial (or a resync) snapshot.
+  bool snapshot_done = false;   // The snapshot's last message.
+  uint64_t frames_skipped = 0;  // Published frames folded into this one.
+  absl::Time published;         // The server's clock at publication.
+  absl::Time received;          // This process's clock at arrival.
+  size_t bytes = 0;             // The message's encoded size.
+  absl::Span<const EntityId> moved;
+  absl::Span<const float> moved_world;  // 12 per moved entity.
+  absl::Span<const EntityId> created;
+  absl::Span<const EntityId> created_parent;
+  absl::Span<const EntityId> destroyed;
+  absl::Span<const EntityId> reparented;
+  absl::Span<const EntityId> reparented_parent;
+};
+
+struct MirrorOptions {
+  enum class Driver { kBackground, kCaller };
+
+  std::string world;
+  // The server's filters: empty lists mirror the whole world; otherwise these
+  // entities and the subtrees below these roots (SubscribeRequest).
+  std::vector<EntityId> entities;
+  std::vector<EntityId> subtrees;
+  // At most this many messages per second (0: every published frame).
+  double max_rate_hz = 0;
+  // Leave out what this client's own batches set (Client's client_id).
+  bool no_echo = false;
+
+  Driver driver = Driver::kBackground;
+  // kCaller: how many messages may wait for Update() before the stream waits.
+  int max_queued = 4;
+  // Reconnect backoff: doubles from min to max while the server is away.
+  absl::Duration reconnect_min = absl::Milliseconds(50);
+  absl::Duration reconnect_max = absl::Seconds(2);
+  // Called after each message is applied, on the thread that applied it
+  // (the mirror's own, or Update()'s caller), without the mirror's lock
+  // held: it may read the mirror.
+  std::function<void(const MirrorUpdate&)> on_update;
+};
+
+// What changed since the caller last asked: net, each entity in at most one
+// of created / destroyed, and listed in `moved` if its matrix changed.
+struct MirrorChanges {
+  uint64_t frame = 0;  // The mirror's frame now.
+  // The stream was re-established and the copy rebuilt from a snapshot in
+  // the meantime; the lists are still exact (old copy versus new).
+  bool resynced = false;
+  std::vector<EntityId> moved;
+  std::vector<EntityId> created;
+  std::vector<EntityId> destroyed;
+  std::vector<EntityId> reparented;
+
+  bool empty() const {
+    return moved.empty() && created.empty() && destroyed.empty() &&
+           reparented.empty();
+  }
+};
+
+class Mirror {
+ public:
+  // Subscribes through `client`, which must outlive the mirror. Returns at
+  // once; WaitForSync() waits for the first snapshot. A subscription the
+  // server refuses (no such world, a bad filter) is retried like a dropped
+  // stream; status() says why.
+  static absl::StatusOr<std::unique_ptr<Mirror>> Start(Client& client,
+                                                       MirrorOptions options);
+  ~Mirror();  // Cancels the stream and joins the mirror's thread.
+  Mirror(const Mirror&) = delete;
+  Mirror& operator=(const Mirror&) = delete;
+
+  // kCaller: applies the messages that have arrived; returns how many.
+  int Update();
+
+  // Blocks until the copy holds a complete snapshot (and, for kCaller, the
+  // caller's Update() has applied it), or the timeout passes.
+  bool WaitForSync(absl::Duration timeout);
+  // Blocks until the copy's frame is at least `frame`.
+  bool WaitForFrame(uint64_t frame, absl::Duration timeout);
+
+  // The copy. NOT_FOUND for an entity not in it.
+  absl::StatusOr<Matrix3x4> WorldMatrix(EntityId entity) const;
+  absl::StatusOr<EntityId> Parent(EntityId entity) const;
+  bool Has(EntityId entity) const;
+  size_t size() const;
+  uint64_t frame() const;  // The frame the copy is at; 0 before a snapshot.
+  // Every entity with its world matrix, structure-of-arrays, in no order.
+  void CopyAll(std::vector<EntityId>* entities,
+               std::vector<Matrix3x4>* worlds) const;
+
+  // What changed since the previous call (or since Start).
+  MirrorChanges TakeChanges();
+
+  bool synced() const;          // A complete snapshot is applied, stream up.
+  int resyncs() const;          // Snapshots applied after the first one.
+  absl::Status status() const;  // Why the stream last ended; OK while up.
+
+ private:
+  class Impl;
+  explicit Mirror(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace xform
+
+#endif  // XFORM_MIRROR_H_

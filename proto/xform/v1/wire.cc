@@ -1,0 +1,224 @@
+// Copyright 2026 The xform Authors.
+
+#include "xform/v1/wire.h"
+
+#include <algorithm>
+#include <type_traits>
+#include <variant>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+
+namespace xform::v1 {
+namespace {
+
+absl::Status Malformed(int index, absl::string_view what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("command ", index, ": ", what));
+}
+
+// Set-local and set-world commands: ids, and 10 floats of TRS per id.
+template <typename Op>
+absl::Status AppendTransformOps(
+    int index, absl::string_view what,
+    const google::protobuf::RepeatedField<uint64_t>& entities,
+    const google::protobuf::RepeatedField<float>& values,
+    std::vector<xform::Command>* commands) {
+  if (values.size() != kTrsFloats * entities.size()) {
+    return Malformed(index, absl::StrCat(what, ": 10 floats per entity"));
+  }
+  for (int i = 0; i < entities.size(); ++i) {
+    commands->push_back(
+        Op{entities.Get(i), TransformFromWire(values.data() + kTrsFloats * i)});
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+Transform TransformFromWire(const float* f) {
+  Transform t;
+  t.position = {f[0], f[1], f[2]};
+  t.rotation = glm::quat(f[6], f[3], f[4], f[5]);  // glm takes (w, x, y, z).
+  t.scale = {f[7], f[8], f[9]};
+  return t;
+}
+
+void AppendTransform(const Transform& t,
+                     google::protobuf::RepeatedField<float>* out) {
+  for (float f :
+       {t.position.x, t.position.y, t.position.z, t.rotation.x, t.rotation.y,
+        t.rotation.z, t.rotation.w, t.scale.x, t.scale.y, t.scale.z}) {
+    out->Add(f);
+  }
+}
+
+Matrix3x4 MatrixFromWire(const float* f) {
+  Matrix3x4 m;
+  std::copy_n(f, kMatrixFloats, m.m.begin());
+  return m;
+}
+
+absl::StatusOr<std::vector<xform::Command>> ToCommands(
+    const ApplyRequest& request, size_t max_batch) {
+  size_t named = 0;
+  for (const Command& c : request.commands()) {
+    switch (c.kind_case()) {
+      case Command::kCreate:
+        named += c.create().entity_size();
+        break;
+      case Command::kDestroy:
+        named += c.destroy().entity_size();
+        break;
+      case Command::kLink:
+        named += c.link().entity_size();
+        break;
+      case Command::kSetLocal:
+        named += c.set_local().entity_size();
+        break;
+      case Command::kSetWorld:
+        named += c.set_world().entity_size();
+        break;
+      default:
+        break;
+    }
+  }
+  if (named > max_batch) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the batch names ", named, " entities; the limit is ", max_batch));
+  }
+  std::vector<xform::Command> commands;
+  commands.reserve(named);
+  for (int k = 0; k < request.commands_size(); ++k) {
+    const Command& c = request.commands(k);
+    switch (c.kind_case()) {
+      case Command::kCreate: {
+        const CreateCommand& create = c.create();
+        const int n = create.entity_size();
+        if (create.parent_size() != 0 && create.parent_size() != n) {
+          return Malformed(k, "create: parent must be empty or one per entity");
+        }
+        if (create.local_size() != 0 && create.local_size() != kTrsFloats * n) {
+          return Malformed(
+              k, "create: local must be empty or 10 floats per entity");
+        }
+        for (int i = 0; i < n; ++i) {
+          CreateOp op;
+          op.entity = create.entity(i);
+          if (create.parent_size() != 0) op.parent = create.parent(i);
+          if (create.local_size() != 0) {
+            op.local =
+                TransformFromWire(create.local().data() + kTrsFloats * i);
+          }
+          commands.push_back(op);
+        }
+        break;
+      }
+      case Command::kDestroy:
+        for (EntityId e : c.destroy().entity()) {
+          commands.push_back(DestroyOp{e, c.destroy().keep_children()
+                                              ? DestroyMode::kReparentChildren
+                                              : DestroyMode::kSubtree});
+        }
+        break;
+      case Command::kLink: {
+        const LinkCommand& link = c.link();
+        if (link.parent_size() != link.entity_size()) {
+          return Malformed(k, "link: one parent per entity (0 unlinks)");
+        }
+        for (int i = 0; i < link.entity_size(); ++i) {
+          commands.push_back(LinkOp{
+              link.entity(i), link.parent(i),
+              link.keep_world() ? LinkMode::kKeepWorld : LinkMode::kKeepLocal});
+        }
+        break;
+      }
+      case Command::kSetLocal:
+        if (absl::Status s = AppendTransformOps<SetLocalOp>(
+                k, "set_local", c.set_local().entity(), c.set_local().local(),
+                &commands);
+            !s.ok()) {
+          return s;
+        }
+        break;
+      case Command::kSetWorld:
+        if (absl::Status s = AppendTransformOps<SetWorldOp>(
+                k, "set_world", c.set_world().entity(), c.set_world().world(),
+                &commands);
+            !s.ok()) {
+          return s;
+        }
+        break;
+      default:
+        return Malformed(k, "empty command");
+    }
+  }
+  if (commands.empty() && !request.end_frame()) {
+    return absl::InvalidArgumentError(
+        "empty batch: no commands and no end_frame");
+  }
+  return commands;
+}
+
+namespace {
+
+// Fills one wire command from a run of core commands of one kind and mode.
+struct CommandWriter {
+  Command* out;
+
+  void operator()(const CreateOp& op) {
+    CreateCommand* c = out->mutable_create();
+    c->add_entity(op.entity);
+    c->add_parent(op.parent);
+    AppendTransform(op.local, c->mutable_local());
+  }
+  void operator()(const DestroyOp& op) {
+    DestroyCommand* c = out->mutable_destroy();
+    c->add_entity(op.entity);
+    c->set_keep_children(op.mode == DestroyMode::kReparentChildren);
+  }
+  void operator()(const LinkOp& op) {
+    LinkCommand* c = out->mutable_link();
+    c->add_entity(op.entity);
+    c->add_parent(op.parent);
+    c->set_keep_world(op.mode == LinkMode::kKeepWorld);
+  }
+  void operator()(const SetLocalOp& op) {
+    SetLocalCommand* c = out->mutable_set_local();
+    c->add_entity(op.entity);
+    AppendTransform(op.local, c->mutable_local());
+  }
+  void operator()(const SetWorldOp& op) {
+    SetWorldCommand* c = out->mutable_set_world();
+    c->add_entity(op.entity);
+    AppendTransform(op.world, c->mutable_world());
+  }
+};
+
+// Commands that may share one wire command: the same kind, and for destroy
+// and link (whose mode is one flag per wire command) the same mode.
+bool SameRun(const xform::Command& a, const xform::Command& b) {
+  if (a.index() != b.index()) return false;
+  if (const auto* d = std::get_if<DestroyOp>(&a)) {
+    return d->mode == std::get<DestroyOp>(b).mode;
+  }
+  if (const auto* l = std::get_if<LinkOp>(&a)) {
+    return l->mode == std::get<LinkOp>(b).mode;
+  }
+  return true;
+}
+
+}  // namespace
+
+void AppendCommands(absl::Span<const xform::Command> batch,
+                    ApplyRequest* request) {
+  Command* current = nullptr;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (current == nullptr || !SameRun(batch[i - 1], batch[i])) {
+      current = request->add_commands();
+    }
+    std::visit(CommandWriter{current}, batch[i]);
+  }
+}
+
+}  // namespace xform::v1

@@ -1,0 +1,49 @@
+// Copyright 2026 The xform Authors.
+//
+// Conversions between the wire contract (xform.v1 messages) and core types,
+// shared by the two edges that speak protobuf: the server and the client
+// library. The core itself never sees a message.
+
+#ifndef XFORM_V1_WIRE_H_
+#define XFORM_V1_WIRE_H_
+
+#include <cstddef>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "xform/transform.h"
+#include "xform/v1/xform.pb.h"
+#include "xform/world.h"
+
+namespace xform::v1 {
+
+// Floats per entity on the wire: a local (or world) TRS, and a world matrix.
+inline constexpr int kTrsFloats = 10;
+inline constexpr int kMatrixFloats = 12;
+
+// The TRS in 10 wire floats (position, rotation x y z w, scale). Not
+// validated: the world validates what it is given.
+Transform TransformFromWire(const float* f);
+void AppendTransform(const Transform& t,
+                     google::protobuf::RepeatedField<float>* out);
+
+// A world matrix from 12 wire floats (Matrix3x4 order).
+Matrix3x4 MatrixFromWire(const float* f);
+
+// The commands of an ApplyRequest, or INVALID_ARGUMENT for a malformed one
+// (an empty command, arrays of mismatched lengths, an empty batch without
+// end_frame), or RESOURCE_EXHAUSTED when it names more than `max_batch`
+// entities.
+absl::StatusOr<std::vector<xform::Command>> ToCommands(
+    const ApplyRequest& request, size_t max_batch);
+
+// Appends `batch` to `request` as wire commands, one per run of consecutive
+// commands of the same kind and mode, so a batch of N set-locals travels as
+// one structure-of-arrays command.
+void AppendCommands(absl::Span<const xform::Command> batch,
+                    ApplyRequest* request);
+
+}  // namespace xform::v1
+
+#endif  // XFORM_V1_WIRE_H_

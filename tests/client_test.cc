@@ -1,0 +1,380 @@
+// Copyright 2026 The xform Authors.
+//
+// libxform_client against a real xformd service on loopback: typed calls and
+// their statuses, the streaming writer, and Mirror (both drivers, filters,
+// change lists, and resynchronisation after the server goes away and comes
+// back on the same port).
+
+#include "xform/client.h"
+
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/loopback_server.h"
+#include "xform/mirror.h"
+#include "xform/world.h"
+
+namespace xform {
+namespace {
+
+using server::Limits;
+using server::LoopbackServer;
+using ::testing::HasSubstr;
+using ::testing::UnorderedElementsAre;
+using ::testing::UnorderedElementsAreArray;
+
+constexpr absl::Duration kWait = absl::Seconds(10);
+
+Transform At(float x, float y = 0, float z = 0) {
+  Transform t;
+  t.position = {x, y, z};
+  return t;
+}
+
+class ClientTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(server_.Start(Limits{}));
+    client_ = Connect();
+  }
+
+  std::unique_ptr<Client> Connect(std::string client_id = "") {
+    ClientOptions options;
+    options.address = server_.address();
+    options.client_id = std::move(client_id);
+    absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
+    EXPECT_TRUE(client.ok()) << client.status();
+    return client.ok() ? *std::move(client) : nullptr;
+  }
+
+  // A driven world "w": root 1 with children 2 and 3, and 4 under 3.
+  void MakeWorld() {
+    ASSERT_TRUE(client_->CreateWorld("w", {.mode = FrameMode::kDriven}).ok());
+    const std::vector<Command> batch = {
+        CreateOp{1, kNoEntity, At(1)}, CreateOp{2, 1, At(0, 1)},
+        CreateOp{3, 1, At(0, 0, 1)}, CreateOp{4, 3, At(5)}};
+    ASSERT_TRUE(client_->Apply("w", batch, {.end_frame = true}).ok());
+  }
+
+  std::unique_ptr<Mirror> StartMirror(MirrorOptions options) {
+    absl::StatusOr<std::unique_ptr<Mirror>> mirror =
+        Mirror::Start(*client_, std::move(options));
+    EXPECT_TRUE(mirror.ok()) << mirror.status();
+    return mirror.ok() ? *std::move(mirror) : nullptr;
+  }
+
+  // The mirror holds exactly what Read says the server holds, bitwise.
+  void ExpectMirrorsServer(const Mirror& mirror) {
+    std::vector<EntityId> ids;
+    std::vector<Matrix3x4> worlds;
+    mirror.CopyAll(&ids, &worlds);
+    absl::StatusOr<std::vector<EntityState>> read = client_->Read("w", ids);
+    ASSERT_TRUE(read.ok()) << read.status();
+    ASSERT_EQ(read->size(), ids.size());
+    for (size_t i = 0; i < ids.size(); ++i) {
+      EXPECT_EQ((*read)[i].world, worlds[i]) << "entity " << ids[i];
+      EXPECT_EQ(*mirror.Parent(ids[i]), (*read)[i].parent);
+    }
+  }
+
+  LoopbackServer server_;
+  std::unique_ptr<Client> client_;
+};
+
+TEST_F(ClientTest, WorldsAreCreatedListedAndDeleted) {
+  absl::StatusOr<WorldInfo> made =
+      client_->CreateWorld("a", {.mode = FrameMode::kTick, .tick_hz = 30});
+  ASSERT_TRUE(made.ok()) << made.status();
+  EXPECT_EQ(made->name, "a");
+  EXPECT_EQ(made->mode, FrameMode::kTick);
+  EXPECT_EQ(made->tick_hz, 30);
+  ASSERT_TRUE(client_->CreateWorld("b", {}).ok());
+
+  absl::StatusOr<std::vector<WorldInfo>> worlds = client_->ListWorlds();
+  ASSERT_TRUE(worlds.ok());
+  std::vector<std::string> names;
+  for (const WorldInfo& w : *worlds) names.push_back(w.name);
+  EXPECT_THAT(names, UnorderedElementsAre("a", "b"));
+
+  ASSERT_TRUE(client_->DeleteWorld("a").ok());
+  EXPECT_EQ(client_->GetWorld("a").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_TRUE(client_->GetWorld("b").ok());
+}
+
+TEST_F(ClientTest, ServerStatusesComeBackWithTheirCodeAndText) {
+  ASSERT_TRUE(client_->CreateWorld("a", {}).ok());
+  absl::Status again = client_->CreateWorld("a", {}).status();
+  EXPECT_EQ(again.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(again.message(), HasSubstr("'a'"));
+  EXPECT_EQ(client_->CreateWorld("bad name!", {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(client_->DeleteWorld("nope").code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(client_->Apply("nope", {CreateOp{1}}).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(ClientTest, AppliedBatchesReadBackAsTheCoreComputesThem) {
+  MakeWorld();
+  Transform turned = At(2, 3, 4);
+  turned.rotation = glm::angleAxis(0.5f, glm::vec3(0, 0, 1));
+  turned.scale = {2, 1, 0.5f};
+  const std::vector<Command> moves = {SetLocalOp{1, turned},
+                                      SetLocalOp{4, At(7, 1)},
+                                      LinkOp{2, 3, LinkMode::kKeepWorld}};
+  ASSERT_TRUE(client_->Apply("w", moves).ok());
+
+  // The same batches on a local World: the client speaks the core's types.
+  World local;
+  ASSERT_TRUE(
+      local
+          .Apply({CreateOp{1, kNoEntity, At(1)}, CreateOp{2, 1, At(0, 1)},
+                  CreateOp{3, 1, At(0, 0, 1)}, CreateOp{4, 3, At(5)}})
+          .ok());
+  ASSERT_TRUE(local.Apply(moves).ok());
+
+  absl::StatusOr<std::vector<EntityState>> read = client_->ReadSubtree("w", 1);
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_EQ(read->size(), 4u);
+  EXPECT_EQ((*read)[0].entity, 1u);  // Parents first.
+  for (const EntityState& e : *read) {
+    EXPECT_EQ(e.world, *local.WorldMatrix(e.entity)) << e.entity;
+    EXPECT_EQ(e.parent, *local.Parent(e.entity)) << e.entity;
+    EXPECT_EQ(e.local, *local.Local(e.entity)) << e.entity;
+  }
+}
+
+TEST_F(ClientTest, RefusedBatchesChangeNothing) {
+  MakeWorld();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  struct Case {
+    std::vector<Command> batch;
+    absl::StatusCode code;
+  };
+  const std::vector<Case> cases = {
+      {{SetLocalOp{1, At(9)}, SetLocalOp{2, At(nan)}},
+       absl::StatusCode::kInvalidArgument},
+      {{SetLocalOp{1, At(9)}, LinkOp{1, 4}},
+       absl::StatusCode::kFailedPrecondition},  // A cycle.
+      {{SetLocalOp{1, At(9)}, SetLocalOp{99, At(1)}},
+       absl::StatusCode::kNotFound},
+      {{CreateOp{5}, CreateOp{5}}, absl::StatusCode::kAlreadyExists},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(client_->Apply("w", c.batch).status().code(), c.code);
+  }
+  absl::StatusOr<std::vector<EntityState>> read = client_->Read("w", {1});
+  ASSERT_TRUE(read.ok());
+  EXPECT_EQ((*read)[0].local, At(1));
+  EXPECT_EQ(client_->GetWorld("w")->entities, 4u);
+  EXPECT_EQ(client_->Read("w", {1, 42}).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(ClientTest, TheStreamingWriterAnswersEachBatchAndStopsAtTheFirstError) {
+  MakeWorld();
+  absl::StatusOr<std::unique_ptr<BatchWriter>> writer =
+      client_->OpenWriter("w");
+  ASSERT_TRUE(writer.ok());
+  uint64_t last = 0;
+  for (int step = 1; step <= 20; ++step) {
+    absl::StatusOr<uint64_t> frame =
+        (*writer)->Write({SetLocalOp{2, At(step)}, SetLocalOp{4, At(-step)}},
+                         {.end_frame = true});
+    ASSERT_TRUE(frame.ok()) << frame.status();
+    EXPECT_GT(*frame, last);
+    last = *frame;
+  }
+  absl::StatusOr<uint64_t> bad = (*writer)->Write({SetLocalOp{77, At(1)}});
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ((*writer)->Write({SetLocalOp{2, At(1)}}).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ((*client_->Read("w", {2}))[0].local, At(20));
+}
+
+TEST_F(ClientTest, ConnectingToNothingIsUnavailable) {
+  ClientOptions options;
+  options.address = "127.0.0.1:1";
+  options.connect_timeout = absl::Milliseconds(300);
+  EXPECT_EQ(Client::Connect(options).status().code(),
+            absl::StatusCode::kUnavailable);
+}
+
+TEST_F(ClientTest, MirrorOptionsAreChecked) {
+  EXPECT_EQ(Mirror::Start(*client_, {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  MirrorOptions no_echo{.world = "w", .no_echo = true};
+  EXPECT_EQ(Mirror::Start(*client_, no_echo).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  MirrorOptions no_queue{.world = "w", .max_queued = 0};
+  EXPECT_EQ(Mirror::Start(*client_, no_queue).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(ClientTest, ABackgroundMirrorFollowsEveryKindOfChange) {
+  MakeWorld();
+  std::unique_ptr<Mirror> mirror = StartMirror({.world = "w"});
+  ASSERT_TRUE(mirror->WaitForSync(kWait));
+  EXPECT_EQ(mirror->size(), 4u);
+  MirrorChanges first = mirror->TakeChanges();
+  EXPECT_THAT(first.created, UnorderedElementsAre(1, 2, 3, 4));
+  EXPECT_FALSE(first.resynced);
+  ExpectMirrorsServer(*mirror);
+
+  absl::StatusOr<uint64_t> frame =
+      client_->Apply("w",
+                     {SetLocalOp{3, At(0, 0, 9)}, CreateOp{5, 2, At(1)},
+                      DestroyOp{4}, LinkOp{5, 3}},
+                     {.end_frame = true});
+  ASSERT_TRUE(frame.ok());
+  ASSERT_TRUE(mirror->WaitForFrame(*frame, kWait));
+  MirrorChanges changes = mirror->TakeChanges();
+  EXPECT_EQ(changes.frame, *frame);
+  EXPECT_THAT(changes.created, UnorderedElementsAre(5));
+  EXPECT_THAT(changes.destroyed, UnorderedElementsAre(4));
+  EXPECT_THAT(changes.moved, UnorderedElementsAre(3, 5));
+  EXPECT_TRUE(
+      changes.reparented.empty());  // 5 is new: its parent came with it.
+  EXPECT_EQ(*mirror->Parent(5), 3u);
+  EXPECT_FALSE(mirror->Has(4));
+  EXPECT_EQ(mirror->WorldMatrix(4).status().code(),
+            absl::StatusCode::kNotFound);
+  ExpectMirrorsServer(*mirror);
+  EXPECT_TRUE(mirror->TakeChanges().empty());
+}
+
+TEST_F(ClientTest, ACallerDrivenMirrorChangesOnlyInUpdate) {
+  MakeWorld();
+  int updates = 0;
+  std::unique_ptr<Mirror> mirror =
+      StartMirror({.world = "w",
+                   .driver = MirrorOptions::Driver::kCaller,
+                   .on_update = [&](const MirrorUpdate&) { ++updates; }});
+  // The snapshot waits for the caller.
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_EQ(mirror->size(), 0u);
+  EXPECT_EQ(updates, 0);
+  ASSERT_GE(mirror->Update(), 1);
+  ASSERT_TRUE(mirror->WaitForSync(absl::ZeroDuration()));
+  EXPECT_EQ(mirror->size(), 4u);
+
+  absl::StatusOr<uint64_t> frame =
+      client_->Apply("w", {SetLocalOp{1, At(3)}}, {.end_frame = true});
+  ASSERT_TRUE(frame.ok());
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_LT(mirror->frame(), *frame);
+  const absl::Time deadline = absl::Now() + kWait;
+  while (mirror->frame() < *frame && absl::Now() < deadline) {
+    mirror->Update();
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ(mirror->frame(), *frame);
+  EXPECT_EQ(mirror->WorldMatrix(4)->translation(), glm::vec3(8, 0, 1));
+  EXPECT_GE(updates, 2);
+  ExpectMirrorsServer(*mirror);
+}
+
+TEST_F(ClientTest, AFilteredMirrorHoldsOnlyItsSubtree) {
+  MakeWorld();
+  std::unique_ptr<Mirror> mirror = StartMirror({.world = "w", .subtrees = {3}});
+  ASSERT_TRUE(mirror->WaitForSync(kWait));
+  std::vector<EntityId> ids;
+  std::vector<Matrix3x4> worlds;
+  mirror->CopyAll(&ids, &worlds);
+  EXPECT_THAT(ids, UnorderedElementsAre(3, 4));
+  mirror->TakeChanges();
+
+  // 2 joins the subtree, and so joins the mirror.
+  absl::StatusOr<uint64_t> frame =
+      client_->Apply("w", {LinkOp{2, 4}}, {.end_frame = true});
+  ASSERT_TRUE(mirror->WaitForFrame(*frame, kWait));
+  EXPECT_THAT(mirror->TakeChanges().created, UnorderedElementsAre(2));
+  EXPECT_EQ(*mirror->Parent(2), 4u);
+  ExpectMirrorsServer(*mirror);
+}
+
+TEST_F(ClientTest, AMirrorResynchronisesAfterTheServerComesBack) {
+  MakeWorld();
+  std::unique_ptr<Mirror> mirror =
+      StartMirror({.world = "w",
+                   .reconnect_min = absl::Milliseconds(20),
+                   .reconnect_max = absl::Milliseconds(200)});
+  ASSERT_TRUE(mirror->WaitForSync(kWait));
+  mirror->TakeChanges();
+
+  // The server goes away; the mirror keeps its last copy and says why.
+  const int port = server_.port();
+  server_.Stop();
+  const absl::Time deadline = absl::Now() + kWait;
+  while (mirror->synced() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_FALSE(mirror->synced());
+  EXPECT_EQ(mirror->status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(mirror->size(), 4u);
+
+  // A new server on the same port, with a world that differs: 2 moved, 4
+  // gone, 6 new, 3 now under 2.
+  // The same client (and the mirror through it) reconnects by itself.
+  ASSERT_TRUE(server_.Start(Limits{}, {}, port));
+  ASSERT_TRUE(client_->CreateWorld("w", {.mode = FrameMode::kDriven}).ok());
+  ASSERT_TRUE(
+      client_
+          ->Apply("w",
+                  {CreateOp{1, kNoEntity, At(1)}, CreateOp{2, 1, At(0, 2)},
+                   CreateOp{3, 2, At(0, 0, 1)}, CreateOp{6, 1, At(6)}},
+                  {.end_frame = true})
+          .ok());
+  ASSERT_TRUE(mirror->WaitForSync(kWait)) << mirror->status();
+  EXPECT_EQ(mirror->resyncs(), 1);
+  MirrorChanges changes = mirror->TakeChanges();
+  EXPECT_TRUE(changes.resynced);
+  EXPECT_THAT(changes.created, UnorderedElementsAre(6));
+  EXPECT_THAT(changes.destroyed, UnorderedElementsAre(4));
+  EXPECT_THAT(changes.reparented, UnorderedElementsAre(3));
+  EXPECT_THAT(changes.moved, UnorderedElementsAreArray({2, 3, 6}));
+  EXPECT_TRUE(mirror->status().ok());
+  ExpectMirrorsServer(*mirror);
+}
+
+TEST_F(ClientTest, AMirrorOfAWorldNotYetMadeSyncsOnceItIs) {
+  std::unique_ptr<Mirror> mirror =
+      StartMirror({.world = "w",
+                   .reconnect_min = absl::Milliseconds(20),
+                   .reconnect_max = absl::Milliseconds(100)});
+  const absl::Time deadline = absl::Now() + kWait;
+  while (mirror->status().code() != absl::StatusCode::kNotFound &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ(mirror->status().code(), absl::StatusCode::kNotFound);
+  MakeWorld();
+  ASSERT_TRUE(mirror->WaitForSync(kWait));
+  EXPECT_EQ(mirror->size(), 4u);
+  EXPECT_EQ(mirror->resyncs(), 0);
+}
+
+TEST_F(ClientTest, NoEchoLeavesOutWhatThisClientSets) {
+  MakeWorld();
+  std::unique_ptr<Client> physics = Connect("physics");
+  absl::StatusOr<std::unique_ptr<Mirror>> mirror =
+      Mirror::Start(*physics, {.world = "w", .no_echo = true});
+  ASSERT_TRUE(mirror.ok());
+  ASSERT_TRUE((*mirror)->WaitForSync(kWait));
+  (*mirror)->TakeChanges();
+  ASSERT_TRUE(physics->Apply("w", {SetLocalOp{2, At(4)}}).ok());
+  absl::StatusOr<uint64_t> frame =
+      client_->Apply("w", {SetLocalOp{4, At(8)}}, {.end_frame = true});
+  ASSERT_TRUE((*mirror)->WaitForFrame(*frame, kWait));
+  EXPECT_THAT((*mirror)->TakeChanges().moved, UnorderedElementsAre(4));
+}
+
+}  // namespace
+}  // namespace xform

@@ -1,0 +1,70 @@
+// Copyright 2026 The xform Authors.
+//
+// A real xformd service (WorldHost + XformService, with gRPC health and
+// reflection) in the test's process, listening on 127.0.0.1 at a port the
+// kernel picks. Tests talk to it over real loopback gRPC, as clients would.
+
+#ifndef XFORM_TESTS_LOOPBACK_SERVER_H_
+#define XFORM_TESTS_LOOPBACK_SERVER_H_
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "server/service.h"
+
+namespace xform::server {
+
+class LoopbackServer {
+ public:
+  // Starts listening; false if the server could not be built. `port` 0 lets
+  // the kernel choose; a fixed port restarts a server where clients expect it.
+  bool Start(const Limits& limits, ServiceOptions options = {}, int port = 0) {
+    host_ = std::make_unique<WorldHost>(limits, 60);
+    service_ = std::make_unique<XformService>(*host_, options);
+    grpc::EnableDefaultHealthCheckService(true);
+    grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort(absl::StrCat("127.0.0.1:", port),
+                             grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(service_.get());
+    builder.SetMaxSendMessageSize(64 << 20);
+    builder.SetMaxReceiveMessageSize(64 << 20);
+    server_ = builder.BuildAndStart();
+    return server_ != nullptr && port_ != 0;
+  }
+
+  // Ends every stream (UNAVAILABLE, as xformd does on SIGTERM) and stops.
+  void Stop() {
+    if (server_) {
+      host_->EndAllStreams(absl::UnavailableError("server stopping"));
+      server_->Shutdown(std::chrono::system_clock::now() +
+                        std::chrono::seconds(5));
+      server_->Wait();
+    }
+    server_.reset();
+    service_.reset();
+    host_.reset();
+  }
+
+  ~LoopbackServer() { Stop(); }
+
+  WorldHost& host() { return *host_; }
+  grpc::Server& grpc_server() { return *server_; }
+  int port() const { return port_; }
+  std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
+
+ private:
+  std::unique_ptr<WorldHost> host_;
+  std::unique_ptr<XformService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+};
+
+}  // namespace xform::server
+
+#endif  // XFORM_TESTS_LOOPBACK_SERVER_H_
