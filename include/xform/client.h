@@ -48,6 +48,12 @@ struct ClientOptions {
   absl::Duration deadline = absl::Seconds(10);
   // The largest message either side may send: a snapshot chunk, a big read.
   int max_message_bytes = 64 << 20;
+  // How many bytes of a stream the transport may hold for this client before
+  // the server has to wait. Small enough that a subscriber that stops
+  // reading holds back the server soon, so the server folds the frames it
+  // misses into one instead of queueing seconds of stale ones; large enough
+  // for full speed on a LAN. (gRPC would otherwise grow it to many MB.)
+  int stream_window_bytes = 1 << 20;
   // How long Connect() waits for the server to be reachable. Zero: Connect()
   // does not wait, and calls fail UNAVAILABLE until the server is up.
   absl::Duration connect_timeout = absl::Seconds(5);

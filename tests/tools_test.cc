@@ -1,0 +1,182 @@
+// Copyright 2026 The xform Authors.
+//
+// xformctl and xform-load as processes, against a real server on loopback:
+// what they print (text and --json), and their exit codes.
+
+#include <sys/wait.h>
+
+#include <array>
+#include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "tests/loopback_server.h"
+
+namespace xform {
+namespace {
+
+using ::testing::HasSubstr;
+using Json = nlohmann::json;
+
+struct Ran {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+// Runs `command` through the shell, capturing stdout and stderr.
+Ran RunShell(const std::string& command) {
+  const std::string err_file =
+      absl::StrCat(testing::TempDir(), "/tools_test_stderr_", getpid());
+  Ran ran;
+  FILE* pipe = popen(absl::StrCat(command, " 2>", err_file).c_str(), "r");
+  if (pipe == nullptr) return ran;
+  std::array<char, 4096> buffer;
+  size_t n;
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) {
+    ran.out.append(buffer.data(), n);
+  }
+  const int status = pclose(pipe);
+  ran.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream err(err_file);
+  std::stringstream text;
+  text << err.rdbuf();
+  ran.err = text.str();
+  return ran;
+}
+
+class ToolsTest : public testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(server_.Start(server::Limits{})); }
+
+  Ran Ctl(const std::string& args) {
+    return RunShell(absl::StrCat(XFORMCTL_PATH, " --server=", server_.address(),
+                                 " ", args));
+  }
+
+  server::LoopbackServer server_;
+};
+
+TEST_F(ToolsTest, XformctlManagesWorldsAndEntities) {
+  Ran made = Ctl("worlds create w --mode=driven --json");
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  EXPECT_EQ(Json::parse(made.out)["mode"], "driven");
+
+  ASSERT_EQ(Ctl("entities create w 1 --position=1,2,3").exit_code, 0);
+  ASSERT_EQ(Ctl("entities create w 2 --parent=1 --scale=2,2,2").exit_code, 0);
+  ASSERT_EQ(Ctl("entities set w 1 --position=5,0,0 --end_frame").exit_code, 0);
+  Ran got = Ctl("entities get w 2 --json");
+  ASSERT_EQ(got.exit_code, 0) << got.err;
+  const Json entity = Json::parse(got.out);
+  EXPECT_EQ(entity["parent"], 1);
+  EXPECT_EQ(entity["world"][3], 5.0);  // x translation: the parent's.
+  EXPECT_EQ(entity["world"][0], 2.0);  // Its own scale.
+
+  ASSERT_EQ(Ctl("entities link w 2 0 --keep_world").exit_code, 0);
+  EXPECT_EQ(Json::parse(Ctl("entities get w 2 --json").out)["parent"], 0);
+  ASSERT_EQ(Ctl("entities destroy w 1").exit_code, 0);
+
+  Ran listed = Ctl("worlds list --json");
+  ASSERT_EQ(listed.exit_code, 0);
+  EXPECT_EQ(Json::parse(listed.out)["worlds"][0]["entities"], 1);
+  EXPECT_THAT(Ctl("worlds info w").out, HasSubstr("driven"));
+  EXPECT_EQ(Ctl("worlds delete w").exit_code, 0);
+}
+
+TEST_F(ToolsTest, XformctlErrorsCarryTheServersStatus) {
+  Ran missing = Ctl("worlds info nope");
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_THAT(missing.err, HasSubstr("NOT_FOUND"));
+  ASSERT_EQ(Ctl("worlds create w").exit_code, 0);
+  Ran cycle_free = Ctl("entities link w 5 9");
+  EXPECT_EQ(cycle_free.exit_code, 1);
+  EXPECT_THAT(cycle_free.err, HasSubstr("NOT_FOUND"));
+  Ran nan = Ctl("entities create w 1 --position=nan,0,0 --json");
+  EXPECT_EQ(nan.exit_code, 1);
+  EXPECT_EQ(Json::parse(nan.err)["error"], "INVALID_ARGUMENT");
+  EXPECT_EQ(Ctl("entities create w x").exit_code, 2);
+  EXPECT_EQ(Ctl("frobnicate").exit_code, 2);
+  Ran unreachable =
+      RunShell(absl::StrCat(XFORMCTL_PATH,
+                            " --server=127.0.0.1:1 --timeout_s=0.3 "
+                            "worlds list"));
+  EXPECT_EQ(unreachable.exit_code, 1);
+  EXPECT_THAT(unreachable.err, HasSubstr("UNAVAILABLE"));
+}
+
+TEST_F(ToolsTest, XformctlHasHelpForEveryCommand) {
+  Ran all = RunShell(absl::StrCat(XFORMCTL_PATH, " --help"));
+  EXPECT_EQ(all.exit_code, 0);
+  for (const char* command :
+       {"worlds list", "worlds create", "worlds info", "worlds delete",
+        "entities create", "entities destroy", "entities link", "entities set",
+        "entities get", "watch"}) {
+    EXPECT_THAT(all.out, HasSubstr(command));
+    Ran one = RunShell(absl::StrCat(XFORMCTL_PATH, " ", command, " --help"));
+    EXPECT_EQ(one.exit_code, 0);
+    EXPECT_THAT(one.out, HasSubstr(absl::StrCat("xformctl ", command)));
+  }
+}
+
+TEST_F(ToolsTest, XformctlWatchPrintsALinePerFrame) {
+  ASSERT_EQ(Ctl("worlds create w --mode=driven").exit_code, 0);
+  ASSERT_EQ(Ctl("entities create w 1 --end_frame").exit_code, 0);
+  std::atomic<bool> watched_enough{false};
+  std::thread writer([&] {
+    // Frames keep coming until the watcher has had its three.
+    for (int i = 0; i < 500 && !watched_enough; ++i) {
+      Ctl(absl::StrCat("entities set w 1 --position=", i, ",0,0 --end_frame"));
+    }
+  });
+  Ran watched = Ctl("watch w --frames=3 --json --verbose");
+  watched_enough = true;
+  writer.join();
+  ASSERT_EQ(watched.exit_code, 0) << watched.err;
+  std::istringstream lines(watched.out);
+  std::string line;
+  int snapshots = 0, deltas = 0;
+  while (std::getline(lines, line)) {
+    const Json j = Json::parse(line);
+    if (j["snapshot"]) {
+      ++snapshots;
+    } else {
+      ++deltas;
+      EXPECT_EQ(j["moved"], 1);
+      EXPECT_EQ(j["moved_entities"][0]["entity"], 1);
+    }
+  }
+  EXPECT_EQ(snapshots, 1);
+  EXPECT_EQ(deltas, 3);
+}
+
+// A short run of every mode, stalling subscriber included, through the JSON
+// report: every subscriber received frames, none was disconnected.
+TEST_F(ToolsTest, XformLoadReportsEveryMode) {
+  Ran ran = RunShell(absl::StrCat(
+      XFORM_LOAD_PATH, " --server=", server_.address(),
+      " --mode=all --shape=chains --entities=3000 --move=100 --hz=30",
+      " --subscribers=2 --writers=2 --seconds=1.5 --stall_s=0.3",
+      " --redis_port=", 20000 + getpid() % 20000, " --json"));
+  ASSERT_EQ(ran.exit_code, 0) << ran.err;
+  const Json report = Json::parse(ran.out);
+  ASSERT_EQ(report["modes"].size(), 3u);
+  for (const Json& mode : report["modes"]) {
+    EXPECT_GT(mode["frames_per_s"].get<double>(), 10) << mode["mode"];
+    for (const Json& sub : mode["subscribers"]) {
+      EXPECT_GT(sub["messages"].get<int>(), 0) << mode["mode"];
+      EXPECT_GT(sub["updates"].get<int>(), 0) << mode["mode"];
+      EXPECT_GT(sub["latency_p50_ms"].get<double>(), 0) << mode["mode"];
+    }
+    EXPECT_TRUE(mode["subscribers"][0].contains("stalled")) << mode["mode"];
+  }
+}
+
+}  // namespace
+}  // namespace xform
