@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Builds the xformd image from docker/Dockerfile, runs it, waits for its
+# HEALTHCHECK to pass, drives it with xformctl from the same image, stops it
+# with SIGTERM and checks that it stopped cleanly (exit 0, its streams ended).
+#
+# Uses docker where an engine answers; otherwise Debian's podman, with the
+# Debian base images made locally by debootstrap (no registry needed).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+sudo=""
+if [[ "$(id -u)" -ne 0 ]]; then sudo="sudo"; fi
+image=xform:test
+name=xform-test-$$
+port=$((30000 + RANDOM % 20000))
+
+if docker info > /dev/null 2>&1; then
+  engine=(docker)
+  build_flags=()
+  run_flags=(-p "127.0.0.1:$port:$port")
+else
+  missing=()
+  for package in podman buildah runc debootstrap; do
+    dpkg-query -W -f='${Status}' "$package" 2> /dev/null | grep -q "ok installed" ||
+      missing+=("$package")
+  done
+  if ((${#missing[@]})); then
+    $sudo apt-get update -q
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q "${missing[@]}"
+  fi
+  engine=($sudo podman)
+  build_flags=(--pull=never --network=host --format docker)
+  run_flags=(--runtime runc --ulimit nofile=4096:4096 --ulimit nproc=4096:4096
+    --network=host)
+  if ! "${engine[@]}" image exists debian:bookworm; then
+    echo "making the debian:bookworm base image with debootstrap"
+    root=$(mktemp -d)
+    $sudo debootstrap --variant=minbase bookworm "$root" http://deb.debian.org/debian > /dev/null
+    $sudo tar -C "$root" -c . | "${engine[@]}" import - debian:bookworm
+    $sudo rm -rf "$root"
+  fi
+  # minbase is already slim: the same root serves as bookworm-slim.
+  "${engine[@]}" image exists debian:bookworm-slim ||
+    "${engine[@]}" tag debian:bookworm debian:bookworm-slim
+fi
+
+cleanup() { "${engine[@]}" rm -f "$name" > /dev/null 2>&1 || true; }
+trap cleanup EXIT
+
+echo "building $image"
+build_log=$(mktemp)
+if ! "${engine[@]}" build "${build_flags[@]}" -f docker/Dockerfile -t "$image" . \
+  > "$build_log" 2>&1; then
+  tail -n 50 "$build_log"
+  echo "FAIL: the image did not build"
+  exit 1
+fi
+rm -f "$build_log"
+
+echo "running $name on port $port"
+"${engine[@]}" run -d --name "$name" "${run_flags[@]}" \
+  -e XFORM_PROBE_ADDR="127.0.0.1:$port" "$image" \
+  --listen="0.0.0.0:$port" --demo > /dev/null 2>&1
+
+# The image's HEALTHCHECK, run as the engine would run it.
+healthy=""
+for _ in $(seq 1 60); do
+  if "${engine[@]}" healthcheck run "$name" > /dev/null 2>&1 ||
+    "${engine[@]}" exec "$name" /usr/local/bin/xform_health_probe > /dev/null 2>&1; then
+    healthy=yes
+    break
+  fi
+  sleep 0.5
+done
+[[ -n "$healthy" ]] || { echo "FAIL: never healthy"; "${engine[@]}" logs "$name"; exit 1; }
+echo "healthy"
+
+uid=$("${engine[@]}" exec "$name" id -u)
+[[ "$uid" != 0 ]] || { echo "FAIL: xformd runs as root"; exit 1; }
+
+ctl=("${engine[@]}" run --rm "${run_flags[@]}" --entrypoint /usr/local/bin/xformctl
+  "$image" --server="127.0.0.1:$port")
+if [[ "${engine[0]}" == docker ]]; then
+  ctl=(docker run --rm --network "container:$name" --entrypoint
+    /usr/local/bin/xformctl "$image" --server="127.0.0.1:$port")
+fi
+"${ctl[@]}" worlds list 2> /dev/null | grep '^demo ' ||
+  { echo "FAIL: no demo world"; exit 1; }
+"${ctl[@]}" worlds create probe --mode=driven > /dev/null 2>&1
+"${ctl[@]}" entities create probe 1 --position=1,2,3 --end_frame > /dev/null 2>&1
+"${ctl[@]}" entities get probe 1 --json 2> /dev/null | grep -q '"world":\[1.0,0.0,0.0,1.0' ||
+  { echo "FAIL: entity did not read back"; exit 1; }
+"${ctl[@]}" watch demo --frames=5 2> /dev/null | tail -n 2
+
+echo "stopping"
+"${engine[@]}" stop -t 20 "$name" > /dev/null 2>&1
+code=$("${engine[@]}" inspect --format '{{.State.ExitCode}}' "$name")
+logs=$("${engine[@]}" logs "$name" 2>&1)
+[[ "$code" == 0 ]] || { echo "FAIL: exit code $code"; echo "$logs"; exit 1; }
+grep -q "shutting down" <<< "$logs" || { echo "FAIL: no graceful shutdown"; echo "$logs"; exit 1; }
+echo "PASS: built, healthy, served a client, stopped cleanly (exit 0)"
