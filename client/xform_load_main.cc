@@ -176,13 +176,18 @@ class Recorder {
     received_.bytes += bytes;
     received_.latency_ms.insert(received_.latency_ms.end(), ages_ms.begin(),
                                 ages_ms.end());
-    if (stall_end_ == absl::InfinitePast() || caught_up_) return;
     const double age = ages_ms.empty() ? 0 : ages_ms.front();
+    if (!stalled_done_) {
+      for (double a : ages_ms)
+        before_stall_max_ms_ = std::max(before_stall_max_ms_, a);
+    }
+    if (stall_end_ == absl::InfinitePast() || caught_up_) return;
     if (received_.backlog_messages++ == 0) {
       received_.first_after_stall_ms = age;
     }
-    // Current again: data younger than a few frames.
-    if (age < 50) {
+    // Current again: data as young as it was before the stall (a poller's
+    // is never younger than its poll takes), or younger than a few frames.
+    if (age < std::max(50.0, before_stall_max_ms_)) {
       caught_up_ = true;
       received_.catch_up_ms =
           absl::ToDoubleMilliseconds(absl::Now() - stall_end_);
@@ -211,6 +216,7 @@ class Recorder {
   bool stalled_done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time stall_end_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   bool caught_up_ ABSL_GUARDED_BY(mu_) = false;
+  double before_stall_max_ms_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // When each writer's batches were acknowledged, so a poller can tell how old
