@@ -1,13 +1,11 @@
 // Copyright 2026 The xform Authors.
 //
-// The two products in propagation's inner loop, inline so the sweep compiles
-// to one straight block per instance. Matrices are Matrix3x4 rows.
+// The two products behind local and world matrices, inline so propagation's
+// sweep compiles to one straight block per instance. Matrices are Matrix3x4
+// rows.
 
 #ifndef XFORM_SRC_MATH_KERNELS_H_
 #define XFORM_SRC_MATH_KERNELS_H_
-
-#include <cstdint>
-#include <cstring>
 
 #include "glm/gtc/quaternion.hpp"
 #include "glm/vec3.hpp"
@@ -39,57 +37,41 @@ inline void ComposeTrs(const glm::vec3& p, const glm::quat& q,
   out[11] = p.z;
 }
 
-// out = a * b for affine a and b. `out` may not alias either input.
+// out = a * b for affine a and b. `out` may not alias either input. This is
+// propagation's whole inner loop: one load of each input row, three
+// broadcasts and a tree of adds per output row. Both branches round the same
+// way, so a product is bitwise the same wherever it is computed.
 inline void MultiplyAffine(const float* __restrict a, const float* __restrict b,
                            float* __restrict out) {
-  for (int row = 0; row < 3; ++row) {
-    const float a0 = a[4 * row], a1 = a[4 * row + 1], a2 = a[4 * row + 2];
-    for (int col = 0; col < 4; ++col) {
-      out[4 * row + col] = a0 * b[col] + a1 * b[4 + col] + a2 * b[8 + col];
-    }
-    out[4 * row + 3] += a[4 * row + 3];
-  }
-}
-
-// out = a * b, like MultiplyAffine, but `out` holds the previous result and
-// the return says whether it changed bitwise. This is propagation's whole
-// inner loop: one load of each input row, three broadcasts per output row,
-// and the comparison rides on values already in registers.
-inline bool MultiplyAffineTracked(const float* __restrict a,
-                                  const float* __restrict b,
-                                  float* __restrict out) {
 #if defined(__SSE2__)
   const __m128 b0 = _mm_loadu_ps(b);
   const __m128 b1 = _mm_loadu_ps(b + 4);
   const __m128 b2 = _mm_loadu_ps(b + 8);
   // Keeps only a row's translation lane: (0, 0, 0, a[row][3]).
   const __m128 translation_lane = _mm_castsi128_ps(_mm_setr_epi32(0, 0, 0, -1));
-  __m128i differs = _mm_setzero_si128();
   for (int row = 0; row < 3; ++row) {
     const __m128 r = _mm_loadu_ps(a + 4 * row);
     // Summed as a tree: a child right after its parent waits on this result,
-    // so the latency of one row is the latency of the whole sweep there.
+    // so the latency of one row is the latency of the sweep there.
     const __m128 x =
         _mm_mul_ps(_mm_shuffle_ps(r, r, _MM_SHUFFLE(0, 0, 0, 0)), b0);
     const __m128 y =
         _mm_mul_ps(_mm_shuffle_ps(r, r, _MM_SHUFFLE(1, 1, 1, 1)), b1);
     const __m128 z =
         _mm_mul_ps(_mm_shuffle_ps(r, r, _MM_SHUFFLE(2, 2, 2, 2)), b2);
-    const __m128 w = _mm_add_ps(_mm_add_ps(x, y),
-                                _mm_add_ps(z, _mm_and_ps(r, translation_lane)));
-    const __m128i before =
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(out + 4 * row));
-    differs = _mm_or_si128(differs, _mm_xor_si128(before, _mm_castps_si128(w)));
-    _mm_storeu_ps(out + 4 * row, w);
+    _mm_storeu_ps(out + 4 * row,
+                  _mm_add_ps(_mm_add_ps(x, y),
+                             _mm_add_ps(z, _mm_and_ps(r, translation_lane))));
   }
-  return _mm_movemask_epi8(_mm_cmpeq_epi32(differs, _mm_setzero_si128())) !=
-         0xffff;
 #else
-  float w[12];
-  MultiplyAffine(a, b, w);
-  const bool changed = std::memcmp(w, out, sizeof(w)) != 0;
-  std::memcpy(out, w, sizeof(w));
-  return changed;
+  for (int row = 0; row < 3; ++row) {
+    const float a0 = a[4 * row], a1 = a[4 * row + 1], a2 = a[4 * row + 2];
+    for (int col = 0; col < 4; ++col) {
+      const float t = col == 3 ? a[4 * row + 3] : 0.0f;
+      out[4 * row + col] =
+          (a0 * b[col] + a1 * b[4 + col]) + (a2 * b[8 + col] + t);
+    }
+  }
 #endif
 }
 

@@ -20,33 +20,60 @@ constexpr uint8_t kDirty = 1;
 // so reported through created_slots_ instead).
 constexpr uint8_t kMovedThisFrame = 1;
 constexpr uint8_t kCreatedThisFrame = 2;
-// One instance of the sweep: world = parent world * local, over raw columns.
-// An instance whose matrix changed for the first time in this frame appends
-// its slot to `moved`, branch-free: the slot is always written and the count
-// only advances when it is new. `moved` has room for every swept instance.
-struct SweepKernel {
-  const uint32_t* parent;
-  const Matrix3x4* local;
-  const uint32_t* slot;
-  Matrix3x4* world;
-  uint8_t* flags;
-  uint32_t* moved;
-  size_t moved_count;
 
-  void operator()(uint32_t j) {
-    const uint32_t p = parent[j];
-    const Matrix3x4& parent_world = p == 0xffffffffu ? kIdentity : world[p];
-    const bool changed = internal::MultiplyAffineTracked(
-        parent_world.m.data(), local[j].m.data(), world[j].m.data());
-    const bool first_move = changed & (flags[j] == 0);
-    flags[j] |= first_move ? kMovedThisFrame : 0;
-    moved[moved_count] = slot[j];
-    moved_count += first_move;
+// Below this many instances one cursor sweeps alone: splitting costs more
+// than the overlap saves.
+constexpr size_t kTwoCursorMinimum = 4096;
+// Bounds the roots swept ahead to split a deep subtree, and so its cost.
+constexpr int kMaxSplitDescents = 32;
+
+using Index = uint32_t;
+constexpr Index kNoIndex = 0xffffffffu;
+
+// One instance of the sweep: world = parent world * local, for an instance
+// whose parent is already exact.
+struct SweepStep {
+  const Index* parent;
+  const Matrix3x4* local;
+  Matrix3x4* world;
+
+  void operator()(Index j) const {
+    const Index p = parent[j];
+    const Matrix3x4& parent_world = p == kNoIndex ? kIdentity : world[p];
+    internal::MultiplyAffine(parent_world.m.data(), local[j].m.data(),
+                             world[j].m.data());
   }
 
   static const Matrix3x4 kIdentity;
 };
-const Matrix3x4 SweepKernel::kIdentity;
+const Matrix3x4 SweepStep::kIdentity;
+
+// Walks a list of independent ranges (World::Range) one instance at a time.
+template <typename Range>
+class RangeCursor {
+ public:
+  explicit RangeCursor(const std::vector<Range>& ranges)
+      : next_(ranges.data()), end_(ranges.data() + ranges.size()) {}
+  // Moves to the next unswept instance; false when every range is done.
+  bool Ready() {
+    while (at_ == last_) {
+      if (next_ == end_) return false;
+      at_ = next_->first;
+      last_ = next_->last;
+      ++next_;
+    }
+    return true;
+  }
+  Index at() const { return at_; }
+  Index left() const { return last_ - at_; }
+  void Advance(Index n) { at_ += n; }
+
+ private:
+  const Range* next_;
+  const Range* end_;
+  Index at_ = 0;
+  Index last_ = 0;
+};
 
 template <typename T>
 size_t Bytes(const std::vector<T>& v) {
@@ -166,15 +193,23 @@ absl::Status World::SetLocals(absl::Span<const SetLocalOp> ops) {
 
 template <typename Get>
 absl::Status World::SetLocalsOf(size_t count, Get get) {
-  std::vector<Index> targets(count);
+  // A physics step sets entities scattered over the whole world, so each
+  // lookup and each column write is a cache miss. Every pass fetches kAhead
+  // ops ahead, so those misses overlap instead of following one another.
+  constexpr size_t kAhead = 8;
+  std::vector<Slot> slots(count);
   for (size_t k = 0; k < count; ++k) {
+    if (k + kAhead < count) slot_of_.prefetch(get(k + kAhead).entity);
     const SetLocalOp& op = get(k);
     absl::Status status;
     if (op.entity == kNoEntity) {
       status = absl::InvalidArgumentError("entity id 0 is reserved for 'none'");
     } else if (status = ValidateTransform(op.local); !status.ok()) {
-    } else if (targets[k] = index_of(op.entity); targets[k] == kNone) {
+    } else if (const auto it = slot_of_.find(op.entity);
+               it == slot_of_.end() || it->second == kNone) {
       status = absl::NotFoundError("not found");
+    } else {
+      slots[k] = it->second;
     }
     if (!status.ok()) {
       return absl::Status(status.code(),
@@ -182,7 +217,23 @@ absl::Status World::SetLocalsOf(size_t count, Get get) {
                                        op.entity, "): ", status.message()));
     }
   }
-  for (size_t k = 0; k < count; ++k) ApplySetLocal(targets[k], get(k).local);
+  std::vector<Index> targets(count);
+  for (size_t k = 0; k < count; ++k) {
+    if (k + kAhead < count) __builtin_prefetch(&slot_index_[slots[k + kAhead]]);
+    targets[k] = slot_index_[slots[k]];
+  }
+  for (size_t k = 0; k < count; ++k) {
+    if (k + kAhead < count) {
+      const Index i = targets[k + kAhead];
+      const char* local = reinterpret_cast<const char*>(&local_[i]);
+      __builtin_prefetch(local);
+      __builtin_prefetch(local + sizeof(Matrix3x4) - 1);  // May span 2 lines.
+      __builtin_prefetch(&rotation_[i]);
+      __builtin_prefetch(&scale_[i]);
+      __builtin_prefetch(&slot_flags_[slots[k + kAhead]]);
+    }
+    ApplySetLocal(targets[k], get(k).local);
+  }
   Propagate();
   return absl::OkStatus();
 }
@@ -275,8 +326,8 @@ size_t World::MemoryBytes() const {
          Bytes(scale_) + Bytes(local_) + Bytes(world_) + Bytes(slot_) +
          Bytes(frame_flags_) + Bytes(slot_index_) + Bytes(slot_entity_) +
          Bytes(slot_flags_) + Bytes(free_slots_) + Bytes(freed_this_frame_) +
-         Bytes(dirty_roots_) + Bytes(moved_slots_) + Bytes(created_slots_) +
-         MapBytes(slot_of_) + MapBytes(frame_start_);
+         Bytes(dirty_roots_) + Bytes(swept_) + Bytes(moved_slots_) +
+         Bytes(created_slots_) + MapBytes(slot_of_) + MapBytes(frame_start_);
 }
 
 absl::Status World::CheckConsistency() const {
@@ -345,6 +396,7 @@ void World::ApplyCreates(absl::Span<const CreateOp> ops) {
   const uint32_t old_size = static_cast<uint32_t>(size());
   const uint32_t count = static_cast<uint32_t>(ops.size());
   if (count == 0) return;
+  ListSwept();
 
   // Slots first: slot_index_ of a new slot temporarily holds old_size + its
   // position in `ops`, which tells parents in this run from older ones.
@@ -542,6 +594,7 @@ void World::RefreshSlots(Index first, Index last) {
 }
 
 void World::ApplyDestroy(const DestroyOp& op) {
+  ListSwept();
   const Index i = index_of(op.entity);
   const Index parent = parent_[i];
   Index last = end_of(i);
@@ -554,6 +607,7 @@ void World::ApplyDestroy(const DestroyOp& op) {
       TouchStructure(entity_of(c), c);
       ApplySetLocal(c, local);
       parent_[c] = parent;
+      MarkDirty(c);  // Even if its local came out the same.
     }
     last = i + 1;
   }
@@ -578,6 +632,7 @@ void World::ApplyLink(const LinkOp& op) {
     ApplySetLocal(i, LocalForWorld(parent_world, ExactWorld(i)));
   }
   if (parent_[i] == new_parent) return;
+  ListSwept();
   TouchStructure(op.entity, i);
   const Index last = end_of(i);
   const uint32_t count = last - i;
@@ -600,8 +655,10 @@ void World::SetLocalColumns(Index i, const Transform& local) {
 }
 
 void World::ApplySetLocal(Index i, const Transform& local) {
+  const Matrix3x4 before = local_[i];
   SetLocalColumns(i, local);
-  MarkDirty(i);
+  // A physics step resends bodies at rest: the same matrix moves nothing.
+  if (std::memcmp(&before, &local_[i], sizeof(before)) != 0) MarkDirty(i);
 }
 
 void World::ApplySetWorld(Index i, const Transform& world) {
@@ -669,25 +726,126 @@ void World::Propagate() {
     covered_total += covered - root;
   }
   stats_.recomputed += covered_total;
-  const size_t listed = moved_slots_.size();
-  moved_slots_.resize(listed + covered_total + 1);
-  SweepKernel kernel{parent_.data(), local_.data(),       slot_.data(),
-                     world_.data(),  frame_flags_.data(), moved_slots_.data(),
-                     listed};
-  // A parent in pre-order can sit far behind its child (after its earlier
-  // children's subtrees): fetch parents' matrices a few instances ahead.
-  constexpr Index kPrefetchDistance = 8;
-  const Index* parent = parent_.data();
-  const Matrix3x4* world = world_.data();
-  for (const Range& range : ranges) {
-    for (Index j = range.first; j < range.last; ++j) {
-      if (j + kPrefetchDistance < range.last) {
-        __builtin_prefetch(&world[parent[j + kPrefetchDistance]]);
-      }
-      kernel(j);
+  swept_.insert(swept_.end(), ranges.begin(), ranges.end());
+
+  const SweepStep step{parent_.data(), local_.data(), world_.data()};
+  if (covered_total < kTwoCursorMinimum) {
+    for (const Range& range : ranges) {
+      for (Index j = range.first; j < range.last; ++j) step(j);
+    }
+    return;
+  }
+  // Two cursors over independent halves, one instance of each in turn: where
+  // a child directly follows its parent, one cursor's product would wait on
+  // the one before it, and the other cursor's work fills that wait.
+  std::vector<Range> first_half;
+  std::vector<Range> second_half;
+  SplitInHalves(ranges, covered_total, &first_half, &second_half);
+  RangeCursor<Range> a(first_half);
+  RangeCursor<Range> b(second_half);
+  while (a.Ready() && b.Ready()) {
+    const Index n = std::min(a.left(), b.left());
+    const Index i = a.at();
+    const Index j = b.at();
+    for (Index k = 0; k < n; ++k) {
+      step(i + k);
+      step(j + k);
+    }
+    a.Advance(n);
+    b.Advance(n);
+  }
+  for (RangeCursor<Range>* rest : {&a, &b}) {
+    while (rest->Ready()) {
+      const Index i = rest->at();
+      for (Index k = 0; k < rest->left(); ++k) step(i + k);
+      rest->Advance(rest->left());
     }
   }
-  moved_slots_.resize(kernel.moved_count);
+}
+
+void World::SplitInHalves(const std::vector<Range>& ranges, size_t total,
+                          std::vector<Range>* first_half,
+                          std::vector<Range>* second_half) {
+  const SweepStep step{parent_.data(), local_.data(), world_.data()};
+  // Halves within 1/16 of the total of each other overlap for most of the
+  // sweep; closer is not worth descending further.
+  const size_t tolerance = total / 16;
+  size_t before = 0;
+  size_t k = 0;
+  while (before + (ranges[k].last - ranges[k].first) <= total / 2) {
+    before += ranges[k].last - ranges[k].first;
+    ++k;
+  }
+  first_half->assign(ranges.begin(), ranges.begin() + k);
+  // `run` straddles the middle, instance `middle`. It is a run of sibling
+  // subtrees whose common parent is exact, so any boundary between two
+  // siblings splits it into independent parts.
+  Range run = ranges[k];
+  const Index middle = run.first + static_cast<Index>(total / 2 - before);
+  std::vector<Range> inner;  // Right of the cut, innermost last.
+  for (int descents = 0;; ++descents) {
+    if (middle - run.first <= tolerance) {
+      inner.push_back(run);
+      break;
+    }
+    if (run.last - middle <= tolerance) {
+      first_half->push_back(run);
+      break;
+    }
+    const Index sibling = SiblingHolding(run, middle);
+    if (sibling == kNone || descents == kMaxSplitDescents) {
+      // A long chain: no cut near the middle is cheap to find, so one cursor
+      // sweeps more than the other.
+      first_half->push_back(run);
+      break;
+    }
+    const Index cut = middle - sibling <= end_of(sibling) - middle
+                          ? sibling
+                          : end_of(sibling);
+    const size_t off_by = cut > middle ? cut - middle : middle - cut;
+    if (cut > run.first && cut < run.last && off_by <= tolerance) {
+      first_half->push_back({run.first, cut});
+      inner.push_back({cut, run.last});
+      break;
+    }
+    // Too far either way: sweep the sibling's root now and split its
+    // children's run instead.
+    if (sibling > run.first) first_half->push_back({run.first, sibling});
+    if (end_of(sibling) < run.last)
+      inner.push_back({end_of(sibling), run.last});
+    step(sibling);
+    run = {sibling + 1, end_of(sibling)};
+  }
+  second_half->assign(inner.rbegin(), inner.rend());
+  second_half->insert(second_half->end(), ranges.begin() + k + 1, ranges.end());
+}
+
+World::Index World::SiblingHolding(Range run, Index i) const {
+  // Up from `i` when the run is shallow above it, along the siblings when
+  // there are few before it; a deep chain has neither.
+  constexpr int kBudget = 512;
+  const Index run_parent = parent_[run.first];
+  Index up = i;
+  for (int k = 0; k < kBudget && parent_[up] != run_parent; ++k) {
+    up = parent_[up];
+  }
+  if (parent_[up] == run_parent) return up;
+  Index along = run.first;
+  for (int k = 0; k < kBudget && end_of(along) <= i; ++k) {
+    along = end_of(along);
+  }
+  return end_of(along) > i ? along : kNone;
+}
+
+void World::ListSwept() {
+  for (const Range& range : swept_) {
+    for (Index j = range.first; j < range.last; ++j) {
+      if (frame_flags_[j] != 0) continue;
+      frame_flags_[j] = kMovedThisFrame;
+      moved_slots_.push_back(slot_[j]);
+    }
+  }
+  swept_.clear();
 }
 
 void World::EndFrame(FrameChanges* changes) {
@@ -698,6 +856,18 @@ void World::EndFrame(FrameChanges* changes) {
     changes->moved_world.insert(changes->moved_world.end(), world_[i].m.begin(),
                                 world_[i].m.end());
   };
+  // Swept since the last structural change, so still in today's indices:
+  // merged, because a frame's batches may recompute nested subtrees.
+  std::sort(swept_.begin(), swept_.end(),
+            [](const Range& a, const Range& b) { return a.first < b.first; });
+  Index listed_to = 0;  // Instances below this are already listed.
+  for (const Range& range : swept_) {
+    for (Index j = std::max(range.first, listed_to); j < range.last; ++j) {
+      if (frame_flags_[j] == 0) emit_moved(j);
+    }
+    listed_to = std::max(listed_to, range.last);
+  }
+  swept_.clear();
   for (Slot slot : moved_slots_) {
     const Index i = slot_index_[slot];
     if (i == kNone) continue;  // Destroyed since.

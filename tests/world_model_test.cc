@@ -9,7 +9,8 @@
 // and at every frame end the reported created, destroyed and re-parented
 // entities equal the difference between the world's states at the two frame
 // ends exactly; the moved entities include every net change and nothing that
-// did not change (or was not created) at some step of the frame; and replaying
+// did not change, was not created and was not recomputed at some step of the
+// frame; and replaying
 // the changes on a copy of the previous state reproduces the new one.
 
 #include <cmath>
@@ -71,6 +72,10 @@ void RefDecompose(const glm::dmat4& m, RefNode* n) {
 
 struct RefWorld {
   std::map<EntityId, RefNode> nodes;
+  // Entities whose subtrees the world may recompute for the commands applied
+  // since this was last cleared: those given a new local or parent. The world
+  // lists a recomputed entity as moved even when its matrix came out the same.
+  std::set<EntityId> recomputed_roots;
 
   bool Has(EntityId e) const { return nodes.count(e) != 0; }
 
@@ -143,6 +148,7 @@ absl::StatusCode RefApply(RefWorld& w, const Command& command) {
     } else {
       const EntityId grandparent = w.nodes[destroy->entity].parent;
       for (EntityId c : w.Children(destroy->entity)) {
+        w.recomputed_roots.insert(c);
         const glm::dmat4 world = w.World(c);
         w.nodes[c].parent = grandparent;
         w.SetLocalFromWorld(c, grandparent, world);
@@ -159,6 +165,7 @@ absl::StatusCode RefApply(RefWorld& w, const Command& command) {
         if (a == link->entity) return C::kFailedPrecondition;
       }
     }
+    w.recomputed_roots.insert(link->entity);
     const glm::dmat4 world = w.World(link->entity);
     w.nodes[link->entity].parent = link->parent;
     if (link->mode == LinkMode::kKeepWorld) {
@@ -170,6 +177,7 @@ absl::StatusCode RefApply(RefWorld& w, const Command& command) {
       return C::kInvalidArgument;
     }
     if (!w.Has(set_local->entity)) return C::kNotFound;
+    w.recomputed_roots.insert(set_local->entity);
     const EntityId parent = w.nodes[set_local->entity].parent;
     w.nodes[set_local->entity] = ToRef(set_local->local);
     w.nodes[set_local->entity].parent = parent;
@@ -179,6 +187,7 @@ absl::StatusCode RefApply(RefWorld& w, const Command& command) {
       return C::kInvalidArgument;
     }
     if (!w.Has(set_world->entity)) return C::kNotFound;
+    w.recomputed_roots.insert(set_world->entity);
     const EntityId parent = w.nodes[set_world->entity].parent;
     if (parent == kNoEntity) {
       w.nodes[set_world->entity] = ToRef(set_world->world);
@@ -356,7 +365,8 @@ void Replay(const FrameChanges& changes, State* state) {
 }
 
 // `touched`: entities whose world matrix changed between two consecutive
-// steps of the frame, or that a command of the frame created.
+// steps of the frame, that a command of the frame created, or that a command
+// had recomputed (RefWorld::recomputed_roots).
 void ExpectFrameChangesExact(const State& before, const State& after,
                              const std::set<EntityId>& touched,
                              const FrameChanges& changes) {
@@ -530,7 +540,13 @@ TEST_P(WorldModelTest, AgreesWithNaiveReference) {
         if (const auto* create = std::get_if<CreateOp>(&c))
           touched.insert(create->entity);
       }
+      for (EntityId root : ref.recomputed_roots) {
+        const absl::StatusOr<std::vector<EntityId>> subtree =
+            world.Subtree(root);
+        if (subtree.ok()) touched.insert(subtree->begin(), subtree->end());
+      }
     }
+    ref.recomputed_roots.clear();
     last_step = now;
 
     if (gen.Chance(0.15)) {

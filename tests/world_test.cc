@@ -2,9 +2,11 @@
 
 #include "xform/world.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <map>
+#include <random>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -253,6 +255,91 @@ TEST(WorldTest, MovingOnePercentOfRootsTouchesOnlyTheirSubtrees) {
   ASSERT_TRUE(world.SetLocal(42000, At(3, 0, 0)).ok());
   EXPECT_EQ(world.stats().recomputed - before, 50u);
   EXPECT_EQ(world.WorldMatrix(42049)->translation(), glm::vec3(3, 1, 0));
+}
+
+// Big sweeps take two cursors and split subtrees to balance them; whatever the
+// shape, each instance must end up exactly parent world * local, and be
+// listed once.
+enum class Tree { kOneDeepTree, kOneFlatRoot, kOneLongChain, kManySmallTrees };
+
+class LargeSweepTest : public testing::TestWithParam<Tree> {};
+
+TEST_P(LargeSweepTest, EveryInstanceIsItsParentTimesItsLocal) {
+  constexpr EntityId kCount = 20'000;
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<EntityId> back(1, 64);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<CreateOp> ops;
+  std::vector<EntityId> roots;
+  for (EntityId e = 1; e <= kCount; ++e) {
+    EntityId parent = kNoEntity;
+    switch (GetParam()) {
+      case Tree::kOneDeepTree:
+        if (e > 1) {
+          const EntityId step = back(rng);
+          parent = e > step ? e - step : 1;
+        }
+        break;
+      case Tree::kOneFlatRoot:
+        parent = e == 1 ? kNoEntity : 1;
+        break;
+      case Tree::kOneLongChain:
+        parent = e - 1;
+        break;
+      case Tree::kManySmallTrees:
+        parent = e % 50 == 1 ? kNoEntity : e - 1 - (e % 3 == 0);
+        break;
+    }
+    if (parent == kNoEntity) roots.push_back(e);
+    ops.push_back({e, parent,
+                   Trs({u(rng), u(rng), u(rng)}, u(rng) * 3,
+                       {u(rng), u(rng), 1}, {1 + u(rng) / 10, 1, 1})});
+  }
+  World world;
+  ASSERT_TRUE(world.CreateMany(ops).ok());
+  FrameChanges changes;
+  world.EndFrame(&changes);
+
+  std::vector<SetLocalOp> moves;
+  for (EntityId root : roots) moves.push_back({root, At(u(rng), 2, 3)});
+  const uint64_t before = world.stats().recomputed;
+  ASSERT_TRUE(world.SetLocals(moves).ok());
+  EXPECT_EQ(world.stats().recomputed - before, kCount);
+  int wrong = 0;
+  for (EntityId e = 1; e <= kCount && wrong < 5; ++e) {
+    const EntityId parent = *world.Parent(e);
+    const Matrix3x4 parent_world =
+        parent == kNoEntity ? Matrix3x4{} : *world.WorldMatrix(parent);
+    const Matrix3x4 expected =
+        Multiply(parent_world, ToMatrix(*world.Local(e)));
+    if (!(*world.WorldMatrix(e) == expected)) {
+      ADD_FAILURE() << "entity " << e << " is not parent world * local";
+      ++wrong;
+    }
+  }
+  world.EndFrame(&changes);
+  std::vector<EntityId> moved = changes.moved;
+  std::sort(moved.begin(), moved.end());
+  EXPECT_TRUE(std::adjacent_find(moved.begin(), moved.end()) == moved.end());
+  EXPECT_EQ(moved.size(), kCount);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, LargeSweepTest,
+                         testing::Values(Tree::kOneDeepTree, Tree::kOneFlatRoot,
+                                         Tree::kOneLongChain,
+                                         Tree::kManySmallTrees));
+
+TEST_F(SceneTest, SettingTheSameLocalRecomputesAndListsNothing) {
+  const uint64_t before = world_.stats().recomputed;
+  ASSERT_TRUE(
+      world_.SetLocals({{2, *world_.Local(2)}, {11, At(5, 5, 5)}}).ok());
+  EXPECT_EQ(world_.stats().recomputed, before);
+  world_.EndFrame(&changes_);
+  EXPECT_TRUE(changes_.empty());
+  // A different local does move its subtree.
+  ASSERT_TRUE(world_.SetLocal(11, At(5, 5, 6)).ok());
+  world_.EndFrame(&changes_);
+  EXPECT_THAT(changes_.moved, ElementsAre(11));
 }
 
 // The header promises concurrent const calls are safe (TSan checks this in

@@ -101,13 +101,15 @@ using Command =
 struct FrameChanges {
   uint64_t frame = 0;  // The frame these changes close.
 
-  // Entities alive now whose world matrix changed (bitwise) during the frame,
+  // Entities alive now whose world matrix was recomputed during the frame,
   // each once, with its matrix now: 12 floats per entity in moved_world, in
-  // Matrix3x4 order. Every created entity is here too. A change undone within
-  // the frame may still be listed (with its unchanged matrix): deciding that
-  // would cost a copy of every matrix's previous value on the hot path, and a
-  // consumer that keeps the previous frame (the server's published state) can
-  // filter such entries for free.
+  // Matrix3x4 order. Every created entity is here too. Recomputed means the
+  // entity or an ancestor got a different local matrix (bitwise: setting the
+  // same local again recomputes and lists nothing) or a new parent, so every
+  // entity whose matrix changed is listed. Rarely a listed matrix is bitwise
+  // what it was: a change undone within the frame, or one that rounding
+  // absorbed. Telling those apart would cost a comparison per instance in the
+  // sweep; a consumer that keeps the previous frame can filter them itself.
   std::vector<EntityId> moved;
   std::vector<float> moved_world;
 
@@ -197,6 +199,8 @@ class World {
 
  private:
   friend class BatchValidator;
+  // Benchmarks time propagation apart from the calls that trigger it.
+  friend class WorldPeer;
   using Index = uint32_t;  // Position in the pre-ordered arrays.
   using Slot = uint32_t;   // Stable per-entity handle; survives relocation.
   static constexpr uint32_t kNone = 0xffffffffu;
@@ -257,6 +261,18 @@ class World {
     Index first;
     Index last;
   };
+  // Splits independent `ranges` holding `total` instances into two lists of
+  // independent ranges of about total / 2 each, sweeping the few roots it has
+  // to descend through to cut a subtree.
+  void SplitInHalves(const std::vector<Range>& ranges, size_t total,
+                     std::vector<Range>* first_half,
+                     std::vector<Range>* second_half);
+  // The subtree of the sibling run `run` that holds instance `i`, or kNone
+  // when that takes too long to find (a deep chain).
+  Index SiblingHolding(Range run, Index i) const;
+  // Lists what swept_ recomputed in moved_slots_, which survive relocation;
+  // called before any structural change.
+  void ListSwept();
 
   // Per-instance columns, in pre-order.
   std::vector<Index> parent_;           // kNone for roots.
@@ -284,8 +300,11 @@ class World {
   // This batch's subtree roots to recompute.
   std::vector<Slot> dirty_roots_;
 
-  // This frame's changes so far.
+  // This frame's changes so far. A sweep does no bookkeeping per instance:
+  // it records its ranges in swept_, which stay valid until a structural
+  // change relocates instances, so only then are they listed by slot.
   uint64_t frame_ = 1;
+  std::vector<Range> swept_;
   std::vector<Slot> moved_slots_;    // Excluding created ones.
   std::vector<Slot> created_slots_;  // Created in this frame.
   absl::flat_hash_map<EntityId, FrameStart> frame_start_;
