@@ -712,7 +712,10 @@ void World::Propagate() {
     if (slot_index_[slot] != kNone) roots.push_back(slot_index_[slot]);
   }
   dirty_roots_.clear();
-  std::sort(roots.begin(), roots.end());
+  // Roots often come in order (a scene's roots, a sorted physics step).
+  if (!std::is_sorted(roots.begin(), roots.end())) {
+    std::sort(roots.begin(), roots.end());
+  }
 
   // The covering ranges are independent: a range's root has its parent
   // outside every other range, so that parent is already exact.
