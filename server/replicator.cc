@@ -147,6 +147,8 @@ void Replicator::Publish(const FrameChanges& changes, absl::Time time,
       children_[p.parent].push_back(changes.reparented[k]);
     }
     for (size_t k = 0; k < changes.moved.size(); ++k) {
+      // As scattered over the world as the writes were: overlap the misses.
+      if (k + 8 < changes.moved.size()) state_.prefetch(changes.moved[k + 8]);
       Matrix3x4& m = state_[changes.moved[k]].world;
       std::copy_n(&changes.moved_world[12 * k], 12, m.m.begin());
     }

@@ -7,6 +7,7 @@
 #include <limits>
 #include <map>
 #include <random>
+#include <set>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -257,71 +258,102 @@ TEST(WorldTest, MovingOnePercentOfRootsTouchesOnlyTheirSubtrees) {
   EXPECT_EQ(world.WorldMatrix(42049)->translation(), glm::vec3(3, 1, 0));
 }
 
-// Big sweeps take two cursors and split subtrees to balance them; whatever the
-// shape, each instance must end up exactly parent world * local, and be
-// listed once.
+// Big sweeps take two cursors and split subtrees to balance them, scattered
+// ones prefetch range by range, and many roots are radix-sorted; whatever the
+// shape, each instance must end up exactly parent world * local, and each
+// recomputed one be listed once.
 enum class Tree { kOneDeepTree, kOneFlatRoot, kOneLongChain, kManySmallTrees };
 
-class LargeSweepTest : public testing::TestWithParam<Tree> {};
+class LargeSweepTest : public testing::TestWithParam<Tree> {
+ protected:
+  static constexpr EntityId kCount = 20'000;
 
-TEST_P(LargeSweepTest, EveryInstanceIsItsParentTimesItsLocal) {
-  constexpr EntityId kCount = 20'000;
-  std::mt19937 rng(5);
-  std::uniform_int_distribution<EntityId> back(1, 64);
-  std::uniform_real_distribution<float> u(-1, 1);
-  std::vector<CreateOp> ops;
-  std::vector<EntityId> roots;
-  for (EntityId e = 1; e <= kCount; ++e) {
-    EntityId parent = kNoEntity;
-    switch (GetParam()) {
-      case Tree::kOneDeepTree:
-        if (e > 1) {
-          const EntityId step = back(rng);
-          parent = e > step ? e - step : 1;
-        }
-        break;
-      case Tree::kOneFlatRoot:
-        parent = e == 1 ? kNoEntity : 1;
-        break;
-      case Tree::kOneLongChain:
-        parent = e - 1;
-        break;
-      case Tree::kManySmallTrees:
-        parent = e % 50 == 1 ? kNoEntity : e - 1 - (e % 3 == 0);
-        break;
+  void SetUp() override {
+    std::uniform_int_distribution<EntityId> back(1, 64);
+    std::vector<CreateOp> ops;
+    for (EntityId e = 1; e <= kCount; ++e) {
+      EntityId parent = kNoEntity;
+      switch (GetParam()) {
+        case Tree::kOneDeepTree:
+          if (e > 1) {
+            const EntityId step = back(rng_);
+            parent = e > step ? e - step : 1;
+          }
+          break;
+        case Tree::kOneFlatRoot:
+          parent = e == 1 ? kNoEntity : 1;
+          break;
+        case Tree::kOneLongChain:
+          parent = e - 1;
+          break;
+        case Tree::kManySmallTrees:
+          parent = e % 50 == 1 ? kNoEntity : e - 1 - (e % 3 == 0);
+          break;
+      }
+      if (parent == kNoEntity) roots_.push_back(e);
+      ops.push_back({e, parent, RandomTrs()});
     }
-    if (parent == kNoEntity) roots.push_back(e);
-    ops.push_back({e, parent,
-                   Trs({u(rng), u(rng), u(rng)}, u(rng) * 3,
-                       {u(rng), u(rng), 1}, {1 + u(rng) / 10, 1, 1})});
+    ASSERT_TRUE(world_.CreateMany(ops).ok());
+    world_.EndFrame(&changes_);
   }
-  World world;
-  ASSERT_TRUE(world.CreateMany(ops).ok());
-  FrameChanges changes;
-  world.EndFrame(&changes);
 
-  std::vector<SetLocalOp> moves;
-  for (EntityId root : roots) moves.push_back({root, At(u(rng), 2, 3)});
-  const uint64_t before = world.stats().recomputed;
-  ASSERT_TRUE(world.SetLocals(moves).ok());
-  EXPECT_EQ(world.stats().recomputed - before, kCount);
-  int wrong = 0;
-  for (EntityId e = 1; e <= kCount && wrong < 5; ++e) {
-    const EntityId parent = *world.Parent(e);
-    const Matrix3x4 parent_world =
-        parent == kNoEntity ? Matrix3x4{} : *world.WorldMatrix(parent);
-    const Matrix3x4 expected =
-        Multiply(parent_world, ToMatrix(*world.Local(e)));
-    if (!(*world.WorldMatrix(e) == expected)) {
-      ADD_FAILURE() << "entity " << e << " is not parent world * local";
-      ++wrong;
-    }
+  Transform RandomTrs() {
+    return Trs({u_(rng_), u_(rng_), u_(rng_)}, u_(rng_) * 3,
+               {u_(rng_), u_(rng_), 1}, {1 + u_(rng_) / 10, 1, 1});
   }
-  world.EndFrame(&changes);
-  std::vector<EntityId> moved = changes.moved;
-  std::sort(moved.begin(), moved.end());
-  EXPECT_TRUE(std::adjacent_find(moved.begin(), moved.end()) == moved.end());
-  EXPECT_EQ(moved.size(), kCount);
+
+  // Sets `entities` (in the order given) and checks the whole world and the
+  // frame's moved list against the union of their subtrees.
+  void MoveAndCheck(const std::vector<EntityId>& entities) {
+    std::vector<SetLocalOp> moves;
+    std::set<EntityId> subtrees;
+    for (EntityId e : entities) {
+      moves.push_back({e, RandomTrs()});
+      const std::vector<EntityId> subtree = *world_.Subtree(e);
+      subtrees.insert(subtree.begin(), subtree.end());
+    }
+    const uint64_t before = world_.stats().recomputed;
+    ASSERT_TRUE(world_.SetLocals(moves).ok());
+    EXPECT_EQ(world_.stats().recomputed - before, subtrees.size());
+    int wrong = 0;
+    for (EntityId e = 1; e <= kCount && wrong < 5; ++e) {
+      const EntityId parent = *world_.Parent(e);
+      const Matrix3x4 parent_world =
+          parent == kNoEntity ? Matrix3x4{} : *world_.WorldMatrix(parent);
+      const Matrix3x4 expected =
+          Multiply(parent_world, ToMatrix(*world_.Local(e)));
+      if (!(*world_.WorldMatrix(e) == expected)) {
+        ADD_FAILURE() << "entity " << e << " is not parent world * local";
+        ++wrong;
+      }
+    }
+    world_.EndFrame(&changes_);
+    EXPECT_EQ(changes_.moved.size(), subtrees.size()) << "listed twice?";
+    EXPECT_EQ(std::set<EntityId>(changes_.moved.begin(), changes_.moved.end()),
+              subtrees);
+  }
+
+  std::mt19937 rng_{5};
+  std::uniform_real_distribution<float> u_{-1, 1};
+  World world_;
+  FrameChanges changes_;
+  std::vector<EntityId> roots_;
+};
+
+TEST_P(LargeSweepTest, MovingEveryRootRecomputesEverything) {
+  MoveAndCheck(roots_);
+  EXPECT_EQ(changes_.moved.size(), kCount);
+}
+
+TEST_P(LargeSweepTest, ScatteredMovesRecomputeTheirSubtrees) {
+  // A physics step: thousands of entities in no order, some nested.
+  std::vector<EntityId> entities;
+  std::uniform_int_distribution<EntityId> any(1, kCount);
+  for (int k = 0; k < 3000; ++k) entities.push_back(any(rng_));
+  std::sort(entities.begin(), entities.end());
+  entities.erase(std::unique(entities.begin(), entities.end()), entities.end());
+  std::shuffle(entities.begin(), entities.end(), rng_);
+  MoveAndCheck(entities);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, LargeSweepTest,
