@@ -98,7 +98,31 @@ bool Replicator::IsEcho(const std::string& client, const FrameWriters& writers,
 
 void Replicator::Publish(const FrameChanges& changes, absl::Time time,
                          const FrameWriters& writers) {
+  // Caught-up whole-world subscribers share one message, made from the
+  // frame's changes alone, so they are served first; the published state (a
+  // map as big as the world) takes the frame in afterwards. A subscriber
+  // joining in between gets the previous frame's snapshot and this frame
+  // folded into its pending events below, so nothing is missed.
   std::vector<std::shared_ptr<UpdateSink>> wake;
+  absl::flat_hash_set<SubscriptionId> served;
+  if (!changes.empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::shared_ptr<const Outgoing> shared;
+    for (auto& [id, s] : subs_) {
+      const bool caught_up = s->whole_world && s->pending.empty() &&
+                             s->snapshot.empty() && !s->ready &&
+                             s->options.max_rate_hz == 0 &&
+                             s->options.no_echo_client_id.empty();
+      if (!caught_up) continue;
+      if (!shared) shared = FrameMessage(changes, time);
+      s->ready = shared;
+      served.insert(id);
+      wake.push_back(s->sink);
+    }
+  }
+  for (auto& sink : wake) sink->Wake();
+  wake.clear();
+
   {
     std::lock_guard<std::mutex> lock(mu_);
     // Filtered views depend on membership before and after the frame; the
@@ -155,42 +179,11 @@ void Replicator::Publish(const FrameChanges& changes, absl::Time time,
     frame_ = changes.frame;
     frame_time_ = time;
 
-    // Caught-up whole-world subscribers share this frame's message, made
-    // once from the frame's changes (already parents-first); the others fold
-    // the frame into their pending events.
-    std::shared_ptr<const Outgoing> shared;
+    // The other whole-world subscribers fold the frame into their pending
+    // events.
     for (auto& [id, s] : subs_) {
-      if (!s->whole_world) continue;
+      if (!s->whole_world || served.contains(id)) continue;
       const bool echo_filtered = !s->options.no_echo_client_id.empty();
-      const bool caught_up = s->pending.empty() && s->snapshot.empty() &&
-                             !s->ready && s->options.max_rate_hz == 0 &&
-                             !echo_filtered;
-      if (caught_up && !changes.empty()) {
-        if (!shared) {
-          v1::FrameUpdate message;
-          v1::FrameUpdate* update = &message;
-          update->set_frame(changes.frame);
-          update->set_server_time_unix_nanos(absl::ToUnixNanos(time));
-          update->mutable_created()->Add(changes.created.begin(),
-                                         changes.created.end());
-          update->mutable_created_parent()->Add(changes.created_parent.begin(),
-                                                changes.created_parent.end());
-          update->mutable_destroyed()->Add(changes.destroyed.begin(),
-                                           changes.destroyed.end());
-          update->mutable_reparented()->Add(changes.reparented.begin(),
-                                            changes.reparented.end());
-          update->mutable_reparented_parent()->Add(
-              changes.reparented_parent.begin(),
-              changes.reparented_parent.end());
-          update->mutable_moved()->Add(changes.moved.begin(),
-                                       changes.moved.end());
-          update->mutable_moved_world()->Add(changes.moved_world.begin(),
-                                             changes.moved_world.end());
-          shared = std::make_shared<const Outgoing>(std::move(message));
-        }
-        s->ready = shared;
-        continue;
-      }
       Fold(*s);
       for (EntityId e : changes.destroyed) Note(*s, e, kLeft);
       for (EntityId e : changes.created) Note(*s, e, kEntered);
@@ -229,10 +222,32 @@ void Replicator::Publish(const FrameChanges& changes, absl::Time time,
       }
     }
     for (auto& [id, s] : subs_) {
+      if (served.contains(id)) continue;
       if (!s->pending.empty() || s->ready) wake.push_back(s->sink);
     }
   }
   for (auto& sink : wake) sink->Wake();
+}
+
+std::shared_ptr<const Outgoing> Replicator::FrameMessage(
+    const FrameChanges& changes, absl::Time time) {
+  v1::FrameUpdate message;
+  message.set_frame(changes.frame);
+  message.set_server_time_unix_nanos(absl::ToUnixNanos(time));
+  message.mutable_created()->Add(changes.created.begin(),
+                                 changes.created.end());
+  message.mutable_created_parent()->Add(changes.created_parent.begin(),
+                                        changes.created_parent.end());
+  message.mutable_destroyed()->Add(changes.destroyed.begin(),
+                                   changes.destroyed.end());
+  message.mutable_reparented()->Add(changes.reparented.begin(),
+                                    changes.reparented.end());
+  message.mutable_reparented_parent()->Add(changes.reparented_parent.begin(),
+                                           changes.reparented_parent.end());
+  message.mutable_moved()->Add(changes.moved.begin(), changes.moved.end());
+  message.mutable_moved_world()->Add(changes.moved_world.begin(),
+                                     changes.moved_world.end());
+  return std::make_shared<const Outgoing>(std::move(message));
 }
 
 Replicator::SubscriptionId Replicator::Subscribe(

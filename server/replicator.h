@@ -148,6 +148,9 @@ class Replicator {
     absl::Time next_allowed = absl::InfinitePast();
   };
 
+  // The message every caught-up whole-world subscriber gets for a frame.
+  static std::shared_ptr<const Outgoing> FrameMessage(
+      const FrameChanges& changes, absl::Time time);
   bool InView(const Subscription& s, EntityId e) const;
   // Whether moving `e` in this frame was only `client`'s own direct write.
   bool IsEcho(const std::string& client, const FrameWriters& writers,
