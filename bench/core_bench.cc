@@ -13,6 +13,7 @@
 // recursively.
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <random>
@@ -279,16 +280,16 @@ void BM_Destroy1k(benchmark::State& state) {
 // in, a 48-byte world matrix out, with no arithmetic beyond using the parent
 // index. Propagation also reads parent world matrices, which are mostly still
 // in cache; this floor does not, so it is a little generous to the baseline.
-void BM_CopyFloor(benchmark::State& state, Shape shape) {
-  const std::vector<CreateOp> ops = MakeShape(shape);
-  std::vector<Matrix3x4> local(kTransforms);
-  std::vector<uint32_t> parent(kTransforms);
-  std::vector<Matrix3x4> world(kTransforms);
-  for (size_t i = 0; i < kTransforms; ++i) {
-    local[i] = ToMatrix(ops[i].local);
-    parent[i] = static_cast<uint32_t>(ops[i].parent);
+struct FloorColumns {
+  explicit FloorColumns(Shape shape)
+      : local(kTransforms), parent(kTransforms), world(kTransforms) {
+    const std::vector<CreateOp> ops = MakeShape(shape);
+    for (size_t i = 0; i < kTransforms; ++i) {
+      local[i] = ToMatrix(ops[i].local);
+      parent[i] = static_cast<uint32_t>(ops[i].parent);
+    }
   }
-  for (auto _ : state) {
+  void Copy() {
     for (size_t i = 0; i < kTransforms; ++i) {
       world[i] = local[i];
       world[i].m[11] += static_cast<float>(parent[i]);
@@ -296,6 +297,47 @@ void BM_CopyFloor(benchmark::State& state, Shape shape) {
     benchmark::DoNotOptimize(world.data());
     benchmark::ClobberMemory();
   }
+  std::vector<Matrix3x4> local;
+  std::vector<uint32_t> parent;
+  std::vector<Matrix3x4> world;
+};
+
+void BM_CopyFloor(benchmark::State& state, Shape shape) {
+  FloorColumns floor(shape);
+  for (auto _ : state) floor.Copy();
+  SetNsPerTransform(state, kTransforms);
+}
+
+// BM_Propagate / BM_CopyFloor, each pair measured a few milliseconds apart:
+// on a shared VM whose speed drifts by tens of percent between benchmarks,
+// the median of paired ratios is the steadier comparison. The time reported
+// is the propagation's.
+void BM_PropagateOverFloor(benchmark::State& state, Shape shape) {
+  World& world = SharedWorld(shape);
+  FloorColumns floor(shape);
+  const std::vector<EntityId> roots = Roots(MakeShape(shape));
+  FrameChanges changes;
+  std::vector<double> ratios;
+  int iteration = 0;
+  for (auto _ : state) {
+    WorldPeer::SetLocalsWithoutPropagating(world,
+                                           Toggle(world, roots, iteration++));
+    const auto start = std::chrono::steady_clock::now();
+    floor.Copy();
+    const auto copied = std::chrono::steady_clock::now();
+    WorldPeer::Propagate(world);
+    const auto propagated = std::chrono::steady_clock::now();
+    world.EndFrame(&changes);
+    if (changes.moved.size() != kTransforms) {
+      state.SkipWithError("not all moved");
+    }
+    const std::chrono::duration<double> floor_s = copied - start;
+    const std::chrono::duration<double> propagate_s = propagated - copied;
+    state.SetIterationTime(propagate_s.count());
+    ratios.push_back(propagate_s.count() / floor_s.count());
+  }
+  std::sort(ratios.begin(), ratios.end());
+  state.counters["over_floor"] = ratios.empty() ? 0 : ratios[ratios.size() / 2];
   SetNsPerTransform(state, kTransforms);
 }
 
@@ -361,6 +403,13 @@ void RegisterAll() {
           std::string(b.name) + "/" + SceneShapeName(shape);
       benchmark::RegisterBenchmark(name.c_str(), b.fn, shape)->Unit(b.unit);
     }
+  }
+  for (Shape shape : {kWide, kScene, kChains}) {
+    const std::string name =
+        std::string("BM_PropagateOverFloor/") + SceneShapeName(shape);
+    benchmark::RegisterBenchmark(name.c_str(), BM_PropagateOverFloor, shape)
+        ->Unit(benchmark::kMillisecond)
+        ->UseManualTime();
   }
   benchmark::RegisterBenchmark("BM_BulkCreate/scene", BM_BulkCreate)
       ->Unit(benchmark::kMillisecond)
