@@ -429,7 +429,6 @@ void World::ApplyCreates(absl::Span<const CreateOp> ops) {
   const uint32_t old_size = static_cast<uint32_t>(size());
   const uint32_t count = static_cast<uint32_t>(ops.size());
   if (count == 0) return;
-  ListSwept();
 
   // Slots first: slot_index_ of a new slot temporarily holds old_size + its
   // position in `ops`, which tells parents in this run from older ones.
@@ -560,6 +559,7 @@ void World::InsertBlocks(uint32_t old_size,
   // When every block lands at the end they may still need reordering: blocks
   // under the last tree go before new roots.
   if (first_moved < old_size || !std::is_sorted(landed.begin(), landed.end())) {
+    ListSwept();
     ForEachColumn([&](auto& column) {
       using T = typename std::decay_t<decltype(column)>::value_type;
       std::vector<T> appended(column.begin() + old_size, column.end());
@@ -586,6 +586,7 @@ void World::InsertBlocks(uint32_t old_size,
 }
 
 void World::EraseRange(Index first, Index last) {
+  ListSwept();
   const uint32_t count = last - first;
   ForEachColumn([&](auto& column) {
     column.erase(column.begin() + first, column.begin() + last);
@@ -599,6 +600,7 @@ void World::EraseRange(Index first, Index last) {
 
 void World::MoveRange(Index first, Index last, Index to) {
   if (to == first || to == last) return;  // Already in place.
+  ListSwept();
   // One rotation of [lo, hi) that brings [mid, hi) to the front.
   const Index lo = std::min(first, to);
   const Index mid = to < first ? first : last;
@@ -627,7 +629,6 @@ void World::RefreshSlots(Index first, Index last) {
 }
 
 void World::ApplyDestroy(const DestroyOp& op) {
-  ListSwept();
   const Index i = index_of(op.entity);
   const Index parent = parent_[i];
   Index last = end_of(i);
@@ -665,7 +666,6 @@ void World::ApplyLink(const LinkOp& op) {
     ApplySetLocal(i, LocalForWorld(parent_world, ExactWorld(i)));
   }
   if (parent_[i] == new_parent) return;
-  ListSwept();
   TouchStructure(op.entity, i);
   const Index last = end_of(i);
   const uint32_t count = last - i;

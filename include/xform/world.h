@@ -271,7 +271,7 @@ class World {
   // when that takes too long to find (a deep chain).
   Index SiblingHolding(Range run, Index i) const;
   // Lists what swept_ recomputed in moved_slots_, which survive relocation;
-  // called before any structural change.
+  // called by the primitives above just before they relocate instances.
   void ListSwept();
 
   // Per-instance columns, in pre-order.
