@@ -21,7 +21,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
@@ -35,7 +34,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "client/process_stats.h"
 #include "grpcpp/grpcpp.h"
+#include "xform/scenes.h"
 #include "xform/v1/xform.grpc.pb.h"
 
 extern char** environ;
@@ -50,43 +51,23 @@ ABSL_FLAG(std::string, subscribers, "1,4,16", "Subscriber counts to run");
 
 namespace {
 
+using ::xform::tools::CpuSeconds;
+using ::xform::tools::Percentile;
 using xform::v1::FrameUpdate;
-
-double CpuSeconds(pid_t pid) {
-  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
-  std::string field;
-  // utime and stime are fields 14 and 15; the command (field 2) has no spaces
-  // here.
-  for (int k = 1; k <= 13; ++k) stat >> field;
-  long utime = 0, stime = 0;
-  stat >> utime >> stime;
-  return static_cast<double>(utime + stime) /
-         static_cast<double>(sysconf(_SC_CLK_TCK));
-}
 
 struct Shape {
   std::vector<uint64_t> parent;  // 0: a root.
   std::vector<uint64_t> leaves;  // Entities nobody is the parent of.
 };
 
-// The `scene` shape: node i's parent is a random node among the previous 64,
-// or none with probability 1% (seed 42).
+// The core benchmark's `scene` shape: node i's parent is a random node among
+// the previous 64, or none with probability 1% (seed 42).
 Shape MakeScene(int n) {
-  std::mt19937 rng(42);
-  std::uniform_int_distribution<int> back(1, 64);
-  std::bernoulli_distribution new_root(0.01);
+  const std::vector<xform::CreateOp> ops =
+      xform::MakeScene(xform::SceneShape::kScene, static_cast<size_t>(n));
   Shape shape;
-  shape.parent.resize(n);
-  std::vector<bool> has_child(n + 1, false);
-  for (int i = 0; i < n; ++i) {
-    if (i > 0 && !new_root(rng)) {
-      shape.parent[i] = static_cast<uint64_t>(std::max(0, i - back(rng))) + 1;
-      has_child[shape.parent[i]] = true;
-    }
-  }
-  for (int i = 1; i <= n; ++i) {
-    if (!has_child[i]) shape.leaves.push_back(i);
-  }
+  for (const xform::CreateOp& op : ops) shape.parent.push_back(op.parent);
+  shape.leaves = xform::Leaves(ops);
   return shape;
 }
 
@@ -163,13 +144,6 @@ class BenchSubscriber {
   absl::Mutex mu_;
   SubscriberResult result_;
 };
-
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1,
-                    static_cast<size_t>(p * static_cast<double>(v.size())))];
-}
 
 int Main() {
   const std::string address =

@@ -27,7 +27,6 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <optional>
 #include <random>
@@ -39,13 +38,13 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "client/process_stats.h"
 #include "grpcpp/grpcpp.h"
 #include "hiredis/hiredis.h"
 #include "nlohmann/json.hpp"
@@ -82,38 +81,12 @@ namespace xform::load {
 namespace {
 
 using Json = nlohmann::json;
+using ::xform::tools::CpuSeconds;
+using ::xform::tools::Percentile;
+using ::xform::tools::RssMegabytes;
 
 // ---------------------------------------------------------------------------
 // Measurements.
-
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1,
-                    static_cast<size_t>(p * static_cast<double>(v.size())))];
-}
-
-// utime + stime of a process, in seconds.
-double CpuSeconds(pid_t pid) {
-  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
-  std::string field;
-  for (int k = 1; k <= 13; ++k) stat >> field;  // The command has no spaces.
-  long utime = 0, stime = 0;
-  stat >> utime >> stime;
-  return static_cast<double>(utime + stime) /
-         static_cast<double>(sysconf(_SC_CLK_TCK));
-}
-
-double RssMegabytes(pid_t pid) {
-  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
-  std::string line;
-  while (std::getline(status, line)) {
-    if (absl::StartsWith(line, "VmRSS:")) {
-      return std::atof(line.c_str() + 6) / 1024.0;
-    }
-  }
-  return 0;
-}
 
 // What one subscriber received while measuring.
 struct Received {
