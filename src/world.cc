@@ -24,6 +24,10 @@ constexpr uint8_t kCreatedThisFrame = 2;
 // Below this many instances one cursor sweeps alone: splitting costs more
 // than the overlap saves.
 constexpr size_t kTwoCursorMinimum = 4096;
+// A sweep of at least this many ranges, covering at most 1/kScatteredSpread
+// of the instances between its first and last, goes to SweepScattered.
+constexpr size_t kScatteredMinimumRanges = 16;
+constexpr size_t kScatteredSpread = 4;
 // Bounds the roots swept ahead to split a deep subtree, and so its cost.
 constexpr int kMaxSplitDescents = 32;
 
@@ -106,6 +110,62 @@ class RangeCursor {
   Index at_ = 0;
   Index last_ = 0;
 };
+
+// Sweeps independent ranges scattered over the world (a few percent of the
+// roots moved), kCursors ranges at a time, one instance of each in turn.
+// Each range starts cold and is one dependent sequence where a child follows
+// its parent, so one range alone waits on memory and on the previous product;
+// several in flight overlap both. Each cursor prefetches its own instances
+// kAhead ahead, and the start of the range taken kCursors later, because the
+// hardware prefetcher only follows a range once it has seen it begin.
+template <typename Range>
+void SweepScattered(const SweepStep& step, const std::vector<Range>& ranges) {
+  constexpr int kCursors = 4;
+  constexpr Index kAhead = 6;
+  Index at[kCursors];
+  Index last[kCursors];
+  size_t next = 0;
+  auto take = [&](int c) {
+    if (next + 2 * kCursors < ranges.size()) {
+      step.PrefetchStart(ranges[next + 2 * kCursors].first);
+    }
+    if (next + kCursors < ranges.size()) {
+      step.PrefetchParent(ranges[next + kCursors].first);
+    }
+    at[c] = ranges[next].first;
+    last[c] = ranges[next].last;
+    ++next;
+  };
+  for (int c = 0; c < kCursors; ++c) take(c);
+  while (true) {
+    Index n = last[0] - at[0];
+    for (int c = 1; c < kCursors; ++c) n = std::min(n, last[c] - at[c]);
+    for (Index k = 0; k < n; ++k) {
+      for (int c = 0; c < kCursors; ++c) {
+        const Index j = at[c] + k;
+        if (j + kAhead < last[c]) step.PrefetchStart(j + kAhead);
+        step(j);
+      }
+    }
+    bool refilled = true;
+    for (int c = 0; c < kCursors; ++c) {
+      at[c] += n;
+      if (at[c] != last[c]) continue;
+      if (next == ranges.size()) {
+        refilled = false;
+      } else {
+        take(c);
+      }
+    }
+    if (!refilled) break;
+  }
+  for (int c = 0; c < kCursors; ++c) {
+    for (Index j = at[c]; j < last[c]; ++j) step(j);
+  }
+  for (; next < ranges.size(); ++next) {
+    for (Index j = ranges[next].first; j < ranges[next].last; ++j) step(j);
+  }
+}
 
 template <typename T>
 size_t Bytes(const std::vector<T>& v) {
@@ -764,6 +824,7 @@ void World::Propagate() {
     ranges.push_back({root, covered});
     covered_total += covered - root;
   }
+  if (ranges.empty()) return;  // Every dirty root was destroyed.
   stats_.recomputed += covered_total;
   swept_.insert(swept_.end(), ranges.begin(), ranges.end());
 
@@ -777,6 +838,12 @@ void World::Propagate() {
       if (r + 4 < ranges.size()) step.PrefetchParent(ranges[r + 4].first);
       for (Index j = ranges[r].first; j < ranges[r].last; ++j) step(j);
     }
+    return;
+  }
+  const size_t span = ranges.back().last - ranges.front().first;
+  if (ranges.size() >= kScatteredMinimumRanges &&
+      covered_total * kScatteredSpread <= span) {
+    SweepScattered(step, ranges);
     return;
   }
   if (covered_total < kTwoCursorMinimum) {

@@ -259,9 +259,9 @@ TEST(WorldTest, MovingOnePercentOfRootsTouchesOnlyTheirSubtrees) {
 }
 
 // Big sweeps take two cursors and split subtrees to balance them, scattered
-// ones prefetch range by range, and many roots are radix-sorted; whatever the
-// shape, each instance must end up exactly parent world * local, and each
-// recomputed one be listed once.
+// ones take four ranges at a time or prefetch range by range, and many roots
+// are radix-sorted; whatever the shape, each instance must end up exactly
+// parent world * local, and each recomputed one be listed once.
 enum class Tree { kOneDeepTree, kOneFlatRoot, kOneLongChain, kManySmallTrees };
 
 class LargeSweepTest : public testing::TestWithParam<Tree> {
@@ -350,6 +350,22 @@ TEST_P(LargeSweepTest, ScatteredMovesRecomputeTheirSubtrees) {
   std::vector<EntityId> entities;
   std::uniform_int_distribution<EntityId> any(1, kCount);
   for (int k = 0; k < 3000; ++k) entities.push_back(any(rng_));
+  std::sort(entities.begin(), entities.end());
+  entities.erase(std::unique(entities.begin(), entities.end()), entities.end());
+  std::shuffle(entities.begin(), entities.end(), rng_);
+  MoveAndCheck(entities);
+}
+
+TEST_P(LargeSweepTest, AFewSubtreesScatteredOverTheWorldRecompute) {
+  // A few percent of the roots, as a game moves some of its objects, plus a
+  // few entities inside other trees: many mid-sized ranges, far apart.
+  std::vector<EntityId> entities;
+  std::bernoulli_distribution one_in_ten(0.1);
+  for (EntityId root : roots_) {
+    if (one_in_ten(rng_)) entities.push_back(root);
+  }
+  std::uniform_int_distribution<EntityId> any(1, kCount);
+  for (int k = 0; k < 40; ++k) entities.push_back(any(rng_));
   std::sort(entities.begin(), entities.end());
   entities.erase(std::unique(entities.begin(), entities.end()), entities.end());
   std::shuffle(entities.begin(), entities.end(), rng_);
