@@ -167,8 +167,8 @@ void SweepScattered(const SweepStep& step, const std::vector<Range>& ranges) {
   }
 }
 
-template <typename T>
-size_t Bytes(const std::vector<T>& v) {
+template <typename T, typename Allocator>
+size_t Bytes(const std::vector<T, Allocator>& v) {
   return v.capacity() * sizeof(T);
 }
 

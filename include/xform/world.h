@@ -49,6 +49,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "xform/internal/huge_page_allocator.h"
 #include "xform/transform.h"
 
 namespace xform {
@@ -275,22 +276,24 @@ class World {
   void ListSwept();
 
   // Per-instance columns, in pre-order.
-  std::vector<Index> parent_;           // kNone for roots.
-  std::vector<uint32_t> subtree_size_;  // Including the instance itself.
+  internal::Column<Index> parent_;           // kNone for roots.
+  internal::Column<uint32_t> subtree_size_;  // Including the instance itself.
   // The local TRS: rotation and scale as given (normalized), and the composed
   // matrix, whose translation is the position. Propagation reads only the
   // matrix, so a parent's move costs its descendants one product each.
-  std::vector<glm::quat> rotation_;
-  std::vector<glm::vec3> scale_;
-  std::vector<Matrix3x4> local_;
-  std::vector<Matrix3x4> world_;
-  std::vector<Slot> slot_;
-  std::vector<uint8_t> frame_flags_;  // kMovedThisFrame, kCreatedThisFrame.
+  internal::Column<glm::quat> rotation_;
+  internal::Column<glm::vec3> scale_;
+  internal::Column<Matrix3x4> local_;
+  internal::Column<Matrix3x4> world_;
+  internal::Column<Slot> slot_;
+  internal::Column<uint8_t>
+      frame_flags_;  // kMovedThisFrame, kCreatedThisFrame.
 
   // Per-slot columns.
-  std::vector<Index> slot_index_;  // kNone for a free slot.
-  std::vector<EntityId> slot_entity_;
-  std::vector<uint8_t> slot_flags_;  // kDirty: a subtree root to recompute.
+  internal::Column<Index> slot_index_;  // kNone for a free slot.
+  internal::Column<EntityId> slot_entity_;
+  internal::Column<uint8_t>
+      slot_flags_;  // kDirty: a subtree root to recompute.
   std::vector<Slot> free_slots_;
   // Freed this frame; reusable after EndFrame so moved_slots_ stays unique.
   std::vector<Slot> freed_this_frame_;
