@@ -37,6 +37,17 @@ inline void ComposeTrs(const glm::vec3& p, const glm::quat& q,
   out[11] = p.z;
 }
 
+#if defined(__SSE2__)
+// Lane `lane` of `v` in all four lanes. pshufd rather than shufps: SSE2's
+// shufps overwrites its source, so each of a row's three broadcasts would
+// first copy the row, a third more instructions in the sweep's loop.
+template <int lane>
+inline __m128 Broadcast(__m128 v) {
+  return _mm_castsi128_ps(_mm_shuffle_epi32(
+      _mm_castps_si128(v), _MM_SHUFFLE(lane, lane, lane, lane)));
+}
+#endif
+
 // out = a * b for affine a and b. `out` may not alias either input. This is
 // propagation's whole inner loop: one load of each input row, three
 // broadcasts and a tree of adds per output row. Both branches round the same
@@ -53,12 +64,9 @@ inline void MultiplyAffine(const float* __restrict a, const float* __restrict b,
     const __m128 r = _mm_loadu_ps(a + 4 * row);
     // Summed as a tree: a child right after its parent waits on this result,
     // so the latency of one row is the latency of the sweep there.
-    const __m128 x =
-        _mm_mul_ps(_mm_shuffle_ps(r, r, _MM_SHUFFLE(0, 0, 0, 0)), b0);
-    const __m128 y =
-        _mm_mul_ps(_mm_shuffle_ps(r, r, _MM_SHUFFLE(1, 1, 1, 1)), b1);
-    const __m128 z =
-        _mm_mul_ps(_mm_shuffle_ps(r, r, _MM_SHUFFLE(2, 2, 2, 2)), b2);
+    const __m128 x = _mm_mul_ps(Broadcast<0>(r), b0);
+    const __m128 y = _mm_mul_ps(Broadcast<1>(r), b1);
+    const __m128 z = _mm_mul_ps(Broadcast<2>(r), b2);
     _mm_storeu_ps(out + 4 * row,
                   _mm_add_ps(_mm_add_ps(x, y),
                              _mm_add_ps(z, _mm_and_ps(r, translation_lane))));
