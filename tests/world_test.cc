@@ -10,6 +10,7 @@
 #include <set>
 #include <thread>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -333,6 +334,21 @@ class LargeSweepTest : public testing::TestWithParam<Tree> {
               subtrees);
   }
 
+  // Appends `count` random entities, perhaps repeated or nested.
+  void AddRandomEntities(int count, std::vector<EntityId>* out) {
+    std::uniform_int_distribution<EntityId> any(1, kCount);
+    for (int k = 0; k < count; ++k) out->push_back(any(rng_));
+  }
+
+  // Each of `entities` once, in random order.
+  std::vector<EntityId> DistinctShuffled(std::vector<EntityId> entities) {
+    std::sort(entities.begin(), entities.end());
+    entities.erase(std::unique(entities.begin(), entities.end()),
+                   entities.end());
+    std::shuffle(entities.begin(), entities.end(), rng_);
+    return entities;
+  }
+
   std::mt19937 rng_{5};
   std::uniform_real_distribution<float> u_{-1, 1};
   World world_;
@@ -348,12 +364,8 @@ TEST_P(LargeSweepTest, MovingEveryRootRecomputesEverything) {
 TEST_P(LargeSweepTest, ScatteredMovesRecomputeTheirSubtrees) {
   // A physics step: thousands of entities in no order, some nested.
   std::vector<EntityId> entities;
-  std::uniform_int_distribution<EntityId> any(1, kCount);
-  for (int k = 0; k < 3000; ++k) entities.push_back(any(rng_));
-  std::sort(entities.begin(), entities.end());
-  entities.erase(std::unique(entities.begin(), entities.end()), entities.end());
-  std::shuffle(entities.begin(), entities.end(), rng_);
-  MoveAndCheck(entities);
+  AddRandomEntities(3000, &entities);
+  MoveAndCheck(DistinctShuffled(std::move(entities)));
 }
 
 TEST_P(LargeSweepTest, AFewSubtreesScatteredOverTheWorldRecompute) {
@@ -364,12 +376,8 @@ TEST_P(LargeSweepTest, AFewSubtreesScatteredOverTheWorldRecompute) {
   for (EntityId root : roots_) {
     if (one_in_ten(rng_)) entities.push_back(root);
   }
-  std::uniform_int_distribution<EntityId> any(1, kCount);
-  for (int k = 0; k < 40; ++k) entities.push_back(any(rng_));
-  std::sort(entities.begin(), entities.end());
-  entities.erase(std::unique(entities.begin(), entities.end()), entities.end());
-  std::shuffle(entities.begin(), entities.end(), rng_);
-  MoveAndCheck(entities);
+  AddRandomEntities(40, &entities);
+  MoveAndCheck(DistinctShuffled(std::move(entities)));
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, LargeSweepTest,
