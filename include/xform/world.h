@@ -286,14 +286,14 @@ class World {
   internal::Column<Matrix3x4> local_;
   internal::Column<Matrix3x4> world_;
   internal::Column<Slot> slot_;
-  internal::Column<uint8_t>
-      frame_flags_;  // kMovedThisFrame, kCreatedThisFrame.
+  // kMovedThisFrame, kCreatedThisFrame.
+  internal::Column<uint8_t> frame_flags_;
 
   // Per-slot columns.
   internal::Column<Index> slot_index_;  // kNone for a free slot.
   internal::Column<EntityId> slot_entity_;
-  internal::Column<uint8_t>
-      slot_flags_;  // kDirty: a subtree root to recompute.
+  // kDirty: a subtree root to recompute.
+  internal::Column<uint8_t> slot_flags_;
   std::vector<Slot> free_slots_;
   // Freed this frame; reusable after EndFrame so moved_slots_ stays unique.
   std::vector<Slot> freed_this_frame_;
