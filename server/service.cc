@@ -3,6 +3,7 @@
 #include "server/service.h"
 
 #include <algorithm>
+#include <atomic>
 #include <memory>
 #include <string>
 #include <utility>
@@ -10,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "server/log.h"
+#include "server/request_reader.h"
 
 namespace xform::server {
 
@@ -28,49 +30,204 @@ grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context,
   return reactor;
 }
 
+// A unary call: parse (or refuse) the request, handle it, answer.
+template <typename Request, typename Response, typename Handler>
+grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* context,
+                                const grpc::ByteBuffer* bytes,
+                                grpc::ByteBuffer* response_bytes,
+                                Handler&& handle) {
+  Request request;
+  if (absl::Status parsed = ParseRequest(*bytes, &request); !parsed.ok()) {
+    return Done(context, parsed);
+  }
+  Response response;
+  const absl::Status status = handle(request, &response);
+  if (status.ok()) SerializeResponse(response, response_bytes);
+  return Done(context, status);
+}
+
+// One write batch, Apply's or ApplyStream's: the frame it lands in.
+absl::StatusOr<uint64_t> ApplyBatch(WorldHost& host,
+                                    const grpc::ByteBuffer& bytes) {
+  v1::ApplyRequest request;
+  if (absl::Status parsed =
+          ParseApplyRequest(bytes, host.limits().max_commands, &request);
+      !parsed.ok()) {
+    return parsed;
+  }
+  absl::StatusOr<std::shared_ptr<HostedWorld>> world =
+      host.Get(request.world());
+  if (!world.ok()) return world.status();
+  return (*world)->Apply(request, host.limits());
+}
+
+}  // namespace
+
 // ---------------------------------------------------------------------------
-// ApplyStream: batches in order, one in flight; the first error ends it.
+// ApplyStream: batches in order, one in flight; the first error ends it. Every
+// status it ends with says which batches applied.
+
+class ApplyStreamReactor;
+
+// The open ApplyStreams, so that shutdown can end them.
+class WriterRegistry {
+ public:
+  void Add(const std::shared_ptr<ApplyStreamReactor>& writer) {
+    absl::MutexLock lock(&mu_);
+    writers_.emplace(writer.get(), writer);
+  }
+  void Remove(ApplyStreamReactor* writer) {
+    absl::MutexLock lock(&mu_);
+    writers_.erase(writer);
+  }
+  void EndAll(const absl::Status& status);
+
+ private:
+  absl::Mutex mu_;
+  absl::flat_hash_map<ApplyStreamReactor*, std::weak_ptr<ApplyStreamReactor>>
+      writers_ ABSL_GUARDED_BY(mu_);
+};
 
 class ApplyStreamReactor final
-    : public grpc::ServerBidiReactor<v1::ApplyRequest, v1::ApplyResponse> {
+    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  explicit ApplyStreamReactor(WorldHost& host) : host_(host) {
-    StartRead(&request_);
+  // Starts the stream; the reactor owns itself until OnDone().
+  static ApplyStreamReactor* Start(WorldHost& host, WriterRegistry& registry) {
+    auto reactor = std::shared_ptr<ApplyStreamReactor>(
+        new ApplyStreamReactor(host, registry));
+    reactor->self_ = reactor;
+    registry.Add(reactor);
+    reactor->StartRead(&reactor->request_bytes_);
+    return reactor.get();
   }
 
   void OnReadDone(bool ok) override {
     if (!ok) {  // The client closed its side: every batch was answered.
-      Finish(grpc::Status::OK);
+      FinishWith(grpc::Status::OK);
       return;
     }
-    absl::StatusOr<std::shared_ptr<HostedWorld>> world =
-        host_.Get(request_.world());
-    absl::StatusOr<uint64_t> frame =
-        world.ok() ? (*world)->Apply(request_, host_.limits())
-                   : absl::StatusOr<uint64_t>(world.status());
+    {
+      absl::MutexLock lock(&mu_);
+      if (!ending_) busy_ = true;
+    }
+    if (!busy()) {  // Shutdown came while this batch was on its way.
+      FinishWith(grpc::Status::OK);
+      return;
+    }
+    const uint64_t index = batches_;
+    const absl::StatusOr<uint64_t> frame = ApplyBatch(host_, request_bytes_);
     if (!frame.ok()) {
-      Finish(ToGrpc(frame.status()));
+      FinishWith(ToGrpc(absl::Status(
+          frame.status().code(),
+          absl::StrCat("batch ", index, " not applied (the ", index,
+                       " before it applied): ", frame.status().message()))));
       return;
     }
-    response_.set_frame(*frame);
-    StartWrite(&response_);
+    ++batches_;
+    v1::ApplyResponse response;
+    response.set_frame(*frame);
+    SerializeResponse(response, &response_bytes_);
+    StartWrite(&response_bytes_);
   }
 
   void OnWriteDone(bool ok) override {
     if (!ok) {
-      Finish(grpc::Status(grpc::StatusCode::CANCELLED, "stream broken"));
+      FinishWith(grpc::Status(
+          grpc::StatusCode::CANCELLED,
+          absl::StrCat("stream broken: ", batches_.load(),
+                       " batches applied, the last one's answer unsent")));
       return;
     }
-    StartRead(&request_);
+    bool ending;
+    {
+      absl::MutexLock lock(&mu_);
+      busy_ = false;
+      ending = ending_;
+    }
+    if (ending) {
+      FinishWith(grpc::Status::OK);
+      return;
+    }
+    // Should End() come before the read is started, Finish() has ended the
+    // call and the read completes with ok = false.
+    StartRead(&request_bytes_);
   }
 
-  void OnDone() override { delete this; }
+  // Shutdown: ends the stream with `status` once the batch in flight, if any,
+  // is answered; at once when the stream is waiting for the next batch.
+  void End(const absl::Status& status) {
+    bool now;
+    {
+      absl::MutexLock lock(&mu_);
+      if (ending_) return;
+      ending_ = true;
+      shutdown_ = status;
+      now = !busy_;
+    }
+    if (now) FinishWith(grpc::Status::OK);
+  }
+
+  void OnDone() override {
+    registry_.Remove(this);
+    self_.reset();  // May delete this: the last statement.
+  }
 
  private:
+  ApplyStreamReactor(WorldHost& host, WriterRegistry& registry)
+      : host_(host), registry_(registry) {}
+
+  bool busy() {
+    absl::MutexLock lock(&mu_);
+    return busy_;
+  }
+
+  // Finishes once: with End()'s status when shutdown asked first. gRPC may run OnDone inline, so nothing follows the Finish().
+  void FinishWith(const grpc::Status& status) {
+    grpc::Status finish;
+    {
+      absl::MutexLock lock(&mu_);
+      if (finished_) return;
+      finished_ = true;
+      ending_ = true;
+      // The batch count is read here, once the last batch has been answered.
+      finish = shutdown_.ok()
+                   ? status
+                   : ToGrpc(absl::Status(
+                         shutdown_.code(),
+                         absl::StrCat(shutdown_.message(), "; ", batches_.load(),
+                                      " batches applied, none after")));
+    }
+    Finish(finish);
+  }
+
   WorldHost& host_;
-  v1::ApplyRequest request_;
-  v1::ApplyResponse response_;
+  WriterRegistry& registry_;
+  std::shared_ptr<ApplyStreamReactor> self_;
+  grpc::ByteBuffer request_bytes_;
+  grpc::ByteBuffer response_bytes_;
+  // Batches applied. Written by the stream's reactions (one at a time), read
+  // when finishing, which shutdown may do from its own thread.
+  std::atomic<uint64_t> batches_ = 0;
+
+  absl::Mutex mu_;
+  bool busy_ ABSL_GUARDED_BY(mu_) = false;  // A batch read and not answered.
+  bool ending_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status shutdown_ ABSL_GUARDED_BY(mu_);  // Set by End().
 };
+
+void WriterRegistry::EndAll(const absl::Status& status) {
+  std::vector<std::shared_ptr<ApplyStreamReactor>> writers;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [raw, weak] : writers_) {
+      if (auto writer = weak.lock()) writers.push_back(std::move(writer));
+    }
+  }
+  for (const auto& writer : writers) writer->End(status);
+}
+
+namespace {
 
 // ---------------------------------------------------------------------------
 // Subscribe: one write in flight; the next message is pulled from the
@@ -260,107 +417,141 @@ class RefusedStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
 }  // namespace
 
+XformService::XformService(WorldHost& host, ServiceOptions options)
+    : host_(host),
+      options_(options),
+      writers_(std::make_unique<WriterRegistry>()) {}
+
+XformService::~XformService() = default;
+
+void XformService::EndAllStreams(const absl::Status& status) {
+  writers_->EndAll(status);
+  host_.EndAllStreams(status);
+}
+
 grpc::ServerUnaryReactor* XformService::CreateWorld(
-    grpc::CallbackServerContext* context, const v1::CreateWorldRequest* request,
-    v1::WorldInfo* response) {
-  absl::StatusOr<std::shared_ptr<HostedWorld>> world = host_.Create(*request);
-  if (world.ok()) {
-    *response = (*world)->Info();
-    Log('I', "world '", request->name(), "' created (",
-        v1::FrameMode_Name(response->mode()), ", ", response->tick_hz(),
-        " Hz)");
-  }
-  return Done(context, world.status());
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return Serve<v1::CreateWorldRequest, v1::WorldInfo>(
+      context, request, response,
+      [&](const v1::CreateWorldRequest& create, v1::WorldInfo* info) {
+        absl::StatusOr<std::shared_ptr<HostedWorld>> world =
+            host_.Create(create);
+        if (!world.ok()) return world.status();
+        *info = (*world)->Info();
+        Log('I', "world '", create.name(), "' created (",
+            v1::FrameMode_Name(info->mode()), ", ", info->tick_hz(), " Hz)");
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* XformService::ListWorlds(
-    grpc::CallbackServerContext* context, const v1::ListWorldsRequest*,
-    v1::ListWorldsResponse* response) {
-  for (const auto& world : host_.List())
-    *response->add_worlds() = world->Info();
-  return Done(context, absl::OkStatus());
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return Serve<v1::ListWorldsRequest, v1::ListWorldsResponse>(
+      context, request, response,
+      [&](const v1::ListWorldsRequest&, v1::ListWorldsResponse* list) {
+        for (const auto& world : host_.List()) *list->add_worlds() = world->Info();
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* XformService::GetWorld(
-    grpc::CallbackServerContext* context, const v1::GetWorldRequest* request,
-    v1::WorldInfo* response) {
-  absl::StatusOr<std::shared_ptr<HostedWorld>> world =
-      host_.Get(request->name());
-  if (world.ok()) *response = (*world)->Info();
-  return Done(context, world.status());
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return Serve<v1::GetWorldRequest, v1::WorldInfo>(
+      context, request, response,
+      [&](const v1::GetWorldRequest& get, v1::WorldInfo* info) {
+        absl::StatusOr<std::shared_ptr<HostedWorld>> world =
+            host_.Get(get.name());
+        if (!world.ok()) return world.status();
+        *info = (*world)->Info();
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* XformService::DeleteWorld(
-    grpc::CallbackServerContext* context, const v1::DeleteWorldRequest* request,
-    v1::DeleteWorldResponse*) {
-  const absl::Status status = host_.Delete(request->name());
-  if (status.ok()) Log('I', "world '", request->name(), "' deleted");
-  return Done(context, status);
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return Serve<v1::DeleteWorldRequest, v1::DeleteWorldResponse>(
+      context, request, response,
+      [&](const v1::DeleteWorldRequest& del, v1::DeleteWorldResponse*) {
+        const absl::Status status = host_.Delete(del.name());
+        if (status.ok()) Log('I', "world '", del.name(), "' deleted");
+        return status;
+      });
 }
 
 grpc::ServerUnaryReactor* XformService::Apply(
-    grpc::CallbackServerContext* context, const v1::ApplyRequest* request,
-    v1::ApplyResponse* response) {
-  absl::StatusOr<std::shared_ptr<HostedWorld>> world =
-      host_.Get(request->world());
-  if (!world.ok()) return Done(context, world.status());
-  absl::StatusOr<uint64_t> frame = (*world)->Apply(*request, host_.limits());
-  if (frame.ok()) response->set_frame(*frame);
-  return Done(context, frame.status());
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* bytes,
+    grpc::ByteBuffer* response_bytes) {
+  absl::StatusOr<uint64_t> frame = ApplyBatch(host_, *bytes);
+  if (!frame.ok()) return Done(context, frame.status());
+  v1::ApplyResponse response;
+  response.set_frame(*frame);
+  SerializeResponse(response, response_bytes);
+  return Done(context, absl::OkStatus());
 }
 
-grpc::ServerBidiReactor<v1::ApplyRequest, v1::ApplyResponse>*
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 XformService::ApplyStream(grpc::CallbackServerContext*) {
-  return new ApplyStreamReactor(host_);
+  return ApplyStreamReactor::Start(host_, *writers_);
 }
 
 grpc::ServerUnaryReactor* XformService::Read(
-    grpc::CallbackServerContext* context, const v1::ReadRequest* request,
-    v1::ReadResponse* response) {
-  absl::StatusOr<std::shared_ptr<HostedWorld>> world =
-      host_.Get(request->world());
-  if (!world.ok()) return Done(context, world.status());
-  return Done(context, (*world)->Read(*request, host_.limits(), response));
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return Serve<v1::ReadRequest, v1::ReadResponse>(
+      context, request, response,
+      [&](const v1::ReadRequest& read, v1::ReadResponse* out) {
+        absl::StatusOr<std::shared_ptr<HostedWorld>> world =
+            host_.Get(read.world());
+        if (!world.ok()) return world.status();
+        return (*world)->Read(read, host_.limits(), out);
+      });
 }
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* XformService::Subscribe(
-    grpc::CallbackServerContext* context, const grpc::ByteBuffer* raw_request) {
-  v1::SubscribeRequest parsed;
-  grpc::ByteBuffer copy(*raw_request);  // Deserialize takes a mutable buffer.
-  if (!grpc::SerializationTraits<v1::SubscribeRequest>::Deserialize(&copy,
-                                                                    &parsed)
-           .ok()) {
-    return new RefusedStream(
-        absl::InvalidArgumentError("malformed SubscribeRequest"));
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* bytes) {
+  v1::SubscribeRequest request;
+  if (absl::Status parsed = ParseRequest(*bytes, &request); !parsed.ok()) {
+    return new RefusedStream(parsed);
   }
-  const v1::SubscribeRequest* request = &parsed;
+  const Limits& limits = host_.limits();
+  if (static_cast<size_t>(request.entity_size()) + request.subtree_size() >
+      limits.max_filter_ids) {
+    return new RefusedStream(absl::ResourceExhaustedError(
+        absl::StrCat("a subscription filter names at most ",
+                     limits.max_filter_ids, " entities and subtrees "
+                     "(--max_filter_ids)")));
+  }
   absl::StatusOr<std::shared_ptr<HostedWorld>> world =
-      host_.Get(request->world());
+      host_.Get(request.world());
   if (!world.ok()) return new RefusedStream(world.status());
-  if (!(request->max_rate_hz() >= 0) || request->max_rate_hz() > 1e6) {
+  if (!(request.max_rate_hz() >= 0) || request.max_rate_hz() > 1e6) {
     return new RefusedStream(
         absl::InvalidArgumentError("max_rate_hz must be in [0, 1e6]"));
   }
-  for (const auto* ids : {&request->entity(), &request->subtree()}) {
+  for (const auto* ids : {&request.entity(), &request.subtree()}) {
     if (std::find(ids->begin(), ids->end(), kNoEntity) != ids->end()) {
       return new RefusedStream(
           absl::InvalidArgumentError("entity id 0 in a subscription filter"));
     }
   }
-  if ((*world)->replicator().subscribers() >= host_.limits().max_subscribers) {
+  if ((*world)->replicator().subscribers() >= limits.max_subscribers) {
     return new RefusedStream(absl::ResourceExhaustedError(
-        absl::StrCat("world '", request->world(), "' has its limit of ",
-                     host_.limits().max_subscribers, " subscribers")));
+        absl::StrCat("world '", (*world)->name(), "' has its limit of ",
+                     limits.max_subscribers, " subscribers")));
   }
   SubscriptionOptions options;
-  options.entities.assign(request->entity().begin(), request->entity().end());
-  options.subtrees.assign(request->subtree().begin(), request->subtree().end());
-  options.max_rate_hz = request->max_rate_hz();
-  options.no_echo_client_id = request->no_echo_client_id();
+  options.entities.assign(request.entity().begin(), request.entity().end());
+  options.subtrees.assign(request.subtree().begin(), request.subtree().end());
+  options.max_rate_hz = request.max_rate_hz();
+  options.no_echo_client_id = request.no_echo_client_id();
   // Snapshot chunks and deltas stay a few MB whatever the limit: a single
   // huge write would hold the stream (and its write deadline) for seconds.
   options.max_message_bytes =
-      std::min<size_t>(host_.limits().max_message_bytes / 2, 4 << 20);
+      std::min<size_t>(limits.max_message_bytes / 2, 4 << 20);
   grpc::ServerWriteReactor<grpc::ByteBuffer>* reactor = nullptr;
   SubscribeReactor::Start(context, *std::move(world), std::move(options),
                           options_.write_timeout, &reactor);

@@ -9,6 +9,9 @@
 #ifndef XFORM_SERVER_SERVICE_H_
 #define XFORM_SERVER_SERVICE_H_
 
+#include <memory>
+
+#include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "server/world_host.h"
 #include "xform/v1/xform.grpc.pb.h"
@@ -20,45 +23,55 @@ struct ServiceOptions {
   absl::Duration write_timeout = absl::Seconds(10);
 };
 
-// Subscribe is served raw (grpc::ByteBuffer) so that streams sending the same
-// frame share one encoding of it; the other methods are typed.
-class XformService final : public v1::Xform::WithRawCallbackMethod_Subscribe<
-                               v1::Xform::CallbackService> {
- public:
-  XformService(WorldHost& host, ServiceOptions options)
-      : host_(host), options_(options) {}
+class WriterRegistry;
 
-  grpc::ServerUnaryReactor* CreateWorld(grpc::CallbackServerContext* context,
-                                        const v1::CreateWorldRequest* request,
-                                        v1::WorldInfo* response) override;
-  grpc::ServerUnaryReactor* ListWorlds(
-      grpc::CallbackServerContext* context,
-      const v1::ListWorldsRequest* request,
-      v1::ListWorldsResponse* response) override;
-  grpc::ServerUnaryReactor* GetWorld(grpc::CallbackServerContext* context,
-                                     const v1::GetWorldRequest* request,
-                                     v1::WorldInfo* response) override;
-  grpc::ServerUnaryReactor* DeleteWorld(
-      grpc::CallbackServerContext* context,
-      const v1::DeleteWorldRequest* request,
-      v1::DeleteWorldResponse* response) override;
-  grpc::ServerUnaryReactor* Apply(grpc::CallbackServerContext* context,
-                                  const v1::ApplyRequest* request,
-                                  v1::ApplyResponse* response) override;
-  grpc::ServerBidiReactor<v1::ApplyRequest, v1::ApplyResponse>* ApplyStream(
+// Every method is served raw (grpc::ByteBuffer): requests are parsed by
+// request_reader.h, which refuses bytes that are no message with
+// INVALID_ARGUMENT and hostile shapes before they are parsed, and streams
+// that send the same frame share one encoding of it.
+using RawXformService = v1::Xform::WithRawCallbackMethod_CreateWorld<
+    v1::Xform::WithRawCallbackMethod_ListWorlds<
+        v1::Xform::WithRawCallbackMethod_GetWorld<
+            v1::Xform::WithRawCallbackMethod_DeleteWorld<
+                v1::Xform::WithRawCallbackMethod_Apply<
+                    v1::Xform::WithRawCallbackMethod_ApplyStream<
+                        v1::Xform::WithRawCallbackMethod_Read<
+                            v1::Xform::WithRawCallbackMethod_Subscribe<
+                                v1::Xform::Service>>>>>>>>;
+
+class XformService final : public RawXformService {
+ public:
+  XformService(WorldHost& host, ServiceOptions options);
+  ~XformService() override;
+
+  using Unary = grpc::ServerUnaryReactor;
+  using Bytes = grpc::ByteBuffer;
+  Unary* CreateWorld(grpc::CallbackServerContext* context,
+                     const Bytes* request, Bytes* response) override;
+  Unary* ListWorlds(grpc::CallbackServerContext* context, const Bytes* request,
+                    Bytes* response) override;
+  Unary* GetWorld(grpc::CallbackServerContext* context, const Bytes* request,
+                  Bytes* response) override;
+  Unary* DeleteWorld(grpc::CallbackServerContext* context,
+                     const Bytes* request, Bytes* response) override;
+  Unary* Apply(grpc::CallbackServerContext* context, const Bytes* request,
+               Bytes* response) override;
+  grpc::ServerBidiReactor<Bytes, Bytes>* ApplyStream(
       grpc::CallbackServerContext* context) override;
-  grpc::ServerUnaryReactor* Read(grpc::CallbackServerContext* context,
-                                 const v1::ReadRequest* request,
-                                 v1::ReadResponse* response) override;
-  grpc::ServerWriteReactor<grpc::ByteBuffer>* Subscribe(
-      grpc::CallbackServerContext* context,
-      const grpc::ByteBuffer* request) override;
-  using v1::Xform::WithRawCallbackMethod_Subscribe<
-      v1::Xform::CallbackService>::Subscribe;
+  Unary* Read(grpc::CallbackServerContext* context, const Bytes* request,
+              Bytes* response) override;
+  grpc::ServerWriteReactor<Bytes>* Subscribe(
+      grpc::CallbackServerContext* context, const Bytes* request) override;
+
+  // Shutdown: ends every stream with `status`. Subscribers finish after their
+  // write in flight; writers after their batch in flight, at once when they
+  // are waiting for the next one.
+  void EndAllStreams(const absl::Status& status);
 
  private:
   WorldHost& host_;
   const ServiceOptions options_;
+  std::unique_ptr<WriterRegistry> writers_;
 };
 
 // absl and gRPC share status code numbering.

@@ -2,6 +2,8 @@
 
 #include "server/world_host.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <cctype>
 #include <utility>
@@ -24,6 +26,13 @@ bool ValidName(absl::string_view name) {
 
 }  // namespace
 
+std::string Quoted(absl::string_view name) {
+  constexpr size_t kShown = 64;
+  if (name.size() <= kShown) return absl::StrCat("'", name, "'");
+  return absl::StrCat("'", name.substr(0, kShown), "...' (", name.size(),
+                      " characters)");
+}
+
 // ---------------------------------------------------------------------------
 
 HostedWorld::HostedWorld(std::string name, v1::FrameMode mode, double tick_hz)
@@ -32,6 +41,8 @@ HostedWorld::HostedWorld(std::string name, v1::FrameMode mode, double tick_hz)
       tick_hz_(tick_hz),
       tick_(mode == v1::FRAME_MODE_TICK ? absl::Seconds(1.0 / tick_hz)
                                         : absl::InfiniteDuration()) {}
+
+HostedWorld::MemoryReturn::~MemoryReturn() { malloc_trim(0); }
 
 absl::StatusOr<uint64_t> HostedWorld::Apply(const v1::ApplyRequest& request,
                                             const Limits& limits) {
@@ -45,7 +56,7 @@ absl::StatusOr<uint64_t> HostedWorld::Apply(const v1::ApplyRequest& request,
   absl::MutexLock lock(&mu_);
   if (world_.size() + creates > limits.max_entities_per_world) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("world '", name_, "' would exceed ",
+        absl::StrCat("world ", Quoted(name_), " would exceed ",
                      limits.max_entities_per_world, " entities"));
   }
   if (absl::Status s = world_.Apply(*commands); !s.ok()) return s;
@@ -155,8 +166,8 @@ absl::StatusOr<std::shared_ptr<HostedWorld>> WorldHost::Create(
   }
   if (mode == v1::FRAME_MODE_TICK) {
     if (tick_hz == 0) tick_hz = default_tick_hz_;
-    if (!(tick_hz > 0 && tick_hz <= 1000)) {
-      return absl::InvalidArgumentError("tick_hz must be in (0, 1000]");
+    if (!(tick_hz >= kMinTickHz && tick_hz <= kMaxTickHz)) {
+      return absl::InvalidArgumentError("tick_hz must be in [0.01, 1000]");
     }
   } else if (tick_hz != 0) {
     return absl::InvalidArgumentError("a driven world has no tick_hz");
@@ -164,7 +175,7 @@ absl::StatusOr<std::shared_ptr<HostedWorld>> WorldHost::Create(
   absl::MutexLock lock(&mu_);
   if (worlds_.contains(request.name())) {
     return absl::AlreadyExistsError(
-        absl::StrCat("world '", request.name(), "' exists"));
+        absl::StrCat("world ", Quoted(request.name()), " exists"));
   }
   if (worlds_.size() >= limits_.max_worlds) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -180,7 +191,7 @@ absl::StatusOr<std::shared_ptr<HostedWorld>> WorldHost::Get(
   absl::MutexLock lock(&mu_);
   auto it = worlds_.find(name);
   if (it == worlds_.end()) {
-    return absl::NotFoundError(absl::StrCat("no world '", name, "'"));
+    return absl::NotFoundError(absl::StrCat("no world ", Quoted(name)));
   }
   return it->second;
 }
@@ -200,13 +211,13 @@ absl::Status WorldHost::Delete(absl::string_view name) {
     absl::MutexLock lock(&mu_);
     auto it = worlds_.find(name);
     if (it == worlds_.end()) {
-      return absl::NotFoundError(absl::StrCat("no world '", name, "'"));
+      return absl::NotFoundError(absl::StrCat("no world ", Quoted(name)));
     }
     world = std::move(it->second);
     worlds_.erase(it);
   }
   world->replicator().EndAll(
-      absl::NotFoundError(absl::StrCat("world '", name, "' was deleted")));
+      absl::NotFoundError(absl::StrCat("world ", Quoted(name), " was deleted")));
   return absl::OkStatus();
 }
 

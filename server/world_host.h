@@ -31,12 +31,25 @@
 
 namespace xform::server {
 
+// The tick rates a world may have: below the floor a tick world would hold
+// writes unpublished for minutes; above the ceiling the ticker cannot keep up.
+inline constexpr double kMinTickHz = 0.01;
+inline constexpr double kMaxTickHz = 1000;
+
+// A client-given name as error messages quote it: cut to 64 characters, so an
+// 8 KB name cannot push a status past gRPC's metadata limit.
+std::string Quoted(absl::string_view name);
+
+// What one client may ask of the server. Each is an xformd flag; see
+// docs/limits.md for the defaults and what a client sees at each.
 struct Limits {
   size_t max_worlds = 64;
   size_t max_entities_per_world = 4'000'000;
   size_t max_batch = 1'000'000;  // Entities named by one Apply request.
+  size_t max_commands = 65'536;  // Commands in one Apply request.
   size_t max_subscribers = 256;  // Per world.
-  size_t max_message_bytes = 4 << 20;
+  size_t max_filter_ids = 65'536;  // Entities + subtrees in one Subscribe.
+  size_t max_message_bytes = 16 << 20;
 };
 
 class HostedWorld {
@@ -59,6 +72,13 @@ class HostedWorld {
   Replicator& replicator() { return replicator_; }
 
  private:
+  // Destroyed last, once the world's other members are gone: gives their
+  // memory back to the operating system. Big columns are mappings of their
+  // own and go back at once, but the hash maps and the replicator's state
+  // come from malloc's heap, which keeps what is freed until told.
+  struct MemoryReturn {
+    ~MemoryReturn();
+  } memory_return_;
   const std::string name_;
   const v1::FrameMode mode_;
   const double tick_hz_;

@@ -4,9 +4,13 @@
 // to subscribers over gRPC. SIGTERM/SIGINT shut it down gracefully: health
 // goes NOT_SERVING, subscriber streams finish, in-flight calls complete, exit.
 
+#include <sys/resource.h>
+
 #include <cmath>
 #include <csignal>
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
@@ -16,6 +20,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/notification.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -23,18 +29,37 @@
 #include "grpcpp/server_builder.h"
 #include "server/log.h"
 #include "server/service.h"
+#include "server/transport.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:50051", "HOST:PORT to serve on");
-ABSL_FLAG(double, tick_hz, 60, "Default publish rate of tick-mode worlds");
+ABSL_FLAG(double, tick_hz, 60,
+          "Default publish rate of tick-mode worlds, in [0.01, 1000]");
 ABSL_FLAG(uint64_t, max_worlds, 64, "Most worlds the server holds");
 ABSL_FLAG(uint64_t, max_entities, 4'000'000, "Most entities per world");
 ABSL_FLAG(uint64_t, max_batch, 1'000'000, "Most entities named by one write");
+ABSL_FLAG(uint64_t, max_commands, 65'536,
+          "Most commands in one write (each is a list of entities)");
 ABSL_FLAG(uint64_t, max_subscribers, 256, "Most subscribers per world");
-ABSL_FLAG(uint64_t, max_message_bytes, 64 << 20, "Largest message in or out");
-ABSL_FLAG(int, keepalive_ms, 20'000, "Keepalive ping interval; 0 disables");
+ABSL_FLAG(uint64_t, max_filter_ids, 65'536,
+          "Most entities and subtrees one subscription may list");
+ABSL_FLAG(uint64_t, max_message_bytes, 16 << 20,
+          "Largest message in or out; larger requests get RESOURCE_EXHAUSTED");
+ABSL_FLAG(uint64_t, memory_quota_mb, 1024,
+          "gRPC's resource quota: transport buffers across all connections");
+ABSL_FLAG(int, keepalive_ms, 20'000,
+          "Keepalive ping interval on idle connections; 0 disables");
+ABSL_FLAG(int, min_client_ping_interval_ms, 10'000,
+          "Clients pinging more often than this without data are dropped");
+ABSL_FLAG(int, max_connection_idle_ms, 0,
+          "Close connections without calls for this long; 0: never");
+ABSL_FLAG(int, max_connection_age_ms, 0,
+          "Close connections this old (calls get 10 s to end); 0: never");
+ABSL_FLAG(int, max_streams_per_connection, 1'024,
+          "Most concurrent calls on one connection");
 ABSL_FLAG(int, write_timeout_ms, 10'000,
           "A subscriber write stuck this long cancels its stream");
-ABSL_FLAG(int, shutdown_grace_ms, 5'000, "How long shutdown waits for calls");
+ABSL_FLAG(int, shutdown_grace_ms, 5'000,
+          "How long shutdown waits for calls before cancelling them");
 ABSL_FLAG(bool, demo, false,
           "Create world 'demo' (a 10,000-entity scene) and move 1% of it at "
           "every tick, for trying the server out");
@@ -110,20 +135,85 @@ void RunDemo(WorldHost& host, const absl::Notification& stop) {
   }
 }
 
+// Every flag's range, checked before anything starts: a bad value is a
+// usage error (exit 2), not a server that misbehaves later.
+std::vector<std::string> FlagErrors() {
+  std::vector<std::string> errors;
+  const auto check = [&](bool ok, absl::string_view message) {
+    if (!ok) errors.emplace_back(message);
+  };
+  const double tick_hz = absl::GetFlag(FLAGS_tick_hz);
+  check(tick_hz >= kMinTickHz && tick_hz <= kMaxTickHz,
+        "--tick_hz must be in [0.01, 1000]");
+  check(!absl::GetFlag(FLAGS_listen).empty(), "--listen must name HOST:PORT");
+  for (const auto& [value, name] :
+       {std::pair{absl::GetFlag(FLAGS_max_worlds), "--max_worlds"},
+        {absl::GetFlag(FLAGS_max_entities), "--max_entities"},
+        {absl::GetFlag(FLAGS_max_batch), "--max_batch"},
+        {absl::GetFlag(FLAGS_max_commands), "--max_commands"},
+        {absl::GetFlag(FLAGS_max_subscribers), "--max_subscribers"},
+        {absl::GetFlag(FLAGS_max_filter_ids), "--max_filter_ids"},
+        {absl::GetFlag(FLAGS_memory_quota_mb), "--memory_quota_mb"}}) {
+    check(value > 0, absl::StrCat(name, " must be at least 1"));
+  }
+  const uint64_t max_message = absl::GetFlag(FLAGS_max_message_bytes);
+  check(max_message >= 4096 && max_message <= (uint64_t{1} << 30),
+        "--max_message_bytes must be in [4096, 1 GiB]");
+  check(absl::GetFlag(FLAGS_max_entities) < (uint64_t{1} << 31),
+        "--max_entities must be below 2^31");
+  for (const auto& [value, name] :
+       {std::pair{absl::GetFlag(FLAGS_keepalive_ms), "--keepalive_ms"},
+        {absl::GetFlag(FLAGS_min_client_ping_interval_ms),
+         "--min_client_ping_interval_ms"},
+        {absl::GetFlag(FLAGS_max_connection_idle_ms),
+         "--max_connection_idle_ms"},
+        {absl::GetFlag(FLAGS_max_connection_age_ms), "--max_connection_age_ms"},
+        {absl::GetFlag(FLAGS_shutdown_grace_ms), "--shutdown_grace_ms"}}) {
+    check(value >= 0, absl::StrCat(name, " must not be negative"));
+  }
+  check(absl::GetFlag(FLAGS_write_timeout_ms) > 0,
+        "--write_timeout_ms must be at least 1");
+  check(absl::GetFlag(FLAGS_max_streams_per_connection) > 0,
+        "--max_streams_per_connection must be at least 1");
+  return errors;
+}
+
+// A server exposed to many clients runs out of file descriptors at the soft
+// limit, often 1024, long before the hard one; and gRPC 1.51's listener stops
+// accepting for good after one EMFILE. So take all the kernel allows.
+void RaiseFileLimit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  const rlim_t before = limit.rlim_cur;
+  if (limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &limit);
+    getrlimit(RLIMIT_NOFILE, &limit);
+  }
+  Log('I', "file descriptors: ", limit.rlim_cur, " (soft limit was ", before,
+      ")");
+}
+
 int Main() {
   // Signals are taken by one thread with sigwait(); every other thread,
-  // gRPC's included, inherits the blocked mask.
+  // gRPC's included, inherits the blocked mask. SIGHUP and SIGQUIT are taken
+  // too, so that neither kills the server abruptly: SIGQUIT stops it like
+  // SIGTERM, SIGHUP is logged (there is nothing to reload yet).
   sigset_t signals;
   sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
+  for (int taken : {SIGTERM, SIGINT, SIGQUIT, SIGHUP}) {
+    sigaddset(&signals, taken);
+  }
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  RaiseFileLimit();
 
   Limits limits;
   limits.max_worlds = absl::GetFlag(FLAGS_max_worlds);
   limits.max_entities_per_world = absl::GetFlag(FLAGS_max_entities);
   limits.max_batch = absl::GetFlag(FLAGS_max_batch);
+  limits.max_commands = absl::GetFlag(FLAGS_max_commands);
   limits.max_subscribers = absl::GetFlag(FLAGS_max_subscribers);
+  limits.max_filter_ids = absl::GetFlag(FLAGS_max_filter_ids);
   limits.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   WorldHost host(limits, absl::GetFlag(FLAGS_tick_hz));
   ServiceOptions options;
@@ -138,21 +228,25 @@ int Main() {
   builder.AddListeningPort(absl::GetFlag(FLAGS_listen),
                            grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
-  builder.SetMaxReceiveMessageSize(static_cast<int>(limits.max_message_bytes));
-  builder.SetMaxSendMessageSize(static_cast<int>(limits.max_message_bytes));
-  if (const int keepalive = absl::GetFlag(FLAGS_keepalive_ms); keepalive > 0) {
-    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, keepalive);
-    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, keepalive / 2);
-    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-    builder.AddChannelArgument(
-        GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, keepalive / 2);
-  }
+  TransportOptions transport;
+  transport.max_message_bytes = limits.max_message_bytes;
+  transport.memory_quota_bytes = absl::GetFlag(FLAGS_memory_quota_mb) << 20;
+  transport.keepalive_ms = absl::GetFlag(FLAGS_keepalive_ms);
+  transport.min_client_ping_interval_ms =
+      absl::GetFlag(FLAGS_min_client_ping_interval_ms);
+  transport.max_connection_idle_ms = absl::GetFlag(FLAGS_max_connection_idle_ms);
+  transport.max_connection_age_ms = absl::GetFlag(FLAGS_max_connection_age_ms);
+  transport.max_streams_per_connection =
+      absl::GetFlag(FLAGS_max_streams_per_connection);
+  ConfigureTransport(transport, &builder);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     Log('E', "cannot listen on ", absl::GetFlag(FLAGS_listen));
     return 1;
   }
-  server->GetHealthCheckService()->SetServingStatus(true);
+  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+  health->SetServingStatus(true);
+  health->SetServingStatus(v1::Xform::service_full_name(), true);
   Log('I', "xformd serving on ", absl::GetFlag(FLAGS_listen), " (port ", port,
       "), default tick ", absl::GetFlag(FLAGS_tick_hz), " Hz");
 
@@ -162,12 +256,17 @@ int Main() {
     demo = std::thread([&] { RunDemo(host, stop_demo); });
 
   int signal = 0;
-  sigwait(&signals, &signal);
-  Log('I', "signal ", signal, ": shutting down");
-  server->GetHealthCheckService()->SetServingStatus(false);
+  for (;;) {
+    sigwait(&signals, &signal);
+    if (signal != SIGHUP) break;
+    Log('I', "SIGHUP: nothing to reload; still serving");
+  }
+  Log('I', "signal ", signal, " (", strsignal(signal), "): shutting down");
+  health->SetServingStatus(false);
+  health->SetServingStatus(v1::Xform::service_full_name(), false);
   stop_demo.Notify();
   if (demo.joinable()) demo.join();
-  host.EndAllStreams(absl::UnavailableError("server shutting down"));
+  service.EndAllStreams(absl::UnavailableError("server shutting down"));
   server->Shutdown(
       std::chrono::system_clock::now() +
       std::chrono::milliseconds(absl::GetFlag(FLAGS_shutdown_grace_ms)));
@@ -185,5 +284,12 @@ int main(int argc, char** argv) {
       "[--listen=0.0.0.0:50051] "
       "[--tick_hz=60] [--demo] ...");
   absl::ParseCommandLine(argc, argv);
+  if (const std::vector<std::string> errors = xform::server::FlagErrors();
+      !errors.empty()) {
+    for (const std::string& error : errors) {
+      std::fprintf(stderr, "xformd: %s\n", error.c_str());
+    }
+    return 2;
+  }
   return xform::server::Main();
 }

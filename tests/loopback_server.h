@@ -16,6 +16,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "server/service.h"
+#include "server/transport.h"
 
 namespace xform::server {
 
@@ -32,8 +33,8 @@ class LoopbackServer {
     builder.AddListeningPort(absl::StrCat("127.0.0.1:", port),
                              grpc::InsecureServerCredentials(), &port_);
     builder.RegisterService(service_.get());
-    builder.SetMaxSendMessageSize(64 << 20);
-    builder.SetMaxReceiveMessageSize(64 << 20);
+    ConfigureTransport({.max_message_bytes = limits.max_message_bytes},
+                       &builder);
     server_ = builder.BuildAndStart();
     return server_ != nullptr && port_ != 0;
   }
@@ -41,7 +42,7 @@ class LoopbackServer {
   // Ends every stream (UNAVAILABLE, as xformd does on SIGTERM) and stops.
   void Stop() {
     if (server_) {
-      host_->EndAllStreams(absl::UnavailableError("server stopping"));
+      service_->EndAllStreams(absl::UnavailableError("server stopping"));
       server_->Shutdown(std::chrono::system_clock::now() +
                         std::chrono::seconds(5));
       server_->Wait();

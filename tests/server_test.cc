@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -777,7 +778,9 @@ class BadInputTest : public ServerTest {
     limits.max_worlds = 3;
     limits.max_entities_per_world = 100;
     limits.max_batch = 50;
+    limits.max_commands = 20;
     limits.max_subscribers = 2;
+    limits.max_filter_ids = 30;
     StartServer(limits);
     ASSERT_TRUE(CreateWorld("w", v1::FRAME_MODE_DRIVEN).ok());
     v1::ApplyRequest scene;
@@ -943,6 +946,135 @@ TEST_F(BadInputTest, UnparseableSubscribeRequestIsInvalidArgument) {
   while (cq.Next(&tag, &ok)) {
   }
   EXPECT_EQ(Info("w").subscribers(), 0u);
+}
+
+// Sends `bytes` as the request of a unary method, as a hostile client can.
+grpc::Status RawUnary(const std::shared_ptr<grpc::Channel>& channel,
+                      const std::string& method, const std::string& bytes) {
+  grpc::GenericStub generic(channel);
+  grpc::ClientContext context;
+  grpc::Slice slice(bytes);
+  grpc::ByteBuffer request(&slice, 1);
+  grpc::ByteBuffer response;
+  absl::Notification done;
+  grpc::Status status;
+  generic.UnaryCall(&context, method, grpc::StubOptions(), &request, &response,
+                    [&](grpc::Status s) {
+                      status = std::move(s);
+                      done.Notify();
+                    });
+  done.WaitForNotification();
+  return status;
+}
+
+TEST_F(BadInputTest, UnparseableUnaryRequestsAreInvalidArgument) {
+  const std::string garbage = "\xff\xff\xff\xff not a protobuf";
+  for (const char* method :
+       {"/xform.v1.Xform/Apply", "/xform.v1.Xform/CreateWorld",
+        "/xform.v1.Xform/GetWorld", "/xform.v1.Xform/Read",
+        "/xform.v1.Xform/DeleteWorld", "/xform.v1.Xform/ListWorlds"}) {
+    const grpc::Status status = RawUnary(NewChannel(), method, garbage);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+        << method << ": " << status.error_message();
+    EXPECT_NE(status.error_message().find("not a valid"), std::string::npos)
+        << method << ": " << status.error_message();
+  }
+  EXPECT_EQ(ReadAll("w", {1}), before_);
+}
+
+// A batch that does not parse ends ApplyStream with INVALID_ARGUMENT, saying
+// which batches applied; the one before it stands, none after it applies.
+TEST_F(BadInputTest, ApplyStreamEndsWithInvalidArgumentOnAnUnparseableBatch) {
+  grpc::GenericStub generic(NewChannel());
+  grpc::CompletionQueue cq;
+  grpc::ClientContext context;
+  void* tag = nullptr;
+  bool ok = false;
+  auto call =
+      generic.PrepareCall(&context, "/xform.v1.Xform/ApplyStream", &cq);
+  call->StartCall(reinterpret_cast<void*>(1));
+  ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
+  Transform moved;
+  moved.position = {7, 0, 0};
+  const std::string good = SetLocal(1, moved).SerializeAsString();
+  const std::string garbage = "\xff\xff\xff\xff not a protobuf";
+  Transform later;
+  later.position = {9, 0, 0};
+  const std::string after = SetLocal(2, later).SerializeAsString();
+  for (const std::string* bytes : {&good, &garbage, &after}) {
+    grpc::Slice slice(*bytes);
+    grpc::ByteBuffer buffer(&slice, 1);
+    call->Write(buffer, reinterpret_cast<void*>(2));
+    ASSERT_TRUE(cq.Next(&tag, &ok));
+    if (!ok) break;  // The stream ended.
+  }
+  int answers = 0;
+  for (;;) {
+    grpc::ByteBuffer response;
+    call->Read(&response, reinterpret_cast<void*>(3));
+    ASSERT_TRUE(cq.Next(&tag, &ok));
+    if (!ok) break;
+    ++answers;
+  }
+  grpc::Status status;
+  call->Finish(&status, reinterpret_cast<void*>(4));
+  ASSERT_TRUE(cq.Next(&tag, &ok));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+      << status.error_message();
+  EXPECT_NE(status.error_message().find("batch 1 not applied"),
+            std::string::npos)
+      << status.error_message();
+  EXPECT_EQ(answers, 1);
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+  State now = ReadAll("w", {1});
+  EXPECT_EQ(now.at(1).world.translation(), glm::vec3(7, 0, 0));
+  EXPECT_EQ(now.at(2).world, now.at(1).world);  // 2 still at its old local.
+}
+
+// Empty commands cost 2 bytes on the wire and far more parsed: counted and
+// refused before parsing.
+TEST_F(BadInputTest, TooManyCommandsAreRefusedBeforeParsing) {
+  v1::ApplyRequest request;
+  request.set_world("w");
+  for (int k = 0; k < 100'000; ++k) request.add_commands();
+  const grpc::Status status = Apply(request);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << status.error_message();
+  EXPECT_NE(status.error_message().find("--max_commands"), std::string::npos);
+  v1::ApplyRequest few = SetLocal(3, {});
+  for (int k = 0; k < 19; ++k) few.add_commands()->CopyFrom(few.commands(0));
+  EXPECT_EQ(Apply(few).error_code(), kOk);
+}
+
+TEST_F(BadInputTest, HugeSubscriptionFiltersAreResourceExhausted) {
+  std::set<EntityId> many;
+  for (EntityId e = 1; e <= 31; ++e) many.insert(e);
+  ExpectSubscribeRefused(SubscribeTo("w", many),
+                         grpc::StatusCode::RESOURCE_EXHAUSTED);
+  ExpectSubscribeRefused(SubscribeTo("w", {}, many),
+                         grpc::StatusCode::RESOURCE_EXHAUSTED);
+  many.erase(31);
+  Subscriber within(NewChannel(), SubscribeTo("w", many));
+  EXPECT_TRUE(within.WaitForFrame(0));
+}
+
+// An 8 KB name in an error message would push the status past gRPC's
+// metadata limit and turn NOT_FOUND into another error: names are cut.
+TEST_F(BadInputTest, LongNamesAreCutInErrorMessages) {
+  const std::string name(8192, 'n');
+  grpc::ClientContext context;
+  v1::GetWorldRequest get;
+  get.set_name(name);
+  v1::WorldInfo info;
+  const grpc::Status status = stub_->GetWorld(&context, get, &info);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_LT(status.error_message().size(), 200u) << status.error_message();
+  v1::ApplyRequest request = SetLocal(1, {});
+  request.set_world(name);
+  ExpectRefused(request, grpc::StatusCode::NOT_FOUND);
+  ExpectSubscribeRefused(SubscribeTo(name), grpc::StatusCode::NOT_FOUND);
 }
 
 TEST_F(BadInputTest, CyclesAreFailedPrecondition) {
