@@ -23,6 +23,21 @@ grpc::Status ToGrpc(const absl::Status& status) {
 
 namespace {
 
+// Counts a call in progress for as long as it lives, so that shutdown can
+// tell when calls have drained.
+class CallHold {
+ public:
+  explicit CallHold(std::atomic<int>& count) : count_(&count) {
+    count_->fetch_add(1);
+  }
+  CallHold(const CallHold&) = delete;
+  CallHold& operator=(const CallHold&) = delete;
+  ~CallHold() { count_->fetch_sub(1); }
+
+ private:
+  std::atomic<int>* count_;
+};
+
 grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context,
                                const absl::Status& status) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
@@ -31,11 +46,14 @@ grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context,
 }
 
 // A unary call: parse (or refuse) the request, handle it, answer.
+// The handler runs inline, so the call is counted until it has answered.
 template <typename Request, typename Response, typename Handler>
-grpc::ServerUnaryReactor* Serve(grpc::CallbackServerContext* context,
+grpc::ServerUnaryReactor* Serve(std::atomic<int>& calls,
+                                grpc::CallbackServerContext* context,
                                 const grpc::ByteBuffer* bytes,
                                 grpc::ByteBuffer* response_bytes,
                                 Handler&& handle) {
+  const CallHold hold(calls);
   Request request;
   if (absl::Status parsed = ParseRequest(*bytes, &request); !parsed.ok()) {
     return Done(context, parsed);
@@ -92,9 +110,10 @@ class ApplyStreamReactor final
     : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   // Starts the stream; the reactor owns itself until OnDone().
-  static ApplyStreamReactor* Start(WorldHost& host, WriterRegistry& registry) {
+  static ApplyStreamReactor* Start(WorldHost& host, WriterRegistry& registry,
+                                   std::atomic<int>& calls) {
     auto reactor = std::shared_ptr<ApplyStreamReactor>(
-        new ApplyStreamReactor(host, registry));
+        new ApplyStreamReactor(host, registry, calls));
     reactor->self_ = reactor;
     registry.Add(reactor);
     reactor->StartRead(&reactor->request_bytes_);
@@ -173,8 +192,9 @@ class ApplyStreamReactor final
   }
 
  private:
-  ApplyStreamReactor(WorldHost& host, WriterRegistry& registry)
-      : host_(host), registry_(registry) {}
+  ApplyStreamReactor(WorldHost& host, WriterRegistry& registry,
+                     std::atomic<int>& calls)
+      : host_(host), registry_(registry), hold_(calls) {}
 
   bool busy() {
     absl::MutexLock lock(&mu_);
@@ -202,6 +222,7 @@ class ApplyStreamReactor final
 
   WorldHost& host_;
   WriterRegistry& registry_;
+  const CallHold hold_;
   std::shared_ptr<ApplyStreamReactor> self_;
   grpc::ByteBuffer request_bytes_;
   grpc::ByteBuffer response_bytes_;
@@ -265,9 +286,10 @@ class SubscribeReactor final
   static void Start(grpc::CallbackServerContext* context,
                     std::shared_ptr<HostedWorld> world,
                     SubscriptionOptions options, absl::Duration write_timeout,
+                    std::atomic<int>& calls,
                     grpc::ServerWriteReactor<grpc::ByteBuffer>** out) {
-    auto reactor = std::shared_ptr<SubscribeReactor>(
-        new SubscribeReactor(context, std::move(world), write_timeout));
+    auto reactor = std::shared_ptr<SubscribeReactor>(new SubscribeReactor(
+        context, std::move(world), write_timeout, calls));
     reactor->self_ = reactor;
     *out = reactor.get();
     reactor->id_ = reactor->world_->replicator().Subscribe(
@@ -367,14 +389,16 @@ class SubscribeReactor final
  private:
   SubscribeReactor(grpc::CallbackServerContext* context,
                    std::shared_ptr<HostedWorld> world,
-                   absl::Duration write_timeout)
+                   absl::Duration write_timeout, std::atomic<int>& calls)
       : context_(context),
         world_(std::move(world)),
-        write_timeout_(write_timeout) {}
+        write_timeout_(write_timeout),
+        hold_(calls) {}
 
   grpc::CallbackServerContext* const context_;
   const std::shared_ptr<HostedWorld> world_;
   const absl::Duration write_timeout_;
+  const CallHold hold_;
   std::shared_ptr<SubscribeReactor> self_;
   Replicator::SubscriptionId id_ =
       0;  // Set once, before any other thread sees it.
@@ -433,7 +457,7 @@ grpc::ServerUnaryReactor* XformService::CreateWorld(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
   return Serve<v1::CreateWorldRequest, v1::WorldInfo>(
-      context, request, response,
+      active_calls_, context, request, response,
       [&](const v1::CreateWorldRequest& create, v1::WorldInfo* info) {
         absl::StatusOr<std::shared_ptr<HostedWorld>> world =
             host_.Create(create);
@@ -449,7 +473,7 @@ grpc::ServerUnaryReactor* XformService::ListWorlds(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
   return Serve<v1::ListWorldsRequest, v1::ListWorldsResponse>(
-      context, request, response,
+      active_calls_, context, request, response,
       [&](const v1::ListWorldsRequest&, v1::ListWorldsResponse* list) {
         for (const auto& world : host_.List()) *list->add_worlds() = world->Info();
         return absl::OkStatus();
@@ -460,7 +484,7 @@ grpc::ServerUnaryReactor* XformService::GetWorld(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
   return Serve<v1::GetWorldRequest, v1::WorldInfo>(
-      context, request, response,
+      active_calls_, context, request, response,
       [&](const v1::GetWorldRequest& get, v1::WorldInfo* info) {
         absl::StatusOr<std::shared_ptr<HostedWorld>> world =
             host_.Get(get.name());
@@ -474,7 +498,7 @@ grpc::ServerUnaryReactor* XformService::DeleteWorld(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
   return Serve<v1::DeleteWorldRequest, v1::DeleteWorldResponse>(
-      context, request, response,
+      active_calls_, context, request, response,
       [&](const v1::DeleteWorldRequest& del, v1::DeleteWorldResponse*) {
         const absl::Status status = host_.Delete(del.name());
         if (status.ok()) Log('I', "world '", del.name(), "' deleted");
@@ -485,6 +509,7 @@ grpc::ServerUnaryReactor* XformService::DeleteWorld(
 grpc::ServerUnaryReactor* XformService::Apply(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* bytes,
     grpc::ByteBuffer* response_bytes) {
+  const CallHold hold(active_calls_);
   absl::StatusOr<uint64_t> frame = ApplyBatch(host_, *bytes);
   if (!frame.ok()) return Done(context, frame.status());
   v1::ApplyResponse response;
@@ -495,14 +520,14 @@ grpc::ServerUnaryReactor* XformService::Apply(
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 XformService::ApplyStream(grpc::CallbackServerContext*) {
-  return ApplyStreamReactor::Start(host_, *writers_);
+  return ApplyStreamReactor::Start(host_, *writers_, active_calls_);
 }
 
 grpc::ServerUnaryReactor* XformService::Read(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
   return Serve<v1::ReadRequest, v1::ReadResponse>(
-      context, request, response,
+      active_calls_, context, request, response,
       [&](const v1::ReadRequest& read, v1::ReadResponse* out) {
         absl::StatusOr<std::shared_ptr<HostedWorld>> world =
             host_.Get(read.world());
@@ -554,7 +579,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* XformService::Subscribe(
       std::min<size_t>(limits.max_message_bytes / 2, 4 << 20);
   grpc::ServerWriteReactor<grpc::ByteBuffer>* reactor = nullptr;
   SubscribeReactor::Start(context, *std::move(world), std::move(options),
-                          options_.write_timeout, &reactor);
+                          options_.write_timeout, active_calls_, &reactor);
   return reactor;
 }
 

@@ -9,6 +9,7 @@
 #ifndef XFORM_SERVER_SERVICE_H_
 #define XFORM_SERVER_SERVICE_H_
 
+#include <atomic>
 #include <memory>
 
 #include "absl/status/status.h"
@@ -67,11 +68,14 @@ class XformService final : public RawXformService {
   // write in flight; writers after their batch in flight, at once when they
   // are waiting for the next one.
   void EndAllStreams(const absl::Status& status);
+  // Calls in progress: streams open, unary calls being handled.
+  int active_calls() const { return active_calls_.load(); }
 
  private:
   WorldHost& host_;
   const ServiceOptions options_;
   std::unique_ptr<WriterRegistry> writers_;
+  std::atomic<int> active_calls_ = 0;
 };
 
 // absl and gRPC share status code numbering.

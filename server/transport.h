@@ -18,8 +18,10 @@ struct TransportOptions {
   // larger incoming one with RESOURCE_EXHAUSTED.
   size_t max_message_bytes = 16 << 20;
   // gRPC's resource quota (--memory_quota_mb): what its transports may hold
-  // in buffers across all connections; under pressure it shrinks reads.
-  size_t memory_quota_bytes = size_t{1} << 30;
+  // in buffers across all connections. Under pressure gRPC shrinks reads and
+  // refuses what would not fit: this is what stops a message far over the
+  // size limit, which gRPC 1.51 otherwise buffers whole before checking.
+  size_t memory_quota_bytes = size_t{256} << 20;
   // Server pings on idle connections this often (0: never), and drops a
   // connection that does not answer within half of it.
   int keepalive_ms = 20'000;

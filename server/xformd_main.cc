@@ -23,10 +23,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
+#include "server/acceptor.h"
 #include "server/log.h"
 #include "server/service.h"
 #include "server/transport.h"
@@ -44,7 +47,7 @@ ABSL_FLAG(uint64_t, max_filter_ids, 65'536,
           "Most entities and subtrees one subscription may list");
 ABSL_FLAG(uint64_t, max_message_bytes, 16 << 20,
           "Largest message in or out; larger requests get RESOURCE_EXHAUSTED");
-ABSL_FLAG(uint64_t, memory_quota_mb, 1024,
+ABSL_FLAG(uint64_t, memory_quota_mb, 256,
           "gRPC's resource quota: transport buffers across all connections");
 ABSL_FLAG(int, keepalive_ms, 20'000,
           "Keepalive ping interval on idle connections; 0 disables");
@@ -54,6 +57,9 @@ ABSL_FLAG(int, max_connection_idle_ms, 0,
           "Close connections without calls for this long; 0: never");
 ABSL_FLAG(int, max_connection_age_ms, 0,
           "Close connections this old (calls get 10 s to end); 0: never");
+ABSL_FLAG(int, max_connections, 0,
+          "Most connections at once; 0: all the descriptor limit allows, "
+          "less 64 kept for the server. Over it, connections are closed");
 ABSL_FLAG(int, max_streams_per_connection, 1'024,
           "Most concurrent calls on one connection");
 ABSL_FLAG(int, write_timeout_ms, 10'000,
@@ -173,6 +179,8 @@ std::vector<std::string> FlagErrors() {
   }
   check(absl::GetFlag(FLAGS_write_timeout_ms) > 0,
         "--write_timeout_ms must be at least 1");
+  check(absl::GetFlag(FLAGS_max_connections) >= 0,
+        "--max_connections must not be negative");
   check(absl::GetFlag(FLAGS_max_streams_per_connection) > 0,
         "--max_streams_per_connection must be at least 1");
   return errors;
@@ -223,10 +231,14 @@ int Main() {
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  absl::StatusOr<std::unique_ptr<Acceptor>> acceptor = Acceptor::Listen(
+      absl::GetFlag(FLAGS_listen),
+      {.max_connections = absl::GetFlag(FLAGS_max_connections)});
+  if (!acceptor.ok()) {
+    Log('E', acceptor.status().message());
+    return 1;
+  }
   grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(absl::GetFlag(FLAGS_listen),
-                           grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
   TransportOptions transport;
   transport.max_message_bytes = limits.max_message_bytes;
@@ -240,15 +252,17 @@ int Main() {
       absl::GetFlag(FLAGS_max_streams_per_connection);
   ConfigureTransport(transport, &builder);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || port == 0) {
-    Log('E', "cannot listen on ", absl::GetFlag(FLAGS_listen));
+  if (server == nullptr) {
+    Log('E', "cannot start the gRPC server");
     return 1;
   }
+  (*acceptor)->Start(server.get());
   grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
   health->SetServingStatus(true);
   health->SetServingStatus(v1::Xform::service_full_name(), true);
-  Log('I', "xformd serving on ", absl::GetFlag(FLAGS_listen), " (port ", port,
-      "), default tick ", absl::GetFlag(FLAGS_tick_hz), " Hz");
+  Log('I', "xformd serving on ", absl::GetFlag(FLAGS_listen), " (port ",
+      (*acceptor)->port(), "), default tick ", absl::GetFlag(FLAGS_tick_hz),
+      " Hz; connections use descriptors up to ", (*acceptor)->ceiling());
 
   absl::Notification stop_demo;
   std::thread demo;
@@ -264,12 +278,23 @@ int Main() {
   Log('I', "signal ", signal, " (", strsignal(signal), "): shutting down");
   health->SetServingStatus(false);
   health->SetServingStatus(v1::Xform::service_full_name(), false);
+  (*acceptor)->Stop();
   stop_demo.Notify();
   if (demo.joinable()) demo.join();
   service.EndAllStreams(absl::UnavailableError("server shutting down"));
-  server->Shutdown(
-      std::chrono::system_clock::now() +
-      std::chrono::milliseconds(absl::GetFlag(FLAGS_shutdown_grace_ms)));
+  // gRPC's Shutdown(deadline) waits for connections to go, idle ones too,
+  // until the deadline; so wait for our calls, then give it only the time
+  // to send their last answers.
+  const absl::Time grace_end =
+      absl::Now() + absl::Milliseconds(absl::GetFlag(FLAGS_shutdown_grace_ms));
+  while (service.active_calls() > 0 && absl::Now() < grace_end) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  if (const int left = service.active_calls(); left > 0) {
+    Log('W', "shutdown grace over: cancelling ", left, " call(s)");
+  }
+  server->Shutdown(absl::ToChronoTime(
+      std::min(grace_end, absl::Now() + absl::Milliseconds(250))));
   server->Wait();
   Log('I', "stopped");
   return 0;

@@ -12,11 +12,19 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <fstream>
+#include <sstream>
+#include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "absl/synchronization/notification.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "xform/v1/xform.grpc.pb.h"
@@ -36,6 +44,102 @@ int FreePort() {
   getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
   close(fd);
   return ntohs(address.sin_port);
+}
+
+// An xformd process on a free loopback port. `shell_prefix`, when given, is
+// run by /bin/sh before exec'ing xformd (for `ulimit -n 256`).
+class Xformd {
+ public:
+  explicit Xformd(std::vector<std::string> flags,
+                  const std::string& shell_prefix = "") {
+    address_ = absl::StrCat("127.0.0.1:", FreePort());
+    std::string command = absl::StrCat(shell_prefix, " exec ", XFORMD_PATH,
+                                       " --listen=", address_);
+    for (const std::string& flag : flags) absl::StrAppend(&command, " ", flag);
+    const std::string log = absl::StrCat(::testing::TempDir(), "xformd_",
+                                         getpid(), "_", ++count_, ".log");
+    absl::StrAppend(&command, " 2>", log);
+    log_ = log;
+    char* argv[] = {const_cast<char*>("/bin/sh"), const_cast<char*>("-c"),
+                    const_cast<char*>(command.c_str()), nullptr};
+    if (posix_spawn(&pid_, "/bin/sh", nullptr, nullptr, argv, environ) != 0) {
+      pid_ = 0;
+    }
+  }
+  ~Xformd() {
+    if (pid_ != 0 && !exited_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+
+  const std::string& address() const { return address_; }
+  pid_t pid() const { return pid_; }
+
+  std::shared_ptr<grpc::Channel> Connect() {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    auto channel = grpc::CreateCustomChannel(
+        address_, grpc::InsecureChannelCredentials(), args);
+    channel->WaitForConnected(std::chrono::system_clock::now() +
+                              std::chrono::seconds(20));
+    return channel;
+  }
+
+  // The exit status, or -1 if it has not exited within `timeout`.
+  int WaitForExit(absl::Duration timeout) {
+    const absl::Time deadline = absl::Now() + timeout;
+    int status = 0;
+    while (absl::Now() < deadline) {
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        exited_ = true;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return -1;
+  }
+
+  // The peak resident set, in MB (VmHWM).
+  double PeakRssMb() const {
+    std::ifstream status(absl::StrCat("/proc/", pid_, "/status"));
+    std::string line;
+    while (std::getline(status, line)) {
+      if (line.rfind("VmHWM:", 0) == 0) {
+        return std::stod(line.substr(6)) / 1024;
+      }
+    }
+    return -1;
+  }
+
+  std::string Log() const {
+    std::ifstream in(log_);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  }
+
+ private:
+  static inline int count_ = 0;
+  std::string address_;
+  std::string log_;
+  pid_t pid_ = 0;
+  bool exited_ = false;
+};
+
+grpc::health::v1::HealthCheckResponse::ServingStatus Health(
+    const std::shared_ptr<grpc::Channel>& channel, const std::string& service,
+    absl::Duration timeout = absl::Seconds(5)) {
+  auto health = grpc::health::v1::Health::NewStub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service(service);
+  grpc::health::v1::HealthCheckResponse response;
+  if (!health->Check(&context, request, &response).ok()) {
+    return grpc::health::v1::HealthCheckResponse::UNKNOWN;
+  }
+  return response.status();
 }
 
 TEST(XformdProcessTest, SigtermEndsStreamsCleanlyAndExitsZero) {
@@ -97,3 +201,204 @@ TEST(XformdProcessTest, SigtermEndsStreamsCleanlyAndExitsZero) {
 }
 
 }  // namespace
+
+namespace more {
+
+using grpc::health::v1::HealthCheckResponse;
+
+TEST(XformdProcessTest, HealthAnswersForTheServerAndTheXformService) {
+  Xformd xformd({});
+  auto channel = xformd.Connect();
+  EXPECT_EQ(Health(channel, ""), HealthCheckResponse::SERVING);
+  EXPECT_EQ(Health(channel, "xform.v1.Xform"), HealthCheckResponse::SERVING);
+}
+
+// Writers waiting for their next batch end at once with UNAVAILABLE, and an
+// idle connection does not hold the process for the grace period.
+TEST(XformdProcessTest, SigtermEndsWritersAtOnceAndExitsWhenCallsDrain) {
+  Xformd xformd({"--shutdown_grace_ms=30000"});
+  auto channel = xformd.Connect();
+  auto idle = xformd.Connect();  // A second connection that makes no calls.
+  auto stub = xform::v1::Xform::NewStub(channel);
+  {
+    grpc::ClientContext context;
+    xform::v1::CreateWorldRequest create;
+    create.set_name("w");
+    create.set_mode(xform::v1::FRAME_MODE_DRIVEN);
+    xform::v1::WorldInfo info;
+    ASSERT_TRUE(stub->CreateWorld(&context, create, &info).ok());
+  }
+  grpc::ClientContext context;
+  auto writer = stub->ApplyStream(&context);
+  xform::v1::ApplyRequest batch;
+  batch.set_world("w");
+  batch.add_commands()->mutable_create()->add_entity(1);
+  ASSERT_TRUE(writer->Write(batch));
+  xform::v1::ApplyResponse answer;
+  ASSERT_TRUE(writer->Read(&answer));
+
+  const absl::Time signalled = absl::Now();
+  ASSERT_EQ(kill(xformd.pid(), SIGTERM), 0);
+  EXPECT_FALSE(writer->Read(&answer));
+  const grpc::Status status = writer->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE)
+      << status.error_message();
+  EXPECT_NE(status.error_message().find("1 batches applied"),
+            std::string::npos)
+      << status.error_message();
+  EXPECT_LT(absl::Now() - signalled, absl::Seconds(2));
+  EXPECT_EQ(xformd.WaitForExit(absl::Seconds(3)), 0) << xformd.Log();
+}
+
+TEST(XformdProcessTest, SighupKeepsServingAndSigquitStopsCleanly) {
+  Xformd xformd({});
+  auto channel = xformd.Connect();
+  ASSERT_EQ(kill(xformd.pid(), SIGHUP), 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(Health(channel, ""), HealthCheckResponse::SERVING);
+  ASSERT_EQ(kill(xformd.pid(), SIGQUIT), 0);
+  EXPECT_EQ(xformd.WaitForExit(absl::Seconds(5)), 0) << xformd.Log();
+  EXPECT_NE(xformd.Log().find("SIGHUP"), std::string::npos);
+}
+
+TEST(XformdProcessTest, BadFlagsAreAUsageError) {
+  for (const std::string flag :
+       {"--tick_hz=0", "--tick_hz=0.001", "--tick_hz=nan", "--tick_hz=5000",
+        "--max_message_bytes=0", "--write_timeout_ms=0", "--max_worlds=0",
+        "--keepalive_ms=-1"}) {
+    Xformd xformd({flag});
+    EXPECT_EQ(xformd.WaitForExit(absl::Seconds(10)), 2) << flag;
+    const std::string name = flag.substr(0, flag.find('='));
+    EXPECT_NE(xformd.Log().find(name), std::string::npos)
+        << flag << ": " << xformd.Log();
+  }
+}
+
+// gRPC 1.51's own listener stops accepting for good after one EMFILE; the
+// server must stay reachable after a flood of connections uses its limit.
+TEST(XformdProcessTest, ServesAgainAfterAFloodOfConnectionsAtTheFileLimit) {
+  Xformd xformd({}, "ulimit -n 256;");
+  ASSERT_EQ(Health(xformd.Connect(), ""), HealthCheckResponse::SERVING);
+  const int port = std::stoi(xformd.address().substr(10));
+  std::vector<int> flood;
+  for (int k = 0; k < 400; ++k) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = htons(port);
+    connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
+    flood.push_back(fd);
+  }
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  for (int fd : flood) close(fd);
+  const absl::Time start = absl::Now();
+  EXPECT_EQ(Health(xformd.Connect(), "", absl::Seconds(5)),
+            HealthCheckResponse::SERVING)
+      << xformd.Log();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+// Sends `bytes` as a unary request and returns the status.
+grpc::Status RawCall(const std::shared_ptr<grpc::Channel>& channel,
+                     const std::string& method, const std::string& bytes) {
+  grpc::GenericStub generic(channel);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+  grpc::Slice slice(bytes);
+  grpc::ByteBuffer request(&slice, 1);
+  grpc::ByteBuffer response;
+  absl::Notification done;
+  grpc::Status status;
+  generic.UnaryCall(&context, method, grpc::StubOptions(), &request, &response,
+                    [&](grpc::Status s) {
+                      status = std::move(s);
+                      done.Notify();
+                    });
+  done.WaitForNotification();
+  return status;
+}
+
+// Requests whose parsed form would be many times their size, or that are
+// larger than the server takes, are refused without the server's memory
+// growing with them. Before the fix: 2.15 GB for 61 MB of empty commands;
+// 1 GB buffered for a 1 GB message before gRPC refused it (it checks the size
+// once the whole message is in; its memory quota stops it sooner).
+TEST(XformdProcessTest, HostileRequestShapesKeepTheServerSmall) {
+  Xformd xformd({});
+  auto channel = xformd.Connect();
+  {
+    grpc::ClientContext context;
+    xform::v1::CreateWorldRequest create;
+    create.set_name("w");
+    xform::v1::WorldInfo info;
+    ASSERT_TRUE(xform::v1::Xform::NewStub(channel)
+                    ->CreateWorld(&context, create, &info)
+                    .ok());
+  }
+  xform::v1::ApplyRequest header;
+  header.set_world("w");
+  const std::string world = header.SerializeAsString();
+  // 15 MB of empty commands (field 2, length 0), under the message limit.
+  std::string empty_commands = world;
+  for (int k = 0; k < 7'500'000; ++k) empty_commands.append("\x12\x00", 2);
+  // The same count of commands with an empty create each.
+  std::string empty_creates = world;
+  for (int k = 0; k < 3'700'000; ++k) empty_creates.append("\x12\x02\x0a\x00", 4);
+  // A subscription listing 2M entities (16 MB).
+  xform::v1::SubscribeRequest subscribe;
+  subscribe.set_world("w");
+  for (uint64_t e = 1; e <= 1'900'000; ++e) subscribe.add_entity(e);
+  const std::string huge_filter = subscribe.SerializeAsString();
+
+  std::vector<std::thread> clients;
+  std::vector<grpc::Status> statuses(5);
+  clients.emplace_back([&] {
+    statuses[0] = RawCall(channel, "/xform.v1.Xform/Apply", empty_commands);
+  });
+  clients.emplace_back([&] {
+    statuses[1] = RawCall(xformd.Connect(), "/xform.v1.Xform/Apply",
+                          empty_commands);
+  });
+  clients.emplace_back([&] {
+    statuses[2] = RawCall(xformd.Connect(), "/xform.v1.Xform/Apply",
+                          empty_creates);
+  });
+  for (auto& client : clients) client.join();
+  {
+    // A stream: the status comes after the (refused) start.
+    grpc::GenericStub generic(channel);
+    grpc::ClientContext context;
+    grpc::Slice slice(huge_filter);
+    grpc::ByteBuffer request(&slice, 1);
+    grpc::CompletionQueue cq;
+    auto call = generic.PrepareCall(&context, "/xform.v1.Xform/Subscribe", &cq);
+    void* tag = nullptr;
+    bool ok = false;
+    call->StartCall(reinterpret_cast<void*>(1));
+    cq.Next(&tag, &ok);
+    call->WriteLast(request, grpc::WriteOptions(), reinterpret_cast<void*>(2));
+    cq.Next(&tag, &ok);
+    grpc::ByteBuffer response;
+    call->Read(&response, reinterpret_cast<void*>(3));
+    cq.Next(&tag, &ok);
+    call->Finish(&statuses[3], reinterpret_cast<void*>(4));
+    cq.Next(&tag, &ok);
+    cq.Shutdown();
+    while (cq.Next(&tag, &ok)) {
+    }
+  }
+  {
+    // 1 GB, far over the 16 MB limit.
+    std::string huge(size_t{1} << 30, '\0');
+    statuses[4] = RawCall(xformd.Connect(), "/xform.v1.Xform/Apply", huge);
+  }
+  for (int k : {0, 1, 2, 3, 4}) {
+    EXPECT_EQ(statuses[k].error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+        << k << ": " << statuses[k].error_message();
+  }
+  EXPECT_LT(xformd.PeakRssMb(), 300) << xformd.Log();
+  EXPECT_EQ(Health(channel, ""), HealthCheckResponse::SERVING);
+}
+
+}  // namespace more

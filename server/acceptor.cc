@@ -1,0 +1,177 @@
+// Copyright 2026 The xform Authors.
+
+#include "server/acceptor.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "grpcpp/server_posix.h"
+#include "server/log.h"
+
+namespace xform::server {
+namespace {
+
+// How long to wait after accept() fails for want of a resource (EMFILE,
+// ENFILE, ENOBUFS, ENOMEM) before trying again; the connection waits in the
+// kernel's backlog meanwhile.
+constexpr int kRetryAfterErrorMs = 50;
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Acceptor>> Acceptor::Listen(
+    absl::string_view host_port, AcceptorOptions options) {
+  const size_t colon = host_port.rfind(':');
+  if (colon == absl::string_view::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--listen=", host_port, ": expected HOST:PORT"));
+  }
+  std::string host(host_port.substr(0, colon));
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  int port = 0;
+  if (!absl::SimpleAtoi(host_port.substr(colon + 1), &port) || port < 0 ||
+      port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--listen=", host_port, ": bad port"));
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const std::string service = std::to_string(port);
+  if (const int error = getaddrinfo(host.empty() ? nullptr : host.c_str(),
+                                    service.c_str(), &hints, &found);
+      error != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--listen=", host_port, ": ", gai_strerror(error)));
+  }
+  std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> addresses(found,
+                                                               &freeaddrinfo);
+  std::string last_error = "no address";
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    const int fd =
+        socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
+               a->ai_protocol);
+    if (fd < 0) {
+      last_error = strerror(errno);
+      continue;
+    }
+    const int on = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+    if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 || listen(fd, 1024) != 0) {
+      last_error = strerror(errno);
+      close(fd);
+      continue;
+    }
+    sockaddr_storage bound{};
+    socklen_t length = sizeof(bound);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length);
+    const int bound_port =
+        bound.ss_family == AF_INET6
+            ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
+            : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+    rlimit limit{};
+    getrlimit(RLIMIT_NOFILE, &limit);
+    int ceiling = static_cast<int>(
+        std::min<rlim_t>(limit.rlim_cur, 1 << 30) -
+        options.reserved_descriptors);
+    if (options.max_connections > 0) {
+      // Connections take the descriptors above those open now.
+      ceiling = std::min(ceiling, fd + options.max_connections);
+    }
+    if (ceiling <= fd) {
+      close(fd);
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the descriptor limit (", limit.rlim_cur,
+          ") leaves no room for connections after the reserve of ",
+          options.reserved_descriptors));
+    }
+    return std::unique_ptr<Acceptor>(new Acceptor(
+        fd, bound_port, ceiling));
+  }
+  return absl::UnavailableError(
+      absl::StrCat("cannot listen on ", host_port, ": ", last_error));
+}
+
+Acceptor::Acceptor(int listen_fd, int port, int ceiling)
+    : listen_fd_(listen_fd), port_(port), ceiling_(ceiling) {
+  if (pipe2(wake_, O_CLOEXEC) != 0) wake_[0] = wake_[1] = -1;
+}
+
+Acceptor::~Acceptor() {
+  Stop();
+  for (int fd : wake_) {
+    if (fd >= 0) close(fd);
+  }
+}
+
+void Acceptor::Start(grpc::Server* server) {
+  thread_ = std::thread([this, server] { Loop(server); });
+}
+
+void Acceptor::Stop() {
+  if (!thread_.joinable()) return;
+  const char byte = 0;
+  if (write(wake_[1], &byte, 1) < 0) {
+    // The pipe cannot be full: one byte is ever written.
+  }
+  thread_.join();
+  close(listen_fd_);
+}
+
+void Acceptor::Loop(grpc::Server* server) {
+  pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
+  int wait_ms = -1;
+  for (;;) {
+    const int ready = poll(fds, 2, wait_ms);
+    if (ready < 0 && errno != EINTR) break;
+    if (fds[1].revents != 0) break;
+    wait_ms = -1;
+    for (;;) {
+      const int fd = accept4(listen_fd_, nullptr, nullptr,
+                             SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd < 0) {
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) {
+          // Out of descriptors or memory: try again shortly, not at once.
+          if (accept_errors_.fetch_add(1) == 0) {
+            Log('W', "accept failed (", strerror(errno), "); retrying every ",
+                kRetryAfterErrorMs, " ms");
+          }
+          wait_ms = kRetryAfterErrorMs;
+        }
+        break;
+      }
+      if (fd > ceiling_) {
+        // Taking it would leave the server too few descriptors of its own:
+        // the client sees the connection close and retries later.
+        close(fd);
+        if (refused_.fetch_add(1) % 1000 == 0) {
+          Log('W', "connection refused: at the connection limit (descriptor ",
+              ceiling_, "); ", refused_.load(), " refused so far");
+        }
+        continue;
+      }
+      const int on = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
+      grpc::AddInsecureChannelFromFd(server, fd);
+    }
+  }
+}
+
+}  // namespace xform::server

@@ -1,0 +1,76 @@
+// Copyright 2026 The xform Authors.
+//
+// Acceptor takes xformd's plaintext connections itself and hands each one to
+// gRPC (grpc::AddInsecureChannelFromFd). gRPC 1.51's own listener stops
+// accepting for good after one accept() fails with EMFILE, and the server is
+// then deaf until restarted, health checks included. This one never lets
+// connections use up the process's descriptors: it refuses (accepts and
+// closes at once) a connection that would take a descriptor past its ceiling,
+// keeping the rest for the server itself, and should accept() fail anyway it
+// waits and tries again.
+//
+// The ceiling is on descriptor numbers, which is exact for this purpose: the
+// kernel hands out the lowest free one, so an accepted descriptor numbered n
+// means n are in use below it.
+//
+// Thread-safe; one thread of its own.
+
+#ifndef XFORM_SERVER_ACCEPTOR_H_
+#define XFORM_SERVER_ACCEPTOR_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "grpcpp/server.h"
+
+namespace xform::server {
+
+struct AcceptorOptions {
+  // Most connections at once (--max_connections); 0: as many as the
+  // descriptor limit allows after the reserve.
+  int max_connections = 0;
+  // Descriptors kept for everything but connections (gRPC's own, files).
+  int reserved_descriptors = 64;
+};
+
+class Acceptor {
+ public:
+  // Binds and listens on `host_port` ("0.0.0.0:50051", "[::1]:0",
+  // "localhost:50051"); port 0 takes one the kernel picks.
+  static absl::StatusOr<std::unique_ptr<Acceptor>> Listen(
+      absl::string_view host_port, AcceptorOptions options);
+  ~Acceptor();  // Stops.
+
+  int port() const { return port_; }
+  // The highest descriptor number a connection may have.
+  int ceiling() const { return ceiling_; }
+  // Connections refused at the ceiling, and accept() failures waited out.
+  uint64_t refused() const { return refused_.load(); }
+  uint64_t accept_errors() const { return accept_errors_.load(); }
+
+  // Hands connections to `server`, which must be started, until Stop().
+  void Start(grpc::Server* server);
+  // Closes the listening socket; no connection is handed over after it.
+  void Stop();
+
+ private:
+  Acceptor(int listen_fd, int port, int ceiling);
+  void Loop(grpc::Server* server);
+
+  const int listen_fd_;
+  const int port_;
+  const int ceiling_;
+  int wake_[2] = {-1, -1};  // A pipe that ends the loop's poll().
+  std::thread thread_;
+  std::atomic<uint64_t> refused_ = 0;
+  std::atomic<uint64_t> accept_errors_ = 0;
+};
+
+}  // namespace xform::server
+
+#endif  // XFORM_SERVER_ACCEPTOR_H_
