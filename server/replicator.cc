@@ -72,28 +72,67 @@ void Replicator::ForEachInSubtree(EntityId e, F&& f) const {
 }
 
 bool Replicator::InView(const Subscription& s, EntityId e) const {
-  auto it = state_.find(e);
-  if (it == state_.end()) return false;
-  if (s.whole_world || s.listed.contains(e)) return true;
-  for (EntityId a = e; !s.roots.empty() && a != kNoEntity;
-       a = state_.at(a).parent) {
-    if (s.roots.contains(a)) return true;
-  }
-  return false;
+  return s.in_subtree.contains(e) || (s.listed.contains(e) && state_.contains(e));
 }
 
-bool Replicator::IsEcho(const std::string& client, const FrameWriters& writers,
-                        EntityId e) const {
-  auto self = writers.find(e);
-  if (self == writers.end() || self->second != client) return false;
-  // Another writer's change above it moves it too.
-  for (auto it = state_.find(e);
-       it != state_.end() && it->second.parent != kNoEntity;
-       it = state_.find(it->second.parent)) {
-    auto above = writers.find(it->second.parent);
-    if (above != writers.end() && above->second != client) return false;
+absl::flat_hash_set<EntityId> Replicator::Echoes(
+    const std::string& client, const FrameWriters& writers) const {
+  // Everything below an entity another writer set moved because of it: mark
+  // those subtrees once each (they all moved, so this is O(moved)).
+  absl::flat_hash_set<EntityId> foreign;
+  for (const auto& [e, writer] : writers) {
+    if (writer == client || foreign.contains(e) || !state_.contains(e)) {
+      continue;
+    }
+    ForEachInSubtree(e, [&](EntityId d) { foreign.insert(d); });
   }
-  return true;
+  absl::flat_hash_set<EntityId> echoes;
+  for (const auto& [e, writer] : writers) {
+    if (writer == client && !foreign.contains(e)) echoes.insert(e);
+  }
+  return echoes;
+}
+
+void Replicator::TakeIn(const FrameChanges& changes) {
+  // In the order FrameChanges gives: destroyed, created (parents first),
+  // re-parented (parents first), then the matrices.
+  for (EntityId e : changes.destroyed) {
+    auto it = state_.find(e);
+    if (it == state_.end()) continue;
+    RemoveChild(it->second.parent, e);
+    state_.erase(it);
+    children_.erase(e);
+  }
+  for (size_t k = 0; k < changes.created.size(); ++k) {
+    const EntityId parent = changes.created_parent[k];
+    Published& p = state_[changes.created[k]];
+    p.parent = parent;
+    p.depth = parent == kNoEntity ? 0 : state_.at(parent).depth + 1;
+    children_[parent].push_back(changes.created[k]);
+  }
+  for (size_t k = 0; k < changes.reparented.size(); ++k) {
+    Published& p = state_[changes.reparented[k]];
+    RemoveChild(p.parent, changes.reparented[k]);
+    p.parent = changes.reparented_parent[k];
+    children_[p.parent].push_back(changes.reparented[k]);
+  }
+  // A re-parented subtree's depths follow its root's. Parents first, and a
+  // subtree already renumbered is not walked again: O(entities moved).
+  absl::flat_hash_set<EntityId> renumbered;
+  for (EntityId root : changes.reparented) {
+    if (renumbered.contains(root)) continue;
+    ForEachInSubtree(root, [&](EntityId e) {
+      Published& p = state_.at(e);
+      p.depth = p.parent == kNoEntity ? 0 : state_.at(p.parent).depth + 1;
+      renumbered.insert(e);
+    });
+  }
+  for (size_t k = 0; k < changes.moved.size(); ++k) {
+    // As scattered over the world as the writes were: overlap the misses.
+    if (k + 8 < changes.moved.size()) state_.prefetch(changes.moved[k + 8]);
+    Matrix3x4& m = state_[changes.moved[k]].world;
+    std::copy_n(&changes.moved_world[12 * k], 12, m.m.begin());
+  }
 }
 
 void Replicator::Publish(const FrameChanges& changes, absl::Time time,
@@ -152,47 +191,33 @@ void Replicator::Publish(const FrameChanges& changes, absl::Time time,
       }
     }
 
-    // The published state follows the frame, in the order FrameChanges gives.
-    for (EntityId e : changes.destroyed) {
-      auto it = state_.find(e);
-      if (it == state_.end()) continue;
-      RemoveChild(it->second.parent, e);
-      state_.erase(it);
-      children_.erase(e);
-    }
-    for (size_t k = 0; k < changes.created.size(); ++k) {
-      state_[changes.created[k]].parent = changes.created_parent[k];
-      children_[changes.created_parent[k]].push_back(changes.created[k]);
-    }
-    for (size_t k = 0; k < changes.reparented.size(); ++k) {
-      Published& p = state_[changes.reparented[k]];
-      RemoveChild(p.parent, changes.reparented[k]);
-      p.parent = changes.reparented_parent[k];
-      children_[p.parent].push_back(changes.reparented[k]);
-    }
-    for (size_t k = 0; k < changes.moved.size(); ++k) {
-      // As scattered over the world as the writes were: overlap the misses.
-      if (k + 8 < changes.moved.size()) state_.prefetch(changes.moved[k + 8]);
-      Matrix3x4& m = state_[changes.moved[k]].world;
-      std::copy_n(&changes.moved_world[12 * k], 12, m.m.begin());
-    }
+    TakeIn(changes);
     frame_ = changes.frame;
     frame_time_ = time;
+
+    // What each echo-filtered subscriber's own writes were, once per writer.
+    absl::flat_hash_map<std::string, absl::flat_hash_set<EntityId>> echoes;
+    for (auto& [id, s] : subs_) {
+      const std::string& client = s->options.no_echo_client_id;
+      if (!client.empty() && !echoes.contains(client)) {
+        echoes.emplace(client, Echoes(client, writers));
+      }
+    }
+    const auto is_echo = [&](const Subscription& s, EntityId e) {
+      const std::string& client = s.options.no_echo_client_id;
+      return !client.empty() && echoes.at(client).contains(e);
+    };
 
     // The other whole-world subscribers fold the frame into their pending
     // events.
     for (auto& [id, s] : subs_) {
       if (!s->whole_world || served.contains(id)) continue;
-      const bool echo_filtered = !s->options.no_echo_client_id.empty();
       Fold(*s);
       for (EntityId e : changes.destroyed) Note(*s, e, kLeft);
       for (EntityId e : changes.created) Note(*s, e, kEntered);
       for (EntityId e : changes.reparented) Note(*s, e, kReparented);
       for (EntityId e : changes.moved) {
-        if (!echo_filtered ||
-            !IsEcho(s->options.no_echo_client_id, writers, e)) {
-          Note(*s, e, kMoved);
-        }
+        if (!is_echo(*s, e)) Note(*s, e, kMoved);
       }
     }
     if (!filtered.empty()) {
@@ -200,23 +225,42 @@ void Replicator::Publish(const FrameChanges& changes, absl::Time time,
                                                 changes.moved.end());
       const absl::flat_hash_set<EntityId> reparented(changes.reparented.begin(),
                                                      changes.reparented.end());
+      // Parents first, so that an entity's membership can follow its
+      // parent's, already updated, or unchanged when the parent was not
+      // touched. The destroyed (absent now) sort anywhere.
+      std::vector<size_t> order(touched.size());
+      for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+      const auto depth = [&](size_t k) {
+        auto it = state_.find(touched[k]);
+        return it == state_.end() ? 0u : it->second.depth;
+      };
+      std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+        return depth(a) < depth(b);
+      });
       for (size_t f = 0; f < filtered.size(); ++f) {
         Subscription& s = *filtered[f];
-        for (size_t k = 0; k < touched.size(); ++k) {
+        for (size_t k : order) {
           const EntityId e = touched[k];
           const bool was = before[f][k];
-          const bool is = InView(s, e);
+          auto it = state_.find(e);
+          const bool alive = it != state_.end();
+          const bool under_root =
+              alive && (s.roots.contains(e) ||
+                        (it->second.parent != kNoEntity &&
+                         s.in_subtree.contains(it->second.parent)));
+          if (under_root) {
+            s.in_subtree.insert(e);
+          } else {
+            s.in_subtree.erase(e);
+          }
+          const bool is = under_root || (alive && s.listed.contains(e));
           if (!was && is) {
             Note(s, e, kEntered);
           } else if (was && !is) {
             Note(s, e, kLeft);
           } else if (was && is) {
             if (reparented.contains(e)) Note(s, e, kReparented);
-            if (moved.contains(e) &&
-                (s.options.no_echo_client_id.empty() ||
-                 !IsEcho(s.options.no_echo_client_id, writers, e))) {
-              Note(s, e, kMoved);
-            }
+            if (moved.contains(e) && !is_echo(s, e)) Note(s, e, kMoved);
           }
         }
       }
@@ -280,7 +324,9 @@ void Replicator::BuildSnapshot(Subscription& s) {
     add_tree(kNoEntity);
   } else {
     for (EntityId root : s.options.subtrees) {
-      if (state_.contains(root)) add_tree(root);
+      if (!state_.contains(root) || s.in_subtree.contains(root)) continue;
+      ForEachInSubtree(root, [&](EntityId e) { s.in_subtree.insert(e); });
+      add_tree(root);
     }
     for (EntityId e : s.options.entities) {
       if (state_.contains(e) && seen.insert(e).second) view.push_back(e);
@@ -310,21 +356,10 @@ void Replicator::BuildSnapshot(Subscription& s) {
 }
 
 void Replicator::SortByDepth(std::vector<EntityId>& entities) const {
-  std::vector<std::pair<uint32_t, EntityId>> keyed;
-  keyed.reserve(entities.size());
-  for (EntityId e : entities) {
-    uint32_t depth = 0;
-    for (auto it = state_.find(e);
-         it != state_.end() && it->second.parent != kNoEntity;
-         it = state_.find(it->second.parent)) {
-      ++depth;
-    }
-    keyed.push_back({depth, e});
-  }
-  std::stable_sort(
-      keyed.begin(), keyed.end(),
-      [](const auto& a, const auto& b) { return a.first < b.first; });
-  for (size_t k = 0; k < keyed.size(); ++k) entities[k] = keyed[k].second;
+  std::stable_sort(entities.begin(), entities.end(),
+                   [&](EntityId a, EntityId b) {
+                     return state_.at(a).depth < state_.at(b).depth;
+                   });
 }
 
 void Replicator::Unsubscribe(SubscriptionId id) {
@@ -417,7 +452,10 @@ std::shared_ptr<const Outgoing> Replicator::Next(SubscriptionId id,
 void Replicator::Flush(absl::Time now) {
   std::vector<std::shared_ptr<UpdateSink>> sinks;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    // The one ticker polls every world: one busy publishing a huge frame is
+    // polled next time rather than holding up the others.
+    std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+    if (!lock.owns_lock()) return;
     for (auto& [id, s] : subs_) sinks.push_back(s->sink);
   }
   for (auto& sink : sinks) sink->Poll(now);

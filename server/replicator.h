@@ -108,7 +108,8 @@ class Replicator {
   std::shared_ptr<const Outgoing> Next(SubscriptionId id, absl::Time now);
 
   // Polls every subscription's sink: rate-limited messages now due, stuck
-  // writes past their deadline.
+  // writes past their deadline. Returns at once, polling nothing, when the
+  // replicator is busy (publishing): the caller polls again soon.
   void Flush(absl::Time now);
   // Ends every subscription's stream with `status`.
   void EndAll(const absl::Status& status);
@@ -122,6 +123,9 @@ class Replicator {
  private:
   struct Published {
     EntityId parent = kNoEntity;
+    // Levels below a root, kept as the frame's changes come in: orders
+    // entities parents-first in O(k log k), with no walks up the tree.
+    uint32_t depth = 0;
     Matrix3x4 world;
   };
   // Net events an entity went through, as seen by one subscriber, since its
@@ -137,6 +141,9 @@ class Replicator {
     bool whole_world = true;
     absl::flat_hash_set<EntityId> listed;
     absl::flat_hash_set<EntityId> roots;
+    // The entities in the subtrees of `roots`, kept as frames come in, so
+    // membership is a lookup and not a walk to the root. O(view) memory.
+    absl::flat_hash_set<EntityId> in_subtree;
     std::shared_ptr<UpdateSink> sink;
     std::deque<v1::FrameUpdate> snapshot;  // Chunks not yet taken.
     // The shared message of the last frame, while this subscriber is caught
@@ -151,10 +158,15 @@ class Replicator {
   // The message every caught-up whole-world subscriber gets for a frame.
   static std::shared_ptr<const Outgoing> FrameMessage(
       const FrameChanges& changes, absl::Time time);
+  // Whether `e` is in a filtered subscription's view (as of its last update).
   bool InView(const Subscription& s, EntityId e) const;
-  // Whether moving `e` in this frame was only `client`'s own direct write.
-  bool IsEcho(const std::string& client, const FrameWriters& writers,
-              EntityId e) const;
+  // The entities whose move in this frame was only `client`'s own direct
+  // write: set by it, and by no other writer, nor below one that another
+  // writer set. O(entities moved), whatever the depth.
+  absl::flat_hash_set<EntityId> Echoes(const std::string& client,
+                                       const FrameWriters& writers) const;
+  // The published state takes in a frame's changes.
+  void TakeIn(const FrameChanges& changes);
   // Visits `e` and everything below it in the published state.
   template <typename F>
   void ForEachInSubtree(EntityId e, F&& f) const;

@@ -15,6 +15,8 @@ namespace {
 
 // How often the ticker polls subscribers (rate limits, stuck writes).
 constexpr absl::Duration kPollInterval = absl::Milliseconds(5);
+// How soon the ticker tries again to publish a world that was busy.
+constexpr absl::Duration kBusyRetry = absl::Milliseconds(1);
 
 bool ValidName(absl::string_view name) {
   if (name.empty() || name.size() > 128) return false;
@@ -115,6 +117,13 @@ absl::Status HostedWorld::Read(const v1::ReadRequest& request,
 void HostedWorld::Publish() {
   absl::MutexLock lock(&mu_);
   PublishLocked();
+}
+
+bool HostedWorld::TryPublish() {
+  if (!mu_.TryLock()) return false;
+  PublishLocked();
+  mu_.Unlock();
+  return true;
 }
 
 void HostedWorld::PublishLocked() {
@@ -241,12 +250,13 @@ void WorldHost::TickLoop() {
     for (const auto& world : worlds) {
       if (world->mode() == v1::FRAME_MODE_TICK) {
         auto [it, inserted] = next_tick.try_emplace(world, now + world->tick());
-        if (now >= it->second) {
-          world->Publish();
+        // A world busy with a big batch is not waited for (that would stall
+        // every other world's ticks): it publishes on the next poll after.
+        if (now >= it->second && world->TryPublish()) {
           // A tick that falls behind is dropped, not replayed in a burst.
           it->second = std::max(it->second + world->tick(), now);
         }
-        wake = std::min(wake, it->second);
+        wake = std::min(wake, std::max(it->second, now + kBusyRetry));
       }
       if (now >= next_poll) world->replicator().Flush(now);
     }

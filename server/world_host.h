@@ -67,6 +67,8 @@ class HostedWorld {
                     v1::ReadResponse* response) const;
   // Closes the current frame and hands its changes to the replicator.
   void Publish();
+  // As Publish(), unless a batch holds the world: then false, at once.
+  bool TryPublish();
   v1::WorldInfo Info() const;
 
   Replicator& replicator() { return replicator_; }

@@ -768,6 +768,156 @@ TEST_F(ServerTest, HealthAndReflectionAnswer) {
   }
 }
 
+// A batch setting the same local on `entities`, publishing a frame.
+v1::ApplyRequest SetLocalIn(const std::string& world,
+                            const std::vector<EntityId>& entities,
+                            const Transform& t) {
+  v1::ApplyRequest request;
+  request.set_world(world);
+  request.set_end_frame(true);
+  auto* set = request.add_commands()->mutable_set_local();
+  for (EntityId e : entities) {
+    set->add_entity(e);
+    AddTrs(t, set->mutable_local());
+  }
+  return request;
+}
+
+// A world's stream watched for gaps: a writer moves one entity of a 60 Hz
+// tick world every 5 ms, and a subscriber notes the longest time between two
+// messages. Work on other worlds must not stall it.
+class GapWatch {
+ public:
+  GapWatch(v1::Xform::Stub* stub, std::shared_ptr<grpc::Channel> channel)
+      : stub_(stub) {
+    v1::ApplyRequest create;
+    create.set_world("ticking");
+    create.add_commands()->mutable_create()->add_entity(1);
+    {
+      grpc::ClientContext context;
+      v1::ApplyResponse response;
+      EXPECT_TRUE(stub_->Apply(&context, create, &response).ok());
+    }
+    writer_ = std::thread([this] {
+      for (int k = 0; !stop_; ++k) {
+        v1::ApplyRequest move;
+        move.set_world("ticking");
+        auto* set = move.add_commands()->mutable_set_local();
+        set->add_entity(1);
+        Transform t;
+        t.position.x = static_cast<float>(k);
+        AddTrs(t, set->mutable_local());
+        grpc::ClientContext context;
+        v1::ApplyResponse response;
+        stub_->Apply(&context, move, &response).IgnoreError();
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    });
+    reader_ = std::thread([this, channel] {
+      auto own_stub = v1::Xform::NewStub(channel);
+      v1::SubscribeRequest request;
+      request.set_world("ticking");
+      auto reader = own_stub->Subscribe(&context_, request);
+      FrameUpdate update;
+      absl::Time last = absl::InfiniteFuture();
+      while (reader->Read(&update)) {
+        const absl::Time now = absl::Now();
+        absl::MutexLock lock(&mu_);
+        if (measuring_ && last != absl::InfiniteFuture()) {
+          max_gap_ = std::max(max_gap_, now - last);
+        }
+        last = now;
+      }
+      reader->Finish().IgnoreError();
+    });
+  }
+  ~GapWatch() {
+    stop_ = true;
+    writer_.join();
+    context_.TryCancel();
+    reader_.join();
+  }
+  void Start() {
+    absl::MutexLock lock(&mu_);
+    measuring_ = true;
+  }
+  absl::Duration max_gap() {
+    absl::MutexLock lock(&mu_);
+    return max_gap_;
+  }
+
+ private:
+  v1::Xform::Stub* stub_;
+  grpc::ClientContext context_;
+  std::atomic<bool> stop_{false};
+  std::thread writer_;
+  std::thread reader_;
+  absl::Mutex mu_;
+  bool measuring_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Duration max_gap_ ABSL_GUARDED_BY(mu_);
+};
+
+// Work that grew as entities x depth under a world lock (finding: a 40k-deep
+// subtree subscription took 22-30 s and froze every other world): each case
+// on a 100k-deep chain must finish well within its deadline, and another
+// world's stream keep flowing.
+TEST_F(ServerTest, DeepChainsCostWhatFlatWorldsCost) {
+  constexpr EntityId kDepth = 100'000;
+  ASSERT_TRUE(CreateWorld("deep", v1::FRAME_MODE_DRIVEN).ok());
+  ASSERT_TRUE(CreateWorld("ticking", v1::FRAME_MODE_TICK, 60).ok());
+  GapWatch watch(stub_.get(), NewChannel());
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  watch.Start();
+  const auto chain = [](EntityId first, EntityId last, EntityId parent) {
+    v1::ApplyRequest request;
+    request.set_world("deep");
+    request.set_end_frame(true);
+    auto* create = request.add_commands()->mutable_create();
+    for (EntityId e = first; e <= last; ++e) {
+      create->add_entity(e);
+      create->add_parent(e == first ? parent : e - 1);
+    }
+    return request;
+  };
+  ASSERT_EQ(Apply(chain(1, kDepth, 0)).error_code(), kOk);
+  const uint64_t built = Info("deep").frame();
+
+  // A subtree subscription of the whole chain, and a rate-limited and an
+  // echo-filtered whole-world one.
+  Subscriber subtree(NewChannel(), SubscribeTo("deep", {}, {1}), false);
+  Subscriber limited(NewChannel(), SubscribeTo("deep", {}, {}, 30), false);
+  v1::SubscribeRequest no_echo = SubscribeTo("deep");
+  no_echo.set_no_echo_client_id("physics");
+  Subscriber echo(NewChannel(), no_echo, false);
+  for (Subscriber* s : {&subtree, &limited, &echo}) {
+    ASSERT_TRUE(s->WaitForFrame(built, absl::Seconds(20)));
+  }
+  EXPECT_EQ(subtree.mirror().entities.size(), kDepth);
+
+  // The root moves (every entity with it); the chain grows under its leaf;
+  // a writer sets entities all along it.
+  Transform moved;
+  moved.position = {1, 2, 3};
+  ASSERT_EQ(Apply(SetLocalIn("deep", {1}, moved)).error_code(), kOk);
+  ASSERT_EQ(Apply(chain(kDepth + 1, kDepth + 20'000, kDepth)).error_code(),
+            kOk);
+  std::vector<EntityId> along;
+  for (EntityId e = 1; e <= kDepth; e += 97) along.push_back(e);
+  v1::ApplyRequest physics = SetLocalIn("deep", along, moved);
+  physics.set_client_id("physics");
+  ASSERT_EQ(Apply(physics).error_code(), kOk);
+  const uint64_t last = Info("deep").frame();
+  for (Subscriber* s : {&subtree, &limited, &echo}) {
+    ASSERT_TRUE(s->WaitForFrame(last, absl::Seconds(20)));
+    EXPECT_EQ(s->mirror().entities.size(), kDepth + 20'000);
+  }
+  const Mirror leaf_view = subtree.mirror();
+  // Every entity set along the path adds its position to the leaf's.
+  EXPECT_EQ(leaf_view.entities.at(kDepth + 20'000).world.translation(),
+            glm::vec3(1, 2, 3) * float(along.size()));
+  EXPECT_LT(watch.max_gap(), absl::Seconds(1));
+}
+
 // ---------------------------------------------------------------------------
 // Bad input: a precise status per case, and nothing changes.
 
