@@ -299,6 +299,8 @@ class Mirror::Impl {
     update.frame = u.frame();
     update.snapshot = u.snapshot();
     update.snapshot_done = u.snapshot_done();
+    update.part = u.part();
+    update.last_part = u.last_part();
     update.frames_skipped = u.frames_skipped();
     update.published = absl::FromUnixNanos(u.server_time_unix_nanos());
     update.received = arrival.received;
@@ -336,6 +338,18 @@ class Mirror::Impl {
       ApplySnapshotPart(u);
       return;
     }
+    // The parts of a frame are taken in together, so the copy never shows
+    // half a frame. Parts come in order, with no other message between.
+    if (!u.last_part()) {
+      frame_parts_.push_back(u);
+      return;
+    }
+    for (const v1::FrameUpdate& part : frame_parts_) ApplyDelta(part);
+    frame_parts_.clear();
+    ApplyDelta(u);
+  }
+
+  void ApplyDelta(const v1::FrameUpdate& u) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     for (EntityId e : u.destroyed()) {
       if (copy_.Find(e) == Copy::kAbsent) continue;
       copy_.Remove(e);
@@ -376,6 +390,7 @@ class Mirror::Impl {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (!in_snapshot_) {
       staging_.Clear();
+      frame_parts_.clear();  // Of a stream that broke mid-frame.
       in_snapshot_ = true;
     }
     for (int k = 0; k < u.created_size(); ++k) {
@@ -427,6 +442,8 @@ class Mirror::Impl {
   Copy copy_ ABSL_GUARDED_BY(mu_);
   Copy staging_ ABSL_GUARDED_BY(mu_);
   bool in_snapshot_ ABSL_GUARDED_BY(mu_) = false;
+  // The parts so far of a frame that comes in several.
+  std::vector<v1::FrameUpdate> frame_parts_ ABSL_GUARDED_BY(mu_);
   bool have_snapshot_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t frame_ ABSL_GUARDED_BY(mu_) = 0;
   int resyncs_ ABSL_GUARDED_BY(mu_) = 0;

@@ -3,21 +3,109 @@
 #include "server/replicator.h"
 
 #include <algorithm>
+#include <deque>
 #include <utility>
+
+#include "absl/types/span.h"
 
 namespace xform::server {
 namespace {
 
-// Wire bytes per entity in a message: id, parent, 12 floats, plus tags.
-constexpr size_t kBytesPerEntity = 8 + 8 + 48 + 8;
+// Wire bytes of each kind of entry in a FrameUpdate.
+constexpr size_t kIdBytes = 8;
+constexpr size_t kMatrixBytes = 4 * 12;
 
-void AppendWorld(const Matrix3x4& m, v1::FrameUpdate* update) {
-  for (float f : m.m) update->add_moved_world(f);
-}
+// Writes one frame's changes, or a snapshot, as messages under a byte budget,
+// in the order the proto promises across parts: the caller adds destroyed
+// entities, then created ones parents first, re-parented ones parents first,
+// then moves. The one place a FrameUpdate is put together.
+class PartWriter {
+ public:
+  PartWriter(uint64_t frame, absl::Time time, size_t max_bytes, bool snapshot)
+      : frame_(frame),
+        time_nanos_(absl::ToUnixNanos(time)),
+        max_bytes_(std::max<size_t>(max_bytes, kIdBytes * 3 + kMatrixBytes)),
+        snapshot_(snapshot) {}
+
+  void Destroyed(absl::Span<const EntityId> entities) {
+    while (!entities.empty()) {
+      const size_t n = Fit(kIdBytes, entities.size());
+      Part().mutable_destroyed()->Add(entities.begin(), entities.begin() + n);
+      entities.remove_prefix(n);
+    }
+  }
+  // A created entity comes with its matrix, in the same part.
+  void Created(EntityId e, EntityId parent, const float* world) {
+    Fit(3 * kIdBytes + kMatrixBytes, 1);
+    v1::FrameUpdate& u = Part();
+    u.add_created(e);
+    u.add_created_parent(parent);
+    u.add_moved(e);
+    u.mutable_moved_world()->Add(world, world + 12);
+  }
+  void Reparented(EntityId e, EntityId parent) {
+    Fit(2 * kIdBytes, 1);
+    v1::FrameUpdate& u = Part();
+    u.add_reparented(e);
+    u.add_reparented_parent(parent);
+  }
+  // `worlds` holds 12 floats per entity.
+  void Moved(absl::Span<const EntityId> entities, const float* worlds) {
+    while (!entities.empty()) {
+      const size_t n = Fit(kIdBytes + kMatrixBytes, entities.size());
+      v1::FrameUpdate& u = Part();
+      u.mutable_moved()->Add(entities.begin(), entities.begin() + n);
+      u.mutable_moved_world()->Add(worlds, worlds + 12 * n);
+      entities.remove_prefix(n);
+      worlds += 12 * n;
+    }
+  }
+
+  // The parts, numbered and the last one marked; at least one.
+  std::vector<std::shared_ptr<const Outgoing>> Finish(uint64_t frames_skipped) {
+    if (parts_.empty()) Start();
+    parts_.back().set_last_part(true);
+    parts_.back().set_frames_skipped(frames_skipped);
+    if (snapshot_) parts_.back().set_snapshot_done(true);
+    std::vector<std::shared_ptr<const Outgoing>> out;
+    out.reserve(parts_.size());
+    for (v1::FrameUpdate& part : parts_) {
+      out.push_back(std::make_shared<const Outgoing>(std::move(part)));
+    }
+    return out;
+  }
+
+ private:
+  // How many of `count` entries of `bytes` each go in the current part,
+  // starting a new one when not even one fits.
+  size_t Fit(size_t bytes, size_t count) {
+    if (parts_.empty() || used_ + bytes > max_bytes_) Start();
+    const size_t n = std::min(count, (max_bytes_ - used_) / bytes);
+    used_ += n * bytes;
+    return n;
+  }
+  v1::FrameUpdate& Part() { return parts_.back(); }
+  void Start() {
+    v1::FrameUpdate& u = parts_.emplace_back();
+    u.set_frame(frame_);
+    u.set_server_time_unix_nanos(time_nanos_);
+    u.set_snapshot(snapshot_);
+    u.set_part(static_cast<uint32_t>(parts_.size() - 1));
+    used_ = 0;
+  }
+
+  const uint64_t frame_;
+  const int64_t time_nanos_;
+  const size_t max_bytes_;
+  const bool snapshot_;
+  std::deque<v1::FrameUpdate> parts_;  // A deque: Part() stays valid.
+  size_t used_ = 0;
+};
 
 }  // namespace
 
 void Replicator::Note(Subscription& s, EntityId e, uint8_t event) {
+  s.noted = true;
   auto [it, inserted] = s.pending.try_emplace(e, 0);
   uint8_t& flags = it->second;
   if (event == kEntered) {
@@ -36,13 +124,19 @@ void Replicator::Note(Subscription& s, EntityId e, uint8_t event) {
 }
 
 void Replicator::Fold(Subscription& s) {
-  if (!s.ready) return;
-  const v1::FrameUpdate& u = s.ready->message();
-  for (EntityId e : u.destroyed()) Note(s, e, kLeft);
-  for (EntityId e : u.created()) Note(s, e, kEntered);
-  for (EntityId e : u.reparented()) Note(s, e, kReparented);
-  for (EntityId e : u.moved()) Note(s, e, kMoved);
-  s.ready.reset();
+  if (s.ready.empty()) return;
+  // The folded frame counts once, apart from the frame being published.
+  const bool noted = s.noted;
+  for (const auto& part : s.ready) {
+    const v1::FrameUpdate& u = part->message();
+    for (EntityId e : u.destroyed()) Note(s, e, kLeft);
+    for (EntityId e : u.created()) Note(s, e, kEntered);
+    for (EntityId e : u.reparented()) Note(s, e, kReparented);
+    for (EntityId e : u.moved()) Note(s, e, kMoved);
+  }
+  s.noted = noted;
+  ++s.frames_with_changes;
+  s.ready.clear();
 }
 
 void Replicator::RemoveChild(EntityId parent, EntityId child) {
@@ -146,14 +240,16 @@ void Replicator::Publish(const FrameChanges& changes, absl::Time time,
   absl::flat_hash_set<SubscriptionId> served;
   if (!changes.empty()) {
     std::lock_guard<std::mutex> lock(mu_);
-    std::shared_ptr<const Outgoing> shared;
+    std::vector<std::shared_ptr<const Outgoing>> shared;
     for (auto& [id, s] : subs_) {
       const bool caught_up = s->whole_world && s->pending.empty() &&
-                             s->snapshot.empty() && !s->ready &&
+                             s->parts.empty() && s->ready.empty() &&
                              s->options.max_rate_hz == 0 &&
                              s->options.no_echo_client_id.empty();
       if (!caught_up) continue;
-      if (!shared) shared = FrameMessage(changes, time);
+      if (shared.empty()) {
+        shared = FrameParts(changes, time, s->options.max_message_bytes);
+      }
       s->ready = shared;
       served.insert(id);
       wake.push_back(s->sink);
@@ -266,32 +362,57 @@ void Replicator::Publish(const FrameChanges& changes, absl::Time time,
       }
     }
     for (auto& [id, s] : subs_) {
+      if (s->noted) {
+        ++s->frames_with_changes;
+        s->noted = false;
+      }
       if (served.contains(id)) continue;
-      if (!s->pending.empty() || s->ready) wake.push_back(s->sink);
+      if (!s->pending.empty() || !s->ready.empty()) wake.push_back(s->sink);
     }
   }
   for (auto& sink : wake) sink->Wake();
 }
 
-std::shared_ptr<const Outgoing> Replicator::FrameMessage(
-    const FrameChanges& changes, absl::Time time) {
-  v1::FrameUpdate message;
-  message.set_frame(changes.frame);
-  message.set_server_time_unix_nanos(absl::ToUnixNanos(time));
-  message.mutable_created()->Add(changes.created.begin(),
-                                 changes.created.end());
-  message.mutable_created_parent()->Add(changes.created_parent.begin(),
-                                        changes.created_parent.end());
-  message.mutable_destroyed()->Add(changes.destroyed.begin(),
-                                   changes.destroyed.end());
-  message.mutable_reparented()->Add(changes.reparented.begin(),
-                                    changes.reparented.end());
-  message.mutable_reparented_parent()->Add(changes.reparented_parent.begin(),
-                                           changes.reparented_parent.end());
-  message.mutable_moved()->Add(changes.moved.begin(), changes.moved.end());
-  message.mutable_moved_world()->Add(changes.moved_world.begin(),
-                                     changes.moved_world.end());
-  return std::make_shared<const Outgoing>(std::move(message));
+std::vector<std::shared_ptr<const Outgoing>> Replicator::FrameParts(
+    const FrameChanges& changes, absl::Time time, size_t max_bytes) {
+  PartWriter writer(changes.frame, time, max_bytes, /*snapshot=*/false);
+  writer.Destroyed(changes.destroyed);
+  // Created entities are among the moved too, with their matrix: find it, so
+  // a creation and its matrix travel in one part.
+  absl::flat_hash_map<EntityId, size_t> created_at;
+  if (!changes.created.empty()) {
+    const absl::flat_hash_set<EntityId> created(changes.created.begin(),
+                                                changes.created.end());
+    for (size_t k = 0; k < changes.moved.size(); ++k) {
+      if (created.contains(changes.moved[k])) {
+        created_at[changes.moved[k]] = k;
+      }
+    }
+    for (size_t k = 0; k < changes.created.size(); ++k) {
+      writer.Created(changes.created[k], changes.created_parent[k],
+                     &changes.moved_world[12 * created_at.at(changes.created[k])]);
+    }
+  }
+  for (size_t k = 0; k < changes.reparented.size(); ++k) {
+    writer.Reparented(changes.reparented[k], changes.reparented_parent[k]);
+  }
+  if (created_at.empty()) {
+    writer.Moved(changes.moved, changes.moved_world.data());
+  } else {
+    for (size_t k = 0; k < changes.moved.size(); ++k) {
+      if (!created_at.contains(changes.moved[k])) {
+        writer.Moved({&changes.moved[k], 1}, &changes.moved_world[12 * k]);
+      }
+    }
+  }
+  return writer.Finish(/*frames_skipped=*/0);
+}
+
+std::shared_ptr<const Outgoing> Replicator::TakePart(Subscription& s) {
+  std::shared_ptr<const Outgoing> part = std::move(s.parts.front());
+  s.parts.pop_front();
+  if (part->message().last_part()) s.last_frame_sent = part->message().frame();
+  return part;
 }
 
 Replicator::SubscriptionId Replicator::Subscribe(
@@ -333,25 +454,15 @@ void Replicator::BuildSnapshot(Subscription& s) {
     }
     SortByDepth(view);
   }
-  const size_t per_message =
-      std::max<size_t>(1, s.options.max_message_bytes / kBytesPerEntity);
-  for (size_t first = 0; first == 0 || first < view.size();
-       first += per_message) {
-    v1::FrameUpdate& chunk = s.snapshot.emplace_back();
-    chunk.set_frame(frame_);
-    chunk.set_server_time_unix_nanos(absl::ToUnixNanos(frame_time_));
-    chunk.set_snapshot(true);
-    const size_t last = std::min(view.size(), first + per_message);
-    for (size_t k = first; k < last; ++k) {
-      const Published& p = state_.at(view[k]);
-      chunk.add_created(view[k]);
-      chunk.add_created_parent(p.parent);
-      chunk.add_moved(view[k]);
-      AppendWorld(p.world, &chunk);
-    }
-    if (view.empty()) break;
+  PartWriter writer(frame_, frame_time_, s.options.max_message_bytes,
+                    /*snapshot=*/true);
+  for (EntityId e : view) {
+    const Published& p = state_.at(e);
+    writer.Created(e, p.parent, p.world.m.data());
   }
-  s.snapshot.back().set_snapshot_done(true);
+  for (auto& part : writer.Finish(/*frames_skipped=*/0)) {
+    s.parts.push_back(std::move(part));
+  }
   s.last_frame_sent = frame_;
 }
 
@@ -379,74 +490,49 @@ std::shared_ptr<const Outgoing> Replicator::Next(SubscriptionId id,
   auto it = subs_.find(id);
   if (it == subs_.end()) return nullptr;
   Subscription& s = *it->second;
-  if (!s.snapshot.empty()) {
-    auto chunk =
-        std::make_shared<const Outgoing>(std::move(s.snapshot.front()));
-    s.snapshot.pop_front();
-    return chunk;
+  if (s.parts.empty() && !s.ready.empty()) {
+    // The shared parts of the frame, committed to once the first is taken.
+    s.parts.assign(s.ready.begin(), s.ready.end());
+    s.ready.clear();
+    s.frames_with_changes = 0;
   }
-  if (s.ready) {
-    s.last_frame_sent = s.ready->message().frame();
-    return std::exchange(s.ready, nullptr);
-  }
+  if (!s.parts.empty()) return TakePart(s);
   if (s.pending.empty() || now < s.next_allowed) return nullptr;
 
-  v1::FrameUpdate message;
-  v1::FrameUpdate* update = &message;
-  update->set_frame(frame_);
-  update->set_server_time_unix_nanos(absl::ToUnixNanos(frame_time_));
-  const uint64_t skipped =
-      frame_ > s.last_frame_sent ? frame_ - s.last_frame_sent - 1 : 0;
-  update->set_frames_skipped(skipped);
-  s.frames_skipped += skipped;
-  s.last_frame_sent = frame_;
-
-  // Everything pending fits in one message unless the view is huge; the rest
-  // then goes in the next message (from the then-latest frame).
-  const size_t budget =
-      std::max<size_t>(1, s.options.max_message_bytes / kBytesPerEntity);
-  std::vector<EntityId> entered, reparented, moved;
-  std::vector<EntityId> taken;
+  // Everything pending, from the latest published state, in the order the
+  // proto promises across parts.
+  std::vector<EntityId> destroyed, entered, reparented, moved;
   for (const auto& [e, flags] : s.pending) {
-    if (taken.size() == budget) break;
-    taken.push_back(e);
     if (flags & kLeft) {
-      update->add_destroyed(e);
-      continue;
-    }
-    if (flags & kEntered) {
+      destroyed.push_back(e);
+    } else if (flags & kEntered) {
       entered.push_back(e);
-      continue;
+    } else {
+      if (flags & kReparented) reparented.push_back(e);
+      if (flags & kMoved) moved.push_back(e);
     }
-    if (flags & kReparented) reparented.push_back(e);
-    if (flags & kMoved) moved.push_back(e);
   }
-  if (taken.size() == s.pending.size()) {
-    s.pending.clear();
-  } else {
-    for (EntityId e : taken) s.pending.erase(e);
-  }
+  s.pending.clear();
   SortByDepth(entered);
   SortByDepth(reparented);
+  PartWriter writer(frame_, frame_time_, s.options.max_message_bytes,
+                    /*snapshot=*/false);
+  writer.Destroyed(destroyed);
   for (EntityId e : entered) {
     const Published& p = state_.at(e);
-    update->add_created(e);
-    update->add_created_parent(p.parent);
-    update->add_moved(e);
-    AppendWorld(p.world, update);
+    writer.Created(e, p.parent, p.world.m.data());
   }
-  for (EntityId e : reparented) {
-    update->add_reparented(e);
-    update->add_reparented_parent(state_.at(e).parent);
-  }
-  for (EntityId e : moved) {
-    update->add_moved(e);
-    AppendWorld(state_.at(e).world, update);
-  }
+  for (EntityId e : reparented) writer.Reparented(e, state_.at(e).parent);
+  for (EntityId e : moved) writer.Moved({&e, 1}, state_.at(e).world.m.data());
+  const uint64_t skipped =
+      s.frames_with_changes > 0 ? s.frames_with_changes - 1 : 0;
+  s.frames_skipped += skipped;
+  s.frames_with_changes = 0;
+  for (auto& part : writer.Finish(skipped)) s.parts.push_back(std::move(part));
   if (s.options.max_rate_hz > 0) {
     s.next_allowed = now + absl::Seconds(1.0 / s.options.max_rate_hz);
   }
-  return std::make_shared<const Outgoing>(std::move(message));
+  return TakePart(s);
 }
 
 void Replicator::Flush(absl::Time now) {

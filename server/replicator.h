@@ -145,19 +145,28 @@ class Replicator {
     // membership is a lookup and not a walk to the root. O(view) memory.
     absl::flat_hash_set<EntityId> in_subtree;
     std::shared_ptr<UpdateSink> sink;
-    std::deque<v1::FrameUpdate> snapshot;  // Chunks not yet taken.
-    // The shared message of the last frame, while this subscriber is caught
-    // up and has not taken it yet.
-    std::shared_ptr<const Outgoing> ready;
+    // Messages committed to, sent before anything else: snapshot chunks, and
+    // the rest of a frame whose first part went out.
+    std::deque<std::shared_ptr<const Outgoing>> parts;
+    // The shared parts of the last frame, while this subscriber is caught up
+    // and has not started on them.
+    std::vector<std::shared_ptr<const Outgoing>> ready;
     absl::flat_hash_map<EntityId, uint8_t> pending;
     uint64_t last_frame_sent = 0;
     uint64_t frames_skipped = 0;
+    // Frames that changed this subscriber's view since its last message
+    // (the FrameUpdate.frames_skipped definition), and whether the frame
+    // being published has, so far.
+    uint64_t frames_with_changes = 0;
+    bool noted = false;
     absl::Time next_allowed = absl::InfinitePast();
   };
 
-  // The message every caught-up whole-world subscriber gets for a frame.
-  static std::shared_ptr<const Outgoing> FrameMessage(
-      const FrameChanges& changes, absl::Time time);
+  // The parts every caught-up whole-world subscriber gets for a frame.
+  static std::vector<std::shared_ptr<const Outgoing>> FrameParts(
+      const FrameChanges& changes, absl::Time time, size_t max_bytes);
+  // Takes the next of the parts committed to, noting the frame sent.
+  static std::shared_ptr<const Outgoing> TakePart(Subscription& s);
   // Whether `e` is in a filtered subscription's view (as of its last update).
   bool InView(const Subscription& s, EntityId e) const;
   // The entities whose move in this frame was only `client`'s own direct
@@ -171,7 +180,7 @@ class Replicator {
   template <typename F>
   void ForEachInSubtree(EntityId e, F&& f) const;
   static void Note(Subscription& s, EntityId e, uint8_t event);
-  // Turns an untaken shared message back into pending events.
+  // Turns untaken shared parts back into pending events.
   static void Fold(Subscription& s);
   void RemoveChild(EntityId parent, EntityId child);
   void BuildSnapshot(Subscription& s);

@@ -290,6 +290,7 @@ class SubscribeReactor final
                     grpc::ServerWriteReactor<grpc::ByteBuffer>** out) {
     auto reactor = std::shared_ptr<SubscribeReactor>(new SubscribeReactor(
         context, std::move(world), write_timeout, calls));
+    reactor->rate_limited_ = options.max_rate_hz > 0;
     reactor->self_ = reactor;
     *out = reactor.get();
     reactor->id_ = reactor->world_->replicator().Subscribe(
@@ -308,7 +309,9 @@ class SubscribeReactor final
       if (update_ == nullptr) return;
       writing_ = true;
       write_started_ = now;
-      if (update_->message().frames_skipped() > 0 && !warned_slow_) {
+      // A rate-limited subscriber folds frames by its own choice.
+      if (update_->message().frames_skipped() > 0 && !rate_limited_ &&
+          !warned_slow_) {
         warned_slow_ = true;  // Once per stream: a slow link is not news twice.
         Log('W', "world '", world_->name(), "': subscriber ", id_,
             " is slow, skipped ", update_->message().frames_skipped(),
@@ -400,6 +403,7 @@ class SubscribeReactor final
   const absl::Duration write_timeout_;
   const CallHold hold_;
   std::shared_ptr<SubscribeReactor> self_;
+  bool rate_limited_ = false;  // Set once, before any other thread sees it.
   Replicator::SubscriptionId id_ =
       0;  // Set once, before any other thread sees it.
 

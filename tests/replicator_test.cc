@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -200,6 +201,117 @@ TEST_F(ReplicatorTest, ChunkedSnapshotsCarryOneFrame) {
   }
   EXPECT_GT(chunks, 5);
   EXPECT_EQ(mirror, Snapshot(world_));
+}
+
+// A frame over the message limit comes in parts for every kind of
+// subscriber: one frame, numbered, the last marked, parents before children
+// across parts, each creation with its matrix.
+TEST_F(ReplicatorTest, BigFramesComeInPartsParentsFirst) {
+  std::vector<CreateOp> scene;
+  for (EntityId e = 1; e <= 50; ++e) scene.push_back({e, e > 1 ? 1u : 0u, {}});
+  ASSERT_TRUE(world_.CreateMany(scene).ok());
+  Publish();
+  SubscriptionOptions whole, subtree, limited;
+  whole.max_message_bytes = subtree.max_message_bytes =
+      limited.max_message_bytes = 4096;
+  subtree.subtrees = {1};
+  limited.max_rate_hz = 1000;
+  std::vector<Replicator::SubscriptionId> ids;
+  std::vector<State> mirrors(3);
+  for (const SubscriptionOptions* o : {&whole, &subtree, &limited}) {
+    ids.push_back(replicator_.Subscribe(*o, std::make_shared<CountingSink>()));
+    Drain(replicator_, ids.back(), &mirrors[ids.size() - 1]);
+  }
+  // A forest of 3,000 under the scene, some re-parenting, some moves.
+  std::mt19937 rng(7);
+  std::vector<CreateOp> grow;
+  for (EntityId e = 1000; e < 4000; ++e) {
+    const EntityId parent =
+        e == 1000 ? 1
+                  : std::uniform_int_distribution<EntityId>(1000, e - 1)(rng);
+    grow.push_back({e, parent, At(static_cast<float>(e))});
+  }
+  ASSERT_TRUE(world_.CreateMany(grow).ok());
+  for (EntityId e = 2; e <= 20; ++e) ASSERT_TRUE(world_.Link(e, 1500 + e).ok());
+  ASSERT_TRUE(world_.SetLocal(1, At(5)).ok());
+  Publish();
+  const uint64_t frame = world_.frame() - 1;
+
+  for (size_t k = 0; k < ids.size(); ++k) {
+    State& mirror = mirrors[k];
+    std::set<EntityId> known;
+    for (const auto& [e, entry] : mirror) known.insert(e);
+    uint32_t expected_part = 0;
+    bool last = false;
+    while (auto update = replicator_.Next(ids[k], absl::InfiniteFuture())) {
+      const v1::FrameUpdate& u = update->message();
+      ASSERT_FALSE(last) << "a message after the last part";
+      EXPECT_EQ(u.frame(), frame);
+      EXPECT_EQ(u.part(), expected_part++);
+      EXPECT_LE(u.ByteSizeLong(), 4096u + 64);
+      std::set<EntityId> moved_here(u.moved().begin(), u.moved().end());
+      for (int c = 0; c < u.created_size(); ++c) {
+        EXPECT_TRUE(u.created_parent(c) == 0 ||
+                    known.count(u.created_parent(c)))
+            << "subscriber " << k << ": " << u.created(c)
+            << " before its parent " << u.created_parent(c);
+        EXPECT_TRUE(moved_here.count(u.created(c)));
+        known.insert(u.created(c));
+      }
+      for (int r = 0; r < u.reparented_size(); ++r) {
+        EXPECT_TRUE(known.count(u.reparented_parent(r)));
+      }
+      ApplyUpdate(u, &mirror);
+      last = u.last_part();
+    }
+    EXPECT_TRUE(last);
+    EXPECT_GT(expected_part, 10u) << "subscriber " << k;
+    EXPECT_EQ(mirror, Snapshot(world_)) << "subscriber " << k;
+  }
+}
+
+// frames_skipped has one meaning on every path: frames that changed the view,
+// folded into one message, less one.
+TEST_F(ReplicatorTest, FramesSkippedCountsOnlyFramesThatChangedTheView) {
+  ASSERT_TRUE(world_.CreateMany({{1, 0, {}}, {2, 1, {}}, {3, 0, {}}}).ok());
+  Publish();
+  SubscriptionOptions subtree, no_echo;
+  subtree.subtrees = {1};
+  no_echo.no_echo_client_id = "me";
+  const auto filtered =
+      replicator_.Subscribe(subtree, std::make_shared<CountingSink>());
+  const auto echo =
+      replicator_.Subscribe(no_echo, std::make_shared<CountingSink>());
+  const auto whole = replicator_.Subscribe({}, std::make_shared<CountingSink>());
+  State a, b, c;
+  Drain(replicator_, filtered, &a);
+  Drain(replicator_, echo, &b);
+  Drain(replicator_, whole, &c);
+  // Keeping up, while frames change only what the filter does not see.
+  for (int f = 0; f < 20; ++f) {
+    ASSERT_TRUE(world_.SetLocal(3, At(static_cast<float>(f))).ok());
+    Publish();
+    Drain(replicator_, echo, &b);
+    Drain(replicator_, whole, &c);
+  }
+  EXPECT_EQ(Drain(replicator_, filtered, &a), 0);
+  ASSERT_TRUE(world_.SetLocal(2, At(1)).ok());
+  Publish();
+  for (auto id : {filtered, echo, whole}) {
+    auto update = replicator_.Next(id, absl::InfiniteFuture());
+    ASSERT_NE(update, nullptr);
+    EXPECT_EQ(update->message().frames_skipped(), 0u) << id;
+  }
+  // Falling behind by five frames that change the view.
+  for (int f = 0; f < 5; ++f) {
+    ASSERT_TRUE(world_.SetLocal(2, At(static_cast<float>(f + 2))).ok());
+    Publish();
+  }
+  for (auto id : {filtered, echo, whole}) {
+    auto update = replicator_.Next(id, absl::InfiniteFuture());
+    ASSERT_NE(update, nullptr);
+    EXPECT_EQ(update->message().frames_skipped(), 4u) << id;
+  }
 }
 
 // Publishing, consuming, subscribing and leaving, all at once. Every consumer

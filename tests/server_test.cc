@@ -61,6 +61,7 @@ struct Mirror {
       std::copy_n(u.moved_world().data() + 12 * k, 12,
                   entities.at(u.moved(k)).world.m.begin());
     }
+    if (!u.last_part()) return;  // The frame is complete at its last part.
     frame = u.frame();
     if (u.snapshot_done()) synced = true;
   }
@@ -916,6 +917,39 @@ TEST_F(ServerTest, DeepChainsCostWhatFlatWorldsCost) {
   EXPECT_EQ(leaf_view.entities.at(kDepth + 20'000).world.translation(),
             glm::vec3(1, 2, 3) * float(along.size()));
   EXPECT_LT(watch.max_gap(), absl::Seconds(1));
+}
+
+// A frame far over the message limit (300k creations, about 22 MB, against
+// 16 MB) reaches whole-world and filtered subscribers in parts, instead of
+// ending their streams with RESOURCE_EXHAUSTED.
+TEST_F(ServerTest, FramesOverTheMessageLimitArriveInParts) {
+  ASSERT_TRUE(CreateWorld("big", v1::FRAME_MODE_DRIVEN).ok());
+  v1::ApplyRequest root;
+  root.set_world("big");
+  root.set_end_frame(true);
+  root.add_commands()->mutable_create()->add_entity(1);
+  ASSERT_EQ(Apply(root).error_code(), kOk);
+  Subscriber whole(NewChannel(), SubscribeTo("big"), false);
+  Subscriber subtree(NewChannel(), SubscribeTo("big", {}, {1}), false);
+  ASSERT_TRUE(whole.WaitForFrame(1));
+  ASSERT_TRUE(subtree.WaitForFrame(1));
+  const uint64_t messages_before = whole.messages();
+  v1::ApplyRequest crowd;
+  crowd.set_world("big");
+  crowd.set_end_frame(true);
+  auto* create = crowd.add_commands()->mutable_create();
+  for (EntityId e = 2; e <= 300'001; ++e) {
+    create->add_entity(e);
+    create->add_parent(1);
+  }
+  uint64_t frame = 0;
+  ASSERT_EQ(Apply(crowd, &frame).error_code(), kOk);
+  for (Subscriber* s : {&whole, &subtree}) {
+    ASSERT_TRUE(s->WaitForFrame(frame, absl::Seconds(30)));
+    EXPECT_EQ(s->mirror().entities.size(), 300'001u);
+    EXPECT_FALSE(s->done()) << s->status().error_message();
+  }
+  EXPECT_GT(whole.messages() - messages_before, 3u);
 }
 
 // ---------------------------------------------------------------------------

@@ -44,7 +44,13 @@ struct MirrorUpdate {
   uint64_t frame = 0;
   bool snapshot = false;        // Part of the initial (or a resync) snapshot.
   bool snapshot_done = false;   // The snapshot's last message.
-  uint64_t frames_skipped = 0;  // Published frames folded into this one.
+  // A frame too big for one message comes in parts; the copy takes them in
+  // together, at the last one.
+  uint32_t part = 0;
+  bool last_part = true;
+  // Of the frames that changed this view since the previous message, how
+  // many more than one this message folds together (0 when keeping up).
+  uint64_t frames_skipped = 0;
   absl::Time published;         // The server's clock at publication.
   absl::Time received;          // This process's clock at arrival.
   size_t bytes = 0;             // The message's encoded size.
