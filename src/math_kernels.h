@@ -7,6 +7,8 @@
 #ifndef XFORM_SRC_MATH_KERNELS_H_
 #define XFORM_SRC_MATH_KERNELS_H_
 
+#include <cmath>
+
 #include "glm/gtc/quaternion.hpp"
 #include "glm/vec3.hpp"
 
@@ -82,6 +84,32 @@ inline void MultiplyAffine(const float* __restrict a, const float* __restrict b,
   }
 #endif
 }
+
+// Records whether products were finite, for the sweep: folding a result in
+// costs a multiply and an or per row, with no branch. x * 0 is 0 for a finite
+// x and NaN otherwise, and or-ing a NaN's bits into zeros leaves a NaN.
+class FiniteCheck {
+ public:
+#if defined(__SSE2__)
+  void Fold(const float* row) {
+    poison_ = _mm_or_ps(poison_, _mm_mul_ps(_mm_loadu_ps(row), _mm_setzero_ps()));
+  }
+  bool finite() const {
+    return _mm_movemask_ps(_mm_cmpunord_ps(poison_, poison_)) == 0;
+  }
+
+ private:
+  __m128 poison_ = _mm_setzero_ps();
+#else
+  void Fold(const float* row) {
+    for (int k = 0; k < 4; ++k) finite_ &= std::isfinite(row[k]);
+  }
+  bool finite() const { return finite_; }
+
+ private:
+  bool finite_ = true;
+#endif
+};
 
 }  // namespace xform::internal
 

@@ -44,18 +44,30 @@ constexpr int kMaxSplitDescents = 32;
 using Index = uint32_t;
 constexpr Index kNoIndex = 0xffffffffu;
 
+absl::Status NotFinite() {
+  return absl::InvalidArgumentError(
+      "the batch would make a world matrix non-finite (finite numbers whose "
+      "products overflow); nothing was applied");
+}
+
 // One instance of the sweep: world = parent world * local, for an instance
 // whose parent is already exact.
+// It also notes whether every product was finite: finite inputs can still
+// overflow (a parent scaled 1e30 over a child at 1e10).
 struct SweepStep {
   const Index* parent;
   const Matrix3x4* local;
   Matrix3x4* world;
+  mutable internal::FiniteCheck check;
 
   void operator()(Index j) const {
     const Index p = parent[j];
     const Matrix3x4& parent_world = p == kNoIndex ? kIdentity : world[p];
-    internal::MultiplyAffine(parent_world.m.data(), local[j].m.data(),
-                             world[j].m.data());
+    float* out = world[j].m.data();
+    internal::MultiplyAffine(parent_world.m.data(), local[j].m.data(), out);
+    check.Fold(out);
+    check.Fold(out + 4);
+    check.Fold(out + 8);
   }
 
   // What sweeping from `j` reads and writes first, except the parent's world.
@@ -242,16 +254,20 @@ absl::Status World::Apply(absl::Span<const Command> batch) {
       world.ApplySetWorld(world.index_of(op.entity), op.world);
     }
   };
+  const ListsMark mark = MarkLists();
+  std::vector<UndoStep> undo;
   for (const Command& command : batch) {
     if (const auto* create = std::get_if<CreateOp>(&command)) {
+      RecordUndo(command, &undo);
       creates.push_back(*create);
       continue;
     }
     flush_creates();
+    RecordUndo(command, &undo);
     std::visit(Applier{*this}, command);
   }
   flush_creates();
-  Propagate();
+  if (!Propagate()) return TakeBack(undo, mark);
   return absl::OkStatus();
 }
 
@@ -285,8 +301,16 @@ absl::Status World::CreateMany(absl::Span<const CreateOp> ops) {
                                        op.entity, "): ", status.message()));
     }
   }
+  const ListsMark mark = MarkLists();
   ApplyCreates(ops);
-  Propagate();
+  if (!Propagate()) {
+    std::vector<UndoStep> undo;
+    undo.reserve(ops.size());
+    for (const CreateOp& op : ops) {
+      undo.push_back({UndoStep::kDestroyCreated, op.entity});
+    }
+    return TakeBack(undo, mark);
+  }
   return absl::OkStatus();
 }
 
@@ -322,6 +346,8 @@ absl::Status World::SetLocalsOf(size_t count, Get get) {
     }
   }
   std::vector<Index> targets(count);
+  std::vector<SavedLocal> saved(count);
+  const size_t swept_before = swept_.size();
   for (size_t k = 0; k < count; ++k) {
     if (k + kAhead < count) __builtin_prefetch(&slot_index_[slots[k + kAhead]]);
     targets[k] = slot_index_[slots[k]];
@@ -337,9 +363,17 @@ absl::Status World::SetLocalsOf(size_t count, Get get) {
       __builtin_prefetch(&slot_flags_[slots[k + kAhead]]);
       __builtin_prefetch(&slot_[i]);
     }
+    saved[k] = SaveLocal(targets[k]);  // Cached: the lines were fetched.
     ApplySetLocal(targets[k], get(k).local);
   }
-  Propagate();
+  if (!Propagate()) {
+    // No structure changed: restore the locals in reverse (an entity may be
+    // set twice), sweep again, and forget both sweeps' ranges.
+    for (size_t k = count; k-- > 0;) RestoreLocal(targets[k], saved[k]);
+    Propagate();
+    swept_.resize(swept_before);
+    return NotFinite();
+  }
   return absl::OkStatus();
 }
 
@@ -784,6 +818,118 @@ void World::ApplySetWorld(Index i, const Transform& world) {
 }
 
 // ---------------------------------------------------------------------------
+// Taking a batch back.
+
+World::SavedLocal World::SaveLocal(Index i) const {
+  return {rotation_[i], scale_[i], local_[i]};
+}
+
+void World::RestoreLocal(Index i, const SavedLocal& saved) {
+  // The columns themselves: normalizing the rotation again could change its
+  // last bit, and so the world matrices below.
+  rotation_[i] = saved.rotation;
+  scale_[i] = saved.scale;
+  local_[i] = saved.local;
+  MarkDirty(i);
+}
+
+void World::RecordUndo(const Command& command,
+                       std::vector<UndoStep>* steps) const {
+  if (const auto* op = std::get_if<CreateOp>(&command)) {
+    steps->push_back({UndoStep::kDestroyCreated, op->entity});
+    return;
+  }
+  EntityId entity = kNoEntity;
+  if (const auto* op = std::get_if<SetLocalOp>(&command)) entity = op->entity;
+  if (const auto* op = std::get_if<SetWorldOp>(&command)) entity = op->entity;
+  if (entity != kNoEntity) {
+    steps->push_back({UndoStep::kRestoreLocal, entity, kNoEntity,
+                      SaveLocal(index_of(entity))});
+    return;
+  }
+  if (const auto* op = std::get_if<LinkOp>(&command)) {
+    const Index i = index_of(op->entity);
+    steps->push_back(
+        {UndoStep::kRestoreLocal, op->entity, kNoEntity, SaveLocal(i)});
+    steps->push_back({UndoStep::kLinkBack, op->entity, parent_entity_of(i)});
+    return;
+  }
+  const auto& op = std::get<DestroyOp>(command);
+  const Index i = index_of(op.entity);
+  if (op.mode == DestroyMode::kReparentChildren) {
+    // Undone in reverse: the entity comes back, then its children rejoin it
+    // with their locals as they were.
+    for (Index c = i + 1; c < end_of(i); c = end_of(c)) {
+      steps->push_back(
+          {UndoStep::kRestoreLocal, entity_of(c), kNoEntity, SaveLocal(c)});
+      steps->push_back({UndoStep::kLinkBack, entity_of(c), op.entity});
+    }
+    steps->push_back({UndoStep::kRecreate, op.entity, parent_entity_of(i),
+                      SaveLocal(i), frame_flags_[i]});
+    return;
+  }
+  // The subtree in reverse pre-order, so that it comes back parents first.
+  for (Index j = end_of(i); j-- > i;) {
+    steps->push_back({UndoStep::kRecreate, entity_of(j), parent_entity_of(j),
+                      SaveLocal(j), frame_flags_[j]});
+  }
+}
+
+World::ListsMark World::MarkLists() {
+  ListSwept();
+  return {moved_slots_.size(), created_slots_.size()};
+}
+
+absl::Status World::TakeBack(absl::Span<const UndoStep> steps,
+                             ListsMark mark) {
+  // Nothing here reads a world matrix: those the batch made are not finite.
+  std::vector<size_t> recreated;  // Steps.
+  for (size_t k = steps.size(); k-- > 0;) {
+    const UndoStep& step = steps[k];
+    switch (step.kind) {
+      case UndoStep::kRestoreLocal:
+        RestoreLocal(index_of(step.entity), step.local);
+        break;
+      case UndoStep::kDestroyCreated:
+        // Gone already when an earlier creation was its ancestor.
+        if (Has(step.entity)) ApplyDestroy({step.entity, DestroyMode::kSubtree});
+        break;
+      case UndoStep::kLinkBack:
+        ApplyLink({step.entity, step.parent, LinkMode::kKeepLocal});
+        break;
+      case UndoStep::kRecreate: {
+        const CreateOp create{step.entity, step.parent, {}};
+        ApplyCreates({&create, 1});
+        RestoreLocal(index_of(step.entity), step.local);
+        recreated.push_back(k);
+        break;
+      }
+    }
+  }
+  Propagate();
+  // The batch's and the undo's entries go from the change lists: every
+  // parent, local and world is as it was.
+  ListSwept();
+  for (std::vector<Slot>* list : {&moved_slots_, &created_slots_}) {
+    const size_t keep = list == &moved_slots_ ? mark.moved : mark.created;
+    for (size_t k = keep; k < list->size(); ++k) {
+      const Index i = slot_index_[(*list)[k]];
+      if (i != kNone) frame_flags_[i] = 0;
+    }
+    list->resize(keep);
+  }
+  // Except that a recreated entity has a new slot: what was listed of it
+  // earlier in the frame, under the old one, is listed again.
+  for (size_t k : recreated) {
+    const Index i = index_of(steps[k].entity);
+    frame_flags_[i] = steps[k].frame_flags;
+    if (frame_flags_[i] & kMovedThisFrame) moved_slots_.push_back(slot_[i]);
+    if (frame_flags_[i] & kCreatedThisFrame) created_slots_.push_back(slot_[i]);
+  }
+  return NotFinite();
+}
+
+// ---------------------------------------------------------------------------
 // Propagation and change tracking.
 
 void World::MarkDirty(Index i) {
@@ -816,8 +962,8 @@ Matrix3x4 World::ExactWorld(Index i) const {
   return world;
 }
 
-void World::Propagate() {
-  if (dirty_roots_.empty()) return;
+bool World::Propagate() {
+  if (dirty_roots_.empty()) return true;
   std::vector<Index> roots;
   roots.reserve(dirty_roots_.size());
   for (size_t k = 0; k < dirty_roots_.size(); ++k) {
@@ -844,7 +990,7 @@ void World::Propagate() {
     ranges.push_back({root, covered});
     covered_total += covered - root;
   }
-  if (ranges.empty()) return;  // Every dirty root was destroyed.
+  if (ranges.empty()) return true;  // Every dirty root was destroyed.
   stats_.recomputed += covered_total;
   swept_.insert(swept_.end(), ranges.begin(), ranges.end());
 
@@ -858,19 +1004,19 @@ void World::Propagate() {
       if (r + 4 < ranges.size()) step.PrefetchParent(ranges[r + 4].first);
       for (Index j = ranges[r].first; j < ranges[r].last; ++j) step(j);
     }
-    return;
+    return step.check.finite();
   }
   const size_t span = ranges.back().last - ranges.front().first;
   if (ranges.size() >= kScatteredMinimumRanges &&
       covered_total * kScatteredSpread <= span) {
     SweepScattered(step, ranges);
-    return;
+    return step.check.finite();
   }
   if (covered_total < kTwoCursorMinimum) {
     for (const Range& range : ranges) {
       for (Index j = range.first; j < range.last; ++j) step(j);
     }
-    return;
+    return step.check.finite();
   }
   // Two cursors over independent halves, one instance of each in turn: where
   // a child directly follows its parent, one cursor's product would wait on
@@ -898,6 +1044,7 @@ void World::Propagate() {
       rest->Advance(rest->left());
     }
   }
+  return step.check.finite();
 }
 
 void World::SplitInHalves(const std::vector<Range>& ranges, size_t total,

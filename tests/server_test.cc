@@ -1065,6 +1065,23 @@ TEST_F(BadInputTest, NonFiniteAndInvalidTransformsAreInvalidArgument) {
   Transform skewed;
   skewed.rotation = glm::quat(2, 0, 0, 0);
   ExpectRefused(SetLocal(3, skewed), grpc::StatusCode::INVALID_ARGUMENT);
+  // Finite numbers whose product is not: a parent scaled 1e30 over a child
+  // at 1e10; and two positions of 3e38 in a row.
+  v1::ApplyRequest overflow = SetLocal(1, {});
+  overflow.mutable_commands(0)->mutable_set_local()->mutable_local()->Set(7,
+                                                                        1e30f);
+  Transform far;
+  far.position.x = 1e10f;
+  auto* child = overflow.mutable_commands(0)->mutable_set_local();
+  child->add_entity(2);
+  AddTrs(far, child->mutable_local());
+  ExpectRefused(overflow, grpc::StatusCode::INVALID_ARGUMENT);
+  Transform edge;
+  edge.position.x = 3e38f;
+  v1::ApplyRequest sum = SetLocal(4, edge);
+  sum.mutable_commands(0)->mutable_set_local()->add_entity(5);
+  AddTrs(edge, sum.mutable_commands(0)->mutable_set_local()->mutable_local());
+  ExpectRefused(sum, grpc::StatusCode::INVALID_ARGUMENT);
 }
 
 TEST_F(BadInputTest, MalformedRequestsAreInvalidArgument) {

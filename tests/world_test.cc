@@ -439,6 +439,93 @@ TEST(WorldTest, MemoryIsAccounted) {
 constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
+// Finite numbers whose products overflow: refused by every path (the
+// set-local fast path, creations, general batches with links and destroys),
+// and taken back without a trace, in the state or in the frame's changes.
+class OverflowTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    Transform huge;
+    huge.scale = {1e30f, 1e30f, 1e30f};
+    ASSERT_TRUE(world_
+                    .CreateMany({{1, kNoEntity, huge},
+                                 {2, 1, At(1, 0, 0)},
+                                 {3, 2, At(0, 1, 0)},
+                                 {4, kNoEntity, At(3e38f, 0, 0)},
+                                 {5, kNoEntity, At(1e10f, 0, 0)},
+                                 {6, 5, At(1, 1, 1)},
+                                 {7, 4, At(-1, 0, 0)},
+                                 {8, kNoEntity, At(2, 0, 0)},
+                                 {9, 8, At(0, 2, 0)},
+                                 {10, 9, At(0, 0, 2)}})
+                    .ok());
+    world_.EndFrame(&changes_);
+    before_ = Take(world_);
+  }
+  void ExpectTakenBack(const absl::Status& status) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_NE(status.message().find("non-finite"), std::string::npos);
+    EXPECT_EQ(Take(world_), before_);
+    EXPECT_TRUE(world_.CheckConsistency().ok()) << world_.CheckConsistency();
+    world_.EndFrame(&changes_);
+    EXPECT_TRUE(changes_.empty()) << changes_.moved.size() << " moved";
+  }
+  World world_;
+  FrameChanges changes_;
+  Fingerprint before_;
+};
+
+TEST_F(OverflowTest, SetLocalsThatOverflowAreTakenBack) {
+  ExpectTakenBack(world_.SetLocal(2, At(1e10f, 0, 0)));
+  // A batch of several, the bad one last; an entity set twice.
+  ExpectTakenBack(world_.SetLocals({{8, At(5, 0, 0)},
+                                    {9, At(1, 0, 0)},
+                                    {9, At(2, 0, 0)},
+                                    {7, At(3e38f, 0, 0)}}));
+  // A world of its own that is finite, with children that are not.
+  Transform world;
+  world.scale = {3e38f, 3e38f, 3e38f};
+  ExpectTakenBack(world_.SetWorld(8, world));
+}
+
+TEST_F(OverflowTest, CreationsThatOverflowAreTakenBack) {
+  ExpectTakenBack(world_.Create(20, 1, At(1e10f, 0, 0)));
+  ExpectTakenBack(world_.Create(20, 4, At(3e38f, 0, 0)));
+  ExpectTakenBack(world_.CreateMany(
+      {{20, 8, At(1, 0, 0)}, {21, 20, At(1, 0, 0)}, {22, 1, At(0, 0, 1e9f)}}));
+  ExpectTakenBack(world_.Apply({CreateOp{20, kNoEntity, {}},
+                                CreateOp{21, 20, {}},
+                                LinkOp{20, 1, LinkMode::kKeepLocal},
+                                SetLocalOp{21, At(1e9f, 0, 0)}}));
+}
+
+TEST_F(OverflowTest, GeneralBatchesThatOverflowAreTakenBack) {
+  ExpectTakenBack(world_.Link(5, 1));  // 1e10 under a 1e30 scale.
+  ExpectTakenBack(world_.Apply({DestroyOp{9, DestroyMode::kReparentChildren},
+                                DestroyOp{6, DestroyMode::kSubtree},
+                                LinkOp{8, 4, LinkMode::kKeepLocal},
+                                SetLocalOp{2, At(2, 0, 0)},
+                                LinkOp{7, 1, LinkMode::kKeepWorld},
+                                SetLocalOp{3, At(0, 1e10f, 0)}}));
+}
+
+// A refused batch that destroys what an earlier batch of the frame moved
+// leaves that move listed.
+TEST_F(OverflowTest, EarlierMovesOfTheFrameStayListed) {
+  ASSERT_TRUE(world_.SetLocal(9, At(0, 3, 0)).ok());
+  const Fingerprint moved = Take(world_);
+  const absl::Status refused = world_.Apply(
+      {DestroyOp{8, DestroyMode::kSubtree}, SetLocalOp{2, At(1e10f, 0, 0)}});
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Take(world_), moved);
+  world_.EndFrame(&changes_);
+  EXPECT_TRUE(changes_.created.empty());
+  EXPECT_TRUE(changes_.destroyed.empty());
+  EXPECT_TRUE(changes_.reparented.empty());
+  std::set<EntityId> listed(changes_.moved.begin(), changes_.moved.end());
+  EXPECT_EQ(listed, (std::set<EntityId>{9, 10}));
+}
+
 TEST_F(SceneTest, UnknownEntityIsNotFound) {
   ExpectRefused(world_.SetLocal(99, At(0, 0, 0)), absl::StatusCode::kNotFound);
   ExpectRefused(world_.SetWorld(99, At(0, 0, 0)), absl::StatusCode::kNotFound);

@@ -17,7 +17,11 @@
 //   NOT_FOUND            an entity or parent that does not exist (then)
 //   ALREADY_EXISTS       creating an entity that exists (then)
 //   INVALID_ARGUMENT     entity id 0, a non-finite number, a scale below
-//                        kMinAbsScale, a rotation that is not a unit quaternion
+//                        kMinAbsScale, a rotation that is not a unit
+//                        quaternion; or finite numbers whose products would
+//                        make a world matrix non-finite (a parent scaled
+//                        1e30 over a child at 1e10): found while propagating,
+//                        after which the batch is taken back
 //   FAILED_PRECONDITION  a link that would make a cycle or a self-parent
 // The message names the command's index in the batch and the entity.
 //
@@ -256,8 +260,46 @@ class World {
   // The world matrix `i` will have once pending changes propagate, computed
   // from the nearest exact ancestor. O(depth).
   Matrix3x4 ExactWorld(Index i) const;
-  // Recomputes the union of the pending dirty subtrees.
-  void Propagate();
+  // Recomputes the union of the pending dirty subtrees; false when a result
+  // was not finite.
+  bool Propagate();
+
+  // Taking back a batch whose result would not be finite. Before each
+  // command applies, the steps that undo it are recorded; undone in reverse,
+  // they leave every instance's parent and local bitwise as before (sibling
+  // order aside), and one propagation restores the world matrices. Recording
+  // costs O(1) per command, O(subtree) for a destroy (its data is kept).
+  struct SavedLocal {
+    glm::quat rotation;
+    glm::vec3 scale;
+    Matrix3x4 local;
+  };
+  struct UndoStep {
+    enum Kind : uint8_t {
+      kRestoreLocal,    // entity's local columns back to `local`.
+      kDestroyCreated,  // entity was created: destroy it and its subtree.
+      kLinkBack,        // entity back under `parent`, keeping its local.
+      kRecreate,        // entity was destroyed: create it under `parent`.
+    } kind;
+    EntityId entity;
+    EntityId parent = kNoEntity;
+    SavedLocal local;
+    uint8_t frame_flags = 0;  // kRecreate: listed as moved/created before.
+  };
+  // Where the frame's change lists stood before a batch, so that taking the
+  // batch back leaves no trace in them. Lists what was swept so far first.
+  struct ListsMark {
+    size_t moved;
+    size_t created;
+  };
+  ListsMark MarkLists();
+  SavedLocal SaveLocal(Index i) const;
+  void RestoreLocal(Index i, const SavedLocal& saved);
+  void RecordUndo(const Command& command, std::vector<UndoStep>* steps) const;
+  // Undoes `steps` (recorded for a batch already applied), propagates, puts
+  // the change lists back to `mark`, and returns the status that refuses the
+  // batch.
+  absl::Status TakeBack(absl::Span<const UndoStep> steps, ListsMark mark);
   struct Range {
     Index first;
     Index last;
