@@ -85,14 +85,44 @@ inline void MultiplyAffine(const float* __restrict a, const float* __restrict b,
 #endif
 }
 
-// Records whether products were finite, for the sweep: folding a result in
-// costs a multiply and an or per row, with no branch. x * 0 is 0 for a finite
-// x and NaN otherwise, and or-ing a NaN's bits into zeros leaves a NaN.
+#if defined(__SSE2__)
+// MultiplyAffine, also folding the result into `poison` (see FiniteCheck)
+// from the registers, before they are stored.
+inline void MultiplyAffineChecked(const float* __restrict a,
+                                  const float* __restrict b,
+                                  float* __restrict out, __m128& poison) {
+  const __m128 b0 = _mm_loadu_ps(b);
+  const __m128 b1 = _mm_loadu_ps(b + 4);
+  const __m128 b2 = _mm_loadu_ps(b + 8);
+  const __m128 translation_lane = _mm_castsi128_ps(_mm_setr_epi32(0, 0, 0, -1));
+  __m128 rows[3];
+  for (int row = 0; row < 3; ++row) {
+    const __m128 r = _mm_loadu_ps(a + 4 * row);
+    const __m128 x = _mm_mul_ps(Broadcast<0>(r), b0);
+    const __m128 y = _mm_mul_ps(Broadcast<1>(r), b1);
+    const __m128 z = _mm_mul_ps(Broadcast<2>(r), b2);
+    rows[row] = _mm_add_ps(_mm_add_ps(x, y),
+                           _mm_add_ps(z, _mm_and_ps(r, translation_lane)));
+    _mm_storeu_ps(out + 4 * row, rows[row]);
+  }
+  const __m128 sum = _mm_add_ps(_mm_add_ps(rows[0], rows[1]), rows[2]);
+  poison = _mm_or_ps(poison, _mm_mul_ps(sum, _mm_setzero_ps()));
+}
+#endif
+
+// Records whether the sweep's products were finite, at the cost of two adds,
+// a multiply and an or per product, with no branch and no reload: the three rows are summed
+// and x * 0 is 0 for a finite x and NaN otherwise; or-ing a NaN's bits into
+// zeros leaves a NaN. An infinity or NaN anywhere makes its column's sum
+// non-finite. The sum can also overflow where no entry does, when a column's
+// entries are each beyond about 1e38: such a matrix counts as not finite,
+// which no transform of a sane scene comes near.
 class FiniteCheck {
  public:
 #if defined(__SSE2__)
-  void Fold(const float* row) {
-    poison_ = _mm_or_ps(poison_, _mm_mul_ps(_mm_loadu_ps(row), _mm_setzero_ps()));
+  // out = a * b (MultiplyAffine), folded in.
+  void Multiply(const float* a, const float* b, float* out) {
+    MultiplyAffineChecked(a, b, out, poison_);
   }
   bool finite() const {
     return _mm_movemask_ps(_mm_cmpunord_ps(poison_, poison_)) == 0;
@@ -101,8 +131,11 @@ class FiniteCheck {
  private:
   __m128 poison_ = _mm_setzero_ps();
 #else
-  void Fold(const float* row) {
-    for (int k = 0; k < 4; ++k) finite_ &= std::isfinite(row[k]);
+  void Multiply(const float* a, const float* b, float* out) {
+    MultiplyAffine(a, b, out);
+    for (int k = 0; k < 4; ++k) {
+      finite_ &= std::isfinite((out[k] + out[4 + k]) + out[8 + k]);
+    }
   }
   bool finite() const { return finite_; }
 

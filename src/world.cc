@@ -63,11 +63,8 @@ struct SweepStep {
   void operator()(Index j) const {
     const Index p = parent[j];
     const Matrix3x4& parent_world = p == kNoIndex ? kIdentity : world[p];
-    float* out = world[j].m.data();
-    internal::MultiplyAffine(parent_world.m.data(), local[j].m.data(), out);
-    check.Fold(out);
-    check.Fold(out + 4);
-    check.Fold(out + 8);
+    check.Multiply(parent_world.m.data(), local[j].m.data(),
+                   world[j].m.data());
   }
 
   // What sweeping from `j` reads and writes first, except the parent's world.
