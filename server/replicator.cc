@@ -434,31 +434,38 @@ Replicator::SubscriptionId Replicator::Subscribe(
 }
 
 void Replicator::BuildSnapshot(Subscription& s) {
-  std::vector<EntityId> view;
-  absl::flat_hash_set<EntityId> seen;
-  const auto add_tree = [&](EntityId root) {
-    ForEachInSubtree(root, [&](EntityId e) {
-      if (e != kNoEntity && seen.insert(e).second) view.push_back(e);
-    });
-  };
-  if (s.whole_world) {
-    add_tree(kNoEntity);
-  } else {
-    for (EntityId root : s.options.subtrees) {
-      if (!state_.contains(root) || s.in_subtree.contains(root)) continue;
-      ForEachInSubtree(root, [&](EntityId e) { s.in_subtree.insert(e); });
-      add_tree(root);
-    }
-    for (EntityId e : s.options.entities) {
-      if (state_.contains(e) && seen.insert(e).second) view.push_back(e);
-    }
-    SortByDepth(view);
-  }
+  // Parents first, with no sort of the view: a subtree walk is pre-order.
   PartWriter writer(frame_, frame_time_, s.options.max_message_bytes,
                     /*snapshot=*/true);
-  for (EntityId e : view) {
+  const auto add = [&](EntityId e) {
     const Published& p = state_.at(e);
     writer.Created(e, p.parent, p.world.m.data());
+  };
+  if (s.whole_world) {
+    ForEachInSubtree(kNoEntity, [&](EntityId e) {
+      if (e != kNoEntity) add(e);
+    });
+  } else {
+    // Shallowest roots first, so a root inside another's subtree is covered
+    // by it; then the listed entities outside every subtree, by depth.
+    std::vector<EntityId> roots;
+    for (EntityId root : s.options.subtrees) {
+      if (state_.contains(root)) roots.push_back(root);
+    }
+    SortByDepth(roots);
+    for (EntityId root : roots) {
+      if (s.in_subtree.contains(root)) continue;
+      ForEachInSubtree(root, [&](EntityId e) {
+        s.in_subtree.insert(e);
+        add(e);
+      });
+    }
+    std::vector<EntityId> listed;
+    for (EntityId e : s.listed) {
+      if (state_.contains(e) && !s.in_subtree.contains(e)) listed.push_back(e);
+    }
+    SortByDepth(listed);
+    for (EntityId e : listed) add(e);
   }
   for (auto& part : writer.Finish(/*frames_skipped=*/0)) {
     s.parts.push_back(std::move(part));

@@ -4,6 +4,7 @@
 // to subscribers over gRPC. SIGTERM/SIGINT shut it down gracefully: health
 // goes NOT_SERVING, subscriber streams finish, in-flight calls complete, exit.
 
+#include <malloc.h>
 #include <sys/resource.h>
 
 #include <cmath>
@@ -214,6 +215,11 @@ int Main() {
   }
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   RaiseFileLimit();
+  // Blocks of 1 MB and more (a world's hash tables, big messages) get
+  // mappings of their own, returned whole when freed. Without this glibc
+  // raises the threshold to the largest block freed so far, and a deleted
+  // world's tables stay in the heap.
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
 
   Limits limits;
   limits.max_worlds = absl::GetFlag(FLAGS_max_worlds);

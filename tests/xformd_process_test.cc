@@ -402,3 +402,72 @@ TEST(XformdProcessTest, HostileRequestShapesKeepTheServerSmall) {
 }
 
 }  // namespace more
+
+namespace memory {
+
+double RssMb(pid_t pid) {
+  std::ifstream status(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024;
+  }
+  return -1;
+}
+
+// A deleted 1M-entity world's memory goes back to the operating system.
+TEST(XformdProcessTest, DeletingABigWorldGivesItsMemoryBack) {
+  Xformd xformd({});
+  auto channel = xformd.Connect();
+  auto stub = xform::v1::Xform::NewStub(channel);
+  const auto create_world = [&] {
+    grpc::ClientContext context;
+    xform::v1::CreateWorldRequest create;
+    create.set_name("big");
+    create.set_mode(xform::v1::FRAME_MODE_DRIVEN);
+    xform::v1::WorldInfo info;
+    return stub->CreateWorld(&context, create, &info).ok();
+  };
+  // A small world first, so the server's own start-up memory is in place.
+  ASSERT_TRUE(create_world());
+  {
+    grpc::ClientContext context;
+    xform::v1::DeleteWorldRequest del;
+    del.set_name("big");
+    xform::v1::DeleteWorldResponse deleted;
+    ASSERT_TRUE(stub->DeleteWorld(&context, del, &deleted).ok());
+  }
+  const double before = RssMb(xformd.pid());
+  ASSERT_TRUE(create_world());
+  for (uint64_t first = 1; first <= 1'000'000; first += 100'000) {
+    xform::v1::ApplyRequest load;
+    load.set_world("big");
+    load.set_end_frame(true);
+    auto* create = load.add_commands()->mutable_create();
+    for (uint64_t e = first; e < first + 100'000; ++e) {
+      create->add_entity(e);
+      create->add_parent(e % 1000 == 1 ? 0 : e - 1);
+    }
+    grpc::ClientContext context;
+    xform::v1::ApplyResponse response;
+    ASSERT_TRUE(stub->Apply(&context, load, &response).ok());
+  }
+  const double full = RssMb(xformd.pid());
+  {
+    grpc::ClientContext context;
+    xform::v1::DeleteWorldRequest del;
+    del.set_name("big");
+    xform::v1::DeleteWorldResponse deleted;
+    ASSERT_TRUE(stub->DeleteWorld(&context, del, &deleted).ok());
+  }
+  // The world goes with its last reference, perhaps a moment later.
+  double after = RssMb(xformd.pid());
+  for (int k = 0; k < 100 && after >= 1.25 * before; ++k) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    after = RssMb(xformd.pid());
+  }
+  EXPECT_GT(full, before + 100) << "the world did not take memory";
+  EXPECT_LT(after, 1.25 * before)
+      << "before " << before << " MB, full " << full << " MB, after " << after;
+}
+
+}  // namespace memory
