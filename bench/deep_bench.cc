@@ -261,7 +261,8 @@ int Main() {
                   const_cast<char*>(listen.c_str()),
                   const_cast<char*>("--max_batch=2000000"),
                   const_cast<char*>("--max_message_bytes=268435456"),
-                  const_cast<char*>("--write_timeout_ms=600000"), nullptr};
+                  const_cast<char*>("--write_timeout_ms=600000"),
+                  nullptr};
   pid_t server = 0;
   if (posix_spawn(&server, xformd.c_str(), nullptr, nullptr, argv, environ) !=
       0) {
@@ -288,16 +289,16 @@ int Main() {
   std::vector<Row> rows;
 
   // build: under a rate-limited whole-world subscriber.
-  rows.push_back(bench.Case("build (rate-limited subscriber)", watch,
-                            [&](bool deep) {
-    bench.CreateWorld(world(deep), xform::v1::FRAME_MODE_DRIVEN);
-    xform::v1::SubscribeRequest request = bench.Subscription(world(deep));
-    request.set_max_rate_hz(30);
-    Reader reader(Channel(address), request);
-    uint64_t frame = 0;
-    return Call(*bench.stub_, bench.Build(world(deep), deep, n), &frame) &&
-           reader.WaitFor(frame) && reader.entities() == n;
-  }));
+  rows.push_back(
+      bench.Case("build (rate-limited subscriber)", watch, [&](bool deep) {
+        bench.CreateWorld(world(deep), xform::v1::FRAME_MODE_DRIVEN);
+        xform::v1::SubscribeRequest request = bench.Subscription(world(deep));
+        request.set_max_rate_hz(30);
+        Reader reader(Channel(address), request);
+        uint64_t frame = 0;
+        return Call(*bench.stub_, bench.Build(world(deep), deep, n), &frame) &&
+               reader.WaitFor(frame) && reader.entities() == n;
+      }));
   // subscribe: the whole chain as a subtree, the flat world whole.
   rows.push_back(bench.Case("subscribe (snapshot)", watch, [&](bool deep) {
     xform::v1::SubscribeRequest request = bench.Subscription(world(deep));
@@ -314,50 +315,50 @@ int Main() {
       readers.push_back(std::make_unique<Reader>(Channel(address), request));
       readers.back()->WaitFor(1);
     }
-    rows.push_back(bench.Case("move everything (subtree subscriber)", watch,
-                              [&](bool deep) {
-      xform::v1::ApplyRequest move;
-      move.set_world(world(deep));
-      move.set_end_frame(true);
-      auto* set = move.add_commands()->mutable_set_local();
-      for (int e = 1; e <= (deep ? 1 : n); ++e) {
-        set->add_entity(e);
-        AddTrs(1, set->mutable_local());
-      }
-      uint64_t frame = 0;
-      return Call(*bench.stub_, move, &frame) &&
-             readers[deep ? 0 : 1]->WaitFor(frame);
-    }));
+    rows.push_back(bench.Case(
+        "move everything (subtree subscriber)", watch, [&](bool deep) {
+          xform::v1::ApplyRequest move;
+          move.set_world(world(deep));
+          move.set_end_frame(true);
+          auto* set = move.add_commands()->mutable_set_local();
+          for (int e = 1; e <= (deep ? 1 : n); ++e) {
+            set->add_entity(e);
+            AddTrs(1, set->mutable_local());
+          }
+          uint64_t frame = 0;
+          return Call(*bench.stub_, move, &frame) &&
+                 readers[deep ? 0 : 1]->WaitFor(frame);
+        }));
   }
   // echo: a writer sets 1% along the world, an echo-filtered subscriber.
-  rows.push_back(bench.Case("1% set by a writer (no-echo subscriber)", watch,
-                            [&](bool deep) {
-    xform::v1::SubscribeRequest request = bench.Subscription(world(deep));
-    request.set_no_echo_client_id("physics");
-    Reader reader(Channel(address), request);
-    reader.WaitFor(1);
-    xform::v1::ApplyRequest move;
-    move.set_world(world(deep));
-    move.set_end_frame(true);
-    move.set_client_id("physics");
-    auto* set = move.add_commands()->mutable_set_local();
-    for (int e = 1; e <= n; e += 100) {
-      set->add_entity(e);
-      AddTrs(2, set->mutable_local());
-    }
-    // Directly set entities are not echoed back (in the flat world, none
-    // is sent at all): another writer's move marks the end.
-    xform::v1::ApplyRequest marker;
-    marker.set_world(world(deep));
-    marker.set_end_frame(true);
-    marker.set_client_id("other");
-    auto* other = marker.add_commands()->mutable_set_local();
-    other->add_entity(2);
-    AddTrs(3, other->mutable_local());
-    uint64_t frame = 0;
-    return Call(*bench.stub_, move) && Call(*bench.stub_, marker, &frame) &&
-           reader.WaitFor(frame);
-  }));
+  rows.push_back(bench.Case(
+      "1% set by a writer (no-echo subscriber)", watch, [&](bool deep) {
+        xform::v1::SubscribeRequest request = bench.Subscription(world(deep));
+        request.set_no_echo_client_id("physics");
+        Reader reader(Channel(address), request);
+        reader.WaitFor(1);
+        xform::v1::ApplyRequest move;
+        move.set_world(world(deep));
+        move.set_end_frame(true);
+        move.set_client_id("physics");
+        auto* set = move.add_commands()->mutable_set_local();
+        for (int e = 1; e <= n; e += 100) {
+          set->add_entity(e);
+          AddTrs(2, set->mutable_local());
+        }
+        // Directly set entities are not echoed back (in the flat world, none
+        // is sent at all): another writer's move marks the end.
+        xform::v1::ApplyRequest marker;
+        marker.set_world(world(deep));
+        marker.set_end_frame(true);
+        marker.set_client_id("other");
+        auto* other = marker.add_commands()->mutable_set_local();
+        other->add_entity(2);
+        AddTrs(3, other->mutable_local());
+        uint64_t frame = 0;
+        return Call(*bench.stub_, move) && Call(*bench.stub_, marker, &frame) &&
+               reader.WaitFor(frame);
+      }));
   bench.DeleteWorld("deep");
   bench.DeleteWorld("flat");
 
@@ -384,9 +385,10 @@ int Main() {
         return Call(*bench.stub_, link);
       }));
 
-  std::printf("\n| case (%d entities) | 1M-deep chain | flat | deep / flat "
-              "| other world's longest gap (deep, flat) |\n|---|---|---|---|---|\n",
-              n);
+  std::printf(
+      "\n| case (%d entities) | 1M-deep chain | flat | deep / flat "
+      "| other world's longest gap (deep, flat) |\n|---|---|---|---|---|\n",
+      n);
   for (const Row& row : rows) {
     std::printf("| %s | %.0f ms | %.0f ms | %.2fx | %.0f ms, %.0f ms |\n",
                 row.name.c_str(), row.deep_ms, row.flat_ms,

@@ -57,8 +57,8 @@ absl::StatusOr<std::unique_ptr<Acceptor>> Acceptor::Listen(
   if (const int error = getaddrinfo(host.empty() ? nullptr : host.c_str(),
                                     service.c_str(), &hints, &found);
       error != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--listen=", host_port, ": ", gai_strerror(error)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--listen=", host_port, ": ", gai_strerror(error)));
   }
   std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> addresses(found,
                                                                &freeaddrinfo);
@@ -87,22 +87,20 @@ absl::StatusOr<std::unique_ptr<Acceptor>> Acceptor::Listen(
             : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
     rlimit limit{};
     getrlimit(RLIMIT_NOFILE, &limit);
-    int ceiling = static_cast<int>(
-        std::min<rlim_t>(limit.rlim_cur, 1 << 30) -
-        options.reserved_descriptors);
+    int ceiling = static_cast<int>(std::min<rlim_t>(limit.rlim_cur, 1 << 30) -
+                                   options.reserved_descriptors);
     if (options.max_connections > 0) {
       // Connections take the descriptors above those open now.
       ceiling = std::min(ceiling, fd + options.max_connections);
     }
     if (ceiling <= fd) {
       close(fd);
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "the descriptor limit (", limit.rlim_cur,
-          ") leaves no room for connections after the reserve of ",
-          options.reserved_descriptors));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the descriptor limit (", limit.rlim_cur,
+                       ") leaves no room for connections after the reserve of ",
+                       options.reserved_descriptors));
     }
-    return std::unique_ptr<Acceptor>(new Acceptor(
-        fd, bound_port, ceiling));
+    return std::unique_ptr<Acceptor>(new Acceptor(fd, bound_port, ceiling));
   }
   return absl::UnavailableError(
       absl::StrCat("cannot listen on ", host_port, ": ", last_error));
@@ -143,8 +141,8 @@ void Acceptor::Loop(grpc::Server* server) {
     if (fds[1].revents != 0) break;
     wait_ms = -1;
     for (;;) {
-      const int fd = accept4(listen_fd_, nullptr, nullptr,
-                             SOCK_CLOEXEC | SOCK_NONBLOCK);
+      const int fd =
+          accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (fd < 0) {
         if (errno == EINTR || errno == ECONNABORTED) continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK) {

@@ -166,7 +166,8 @@ void Replicator::ForEachInSubtree(EntityId e, F&& f) const {
 }
 
 bool Replicator::InView(const Subscription& s, EntityId e) const {
-  return s.in_subtree.contains(e) || (s.listed.contains(e) && state_.contains(e));
+  return s.in_subtree.contains(e) ||
+         (s.listed.contains(e) && state_.contains(e));
 }
 
 absl::flat_hash_set<EntityId> Replicator::Echoes(
@@ -330,9 +331,8 @@ void Replicator::Publish(const FrameChanges& changes, absl::Time time,
         auto it = state_.find(touched[k]);
         return it == state_.end() ? 0u : it->second.depth;
       };
-      std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-        return depth(a) < depth(b);
-      });
+      std::stable_sort(order.begin(), order.end(),
+                       [&](size_t a, size_t b) { return depth(a) < depth(b); });
       for (size_t f = 0; f < filtered.size(); ++f) {
         Subscription& s = *filtered[f];
         for (size_t k : order) {
@@ -389,8 +389,9 @@ std::vector<std::shared_ptr<const Outgoing>> Replicator::FrameParts(
       }
     }
     for (size_t k = 0; k < changes.created.size(); ++k) {
-      writer.Created(changes.created[k], changes.created_parent[k],
-                     &changes.moved_world[12 * created_at.at(changes.created[k])]);
+      writer.Created(
+          changes.created[k], changes.created_parent[k],
+          &changes.moved_world[12 * created_at.at(changes.created[k])]);
     }
   }
   for (size_t k = 0; k < changes.reparented.size(); ++k) {

@@ -24,8 +24,7 @@ absl::Status Malformed(const google::protobuf::MessageLite& request) {
 // How many times top-level field `field` occurs, length-delimited, in the
 // message in `bytes`; stops counting past `limit`. Bytes that do not scan are
 // left for the parser to refuse.
-size_t CountField(const grpc::ByteBuffer& bytes, int field,
-                  size_t limit) {
+size_t CountField(const grpc::ByteBuffer& bytes, int field, size_t limit) {
   grpc::ByteBuffer copy(bytes);  // The reader wants it mutable; slices shared.
   grpc::ProtoBufferReader reader(&copy);
   google::protobuf::io::CodedInputStream in(&reader);
@@ -57,8 +56,8 @@ absl::Status ParseRequest(const grpc::ByteBuffer& bytes,
 
 absl::Status ParseApplyRequest(const grpc::ByteBuffer& bytes,
                                size_t max_commands, v1::ApplyRequest* request) {
-  const size_t commands = CountField(
-      bytes, v1::ApplyRequest::kCommandsFieldNumber, max_commands);
+  const size_t commands =
+      CountField(bytes, v1::ApplyRequest::kCommandsFieldNumber, max_commands);
   if (commands > max_commands) {
     return absl::ResourceExhaustedError(
         absl::StrCat("a batch holds at most ", max_commands,

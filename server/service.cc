@@ -201,7 +201,8 @@ class ApplyStreamReactor final
     return busy_;
   }
 
-  // Finishes once: with End()'s status when shutdown asked first. gRPC may run OnDone inline, so nothing follows the Finish().
+  // Finishes once: with End()'s status when shutdown asked first. gRPC may run
+  // OnDone inline, so nothing follows the Finish().
   void FinishWith(const grpc::Status& status) {
     grpc::Status finish;
     {
@@ -210,12 +211,13 @@ class ApplyStreamReactor final
       finished_ = true;
       ending_ = true;
       // The batch count is read here, once the last batch has been answered.
-      finish = shutdown_.ok()
-                   ? status
-                   : ToGrpc(absl::Status(
-                         shutdown_.code(),
-                         absl::StrCat(shutdown_.message(), "; ", batches_.load(),
-                                      " batches applied, none after")));
+      finish =
+          shutdown_.ok()
+              ? status
+              : ToGrpc(absl::Status(
+                    shutdown_.code(),
+                    absl::StrCat(shutdown_.message(), "; ", batches_.load(),
+                                 " batches applied, none after")));
     }
     Finish(finish);
   }
@@ -288,8 +290,8 @@ class SubscribeReactor final
                     SubscriptionOptions options, absl::Duration write_timeout,
                     std::atomic<int>& calls,
                     grpc::ServerWriteReactor<grpc::ByteBuffer>** out) {
-    auto reactor = std::shared_ptr<SubscribeReactor>(new SubscribeReactor(
-        context, std::move(world), write_timeout, calls));
+    auto reactor = std::shared_ptr<SubscribeReactor>(
+        new SubscribeReactor(context, std::move(world), write_timeout, calls));
     reactor->rate_limited_ = options.max_rate_hz > 0;
     reactor->self_ = reactor;
     *out = reactor.get();
@@ -479,7 +481,8 @@ grpc::ServerUnaryReactor* XformService::ListWorlds(
   return Serve<v1::ListWorldsRequest, v1::ListWorldsResponse>(
       active_calls_, context, request, response,
       [&](const v1::ListWorldsRequest&, v1::ListWorldsResponse* list) {
-        for (const auto& world : host_.List()) *list->add_worlds() = world->Info();
+        for (const auto& world : host_.List())
+          *list->add_worlds() = world->Info();
         return absl::OkStatus();
       });
 }
@@ -549,10 +552,10 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* XformService::Subscribe(
   const Limits& limits = host_.limits();
   if (static_cast<size_t>(request.entity_size()) + request.subtree_size() >
       limits.max_filter_ids) {
-    return new RefusedStream(absl::ResourceExhaustedError(
-        absl::StrCat("a subscription filter names at most ",
-                     limits.max_filter_ids, " entities and subtrees "
-                     "(--max_filter_ids)")));
+    return new RefusedStream(absl::ResourceExhaustedError(absl::StrCat(
+        "a subscription filter names at most ", limits.max_filter_ids,
+        " entities and subtrees "
+        "(--max_filter_ids)")));
   }
   absl::StatusOr<std::shared_ptr<HostedWorld>> world =
       host_.Get(request.world());

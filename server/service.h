@@ -47,14 +47,14 @@ class XformService final : public RawXformService {
 
   using Unary = grpc::ServerUnaryReactor;
   using Bytes = grpc::ByteBuffer;
-  Unary* CreateWorld(grpc::CallbackServerContext* context,
-                     const Bytes* request, Bytes* response) override;
+  Unary* CreateWorld(grpc::CallbackServerContext* context, const Bytes* request,
+                     Bytes* response) override;
   Unary* ListWorlds(grpc::CallbackServerContext* context, const Bytes* request,
                     Bytes* response) override;
   Unary* GetWorld(grpc::CallbackServerContext* context, const Bytes* request,
                   Bytes* response) override;
-  Unary* DeleteWorld(grpc::CallbackServerContext* context,
-                     const Bytes* request, Bytes* response) override;
+  Unary* DeleteWorld(grpc::CallbackServerContext* context, const Bytes* request,
+                     Bytes* response) override;
   Unary* Apply(grpc::CallbackServerContext* context, const Bytes* request,
                Bytes* response) override;
   grpc::ServerBidiReactor<Bytes, Bytes>* ApplyStream(

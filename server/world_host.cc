@@ -225,8 +225,8 @@ absl::Status WorldHost::Delete(absl::string_view name) {
     world = std::move(it->second);
     worlds_.erase(it);
   }
-  world->replicator().EndAll(
-      absl::NotFoundError(absl::StrCat("world ", Quoted(name), " was deleted")));
+  world->replicator().EndAll(absl::NotFoundError(
+      absl::StrCat("world ", Quoted(name), " was deleted")));
   return absl::OkStatus();
 }
 

@@ -45,9 +45,9 @@ std::string Quoted(absl::string_view name);
 struct Limits {
   size_t max_worlds = 64;
   size_t max_entities_per_world = 4'000'000;
-  size_t max_batch = 1'000'000;  // Entities named by one Apply request.
-  size_t max_commands = 65'536;  // Commands in one Apply request.
-  size_t max_subscribers = 256;  // Per world.
+  size_t max_batch = 1'000'000;    // Entities named by one Apply request.
+  size_t max_commands = 65'536;    // Commands in one Apply request.
+  size_t max_subscribers = 256;    // Per world.
   size_t max_filter_ids = 65'536;  // Entities + subtrees in one Subscribe.
   size_t max_message_bytes = 16 << 20;
 };

@@ -252,7 +252,8 @@ int Main() {
   transport.keepalive_ms = absl::GetFlag(FLAGS_keepalive_ms);
   transport.min_client_ping_interval_ms =
       absl::GetFlag(FLAGS_min_client_ping_interval_ms);
-  transport.max_connection_idle_ms = absl::GetFlag(FLAGS_max_connection_idle_ms);
+  transport.max_connection_idle_ms =
+      absl::GetFlag(FLAGS_max_connection_idle_ms);
   transport.max_connection_age_ms = absl::GetFlag(FLAGS_max_connection_age_ms);
   transport.max_streams_per_connection =
       absl::GetFlag(FLAGS_max_streams_per_connection);

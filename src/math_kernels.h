@@ -111,12 +111,12 @@ inline void MultiplyAffineChecked(const float* __restrict a,
 #endif
 
 // Records whether the sweep's products were finite, at the cost of two adds,
-// a multiply and an or per product, with no branch and no reload: the three rows are summed
-// and x * 0 is 0 for a finite x and NaN otherwise; or-ing a NaN's bits into
-// zeros leaves a NaN. An infinity or NaN anywhere makes its column's sum
-// non-finite. The sum can also overflow where no entry does, when a column's
-// entries are each beyond about 1e38: such a matrix counts as not finite,
-// which no transform of a sane scene comes near.
+// a multiply and an or per product, with no branch and no reload: the three
+// rows are summed and x * 0 is 0 for a finite x and NaN otherwise; or-ing a
+// NaN's bits into zeros leaves a NaN. An infinity or NaN anywhere makes its
+// column's sum non-finite. The sum can also overflow where no entry does, when
+// a column's entries are each beyond about 1e38: such a matrix counts as not
+// finite, which no transform of a sane scene comes near.
 class FiniteCheck {
  public:
 #if defined(__SSE2__)

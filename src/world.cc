@@ -63,8 +63,7 @@ struct SweepStep {
   void operator()(Index j) const {
     const Index p = parent[j];
     const Matrix3x4& parent_world = p == kNoIndex ? kIdentity : world[p];
-    check.Multiply(parent_world.m.data(), local[j].m.data(),
-                   world[j].m.data());
+    check.Multiply(parent_world.m.data(), local[j].m.data(), world[j].m.data());
   }
 
   // What sweeping from `j` reads and writes first, except the parent's world.
@@ -877,8 +876,7 @@ World::ListsMark World::MarkLists() {
   return {moved_slots_.size(), created_slots_.size()};
 }
 
-absl::Status World::TakeBack(absl::Span<const UndoStep> steps,
-                             ListsMark mark) {
+absl::Status World::TakeBack(absl::Span<const UndoStep> steps, ListsMark mark) {
   // Nothing here reads a world matrix: those the batch made are not finite.
   std::vector<size_t> recreated;  // Steps.
   for (size_t k = steps.size(); k-- > 0;) {
@@ -889,7 +887,8 @@ absl::Status World::TakeBack(absl::Span<const UndoStep> steps,
         break;
       case UndoStep::kDestroyCreated:
         // Gone already when an earlier creation was its ancestor.
-        if (Has(step.entity)) ApplyDestroy({step.entity, DestroyMode::kSubtree});
+        if (Has(step.entity))
+          ApplyDestroy({step.entity, DestroyMode::kSubtree});
         break;
       case UndoStep::kLinkBack:
         ApplyLink({step.entity, step.parent, LinkMode::kKeepLocal});

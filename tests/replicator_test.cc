@@ -282,7 +282,8 @@ TEST_F(ReplicatorTest, FramesSkippedCountsOnlyFramesThatChangedTheView) {
       replicator_.Subscribe(subtree, std::make_shared<CountingSink>());
   const auto echo =
       replicator_.Subscribe(no_echo, std::make_shared<CountingSink>());
-  const auto whole = replicator_.Subscribe({}, std::make_shared<CountingSink>());
+  const auto whole =
+      replicator_.Subscribe({}, std::make_shared<CountingSink>());
   State a, b, c;
   Drain(replicator_, filtered, &a);
   Drain(replicator_, echo, &b);

@@ -27,6 +27,7 @@
 #include "gtest/gtest.h"
 #include "server/service.h"
 #include "tests/loopback_server.h"
+#include "tests/raw_call.h"
 #include "xform/v1/xform.grpc.pb.h"
 #include "xform/world.h"
 #include "xform_test/reflection.pb.h"
@@ -1068,8 +1069,8 @@ TEST_F(BadInputTest, NonFiniteAndInvalidTransformsAreInvalidArgument) {
   // Finite numbers whose product is not: a parent scaled 1e30 over a child
   // at 1e10; and two positions of 3e38 in a row.
   v1::ApplyRequest overflow = SetLocal(1, {});
-  overflow.mutable_commands(0)->mutable_set_local()->mutable_local()->Set(7,
-                                                                        1e30f);
+  overflow.mutable_commands(0)->mutable_set_local()->mutable_local()->Set(
+      7, 1e30f);
   Transform far;
   far.position.x = 1e10f;
   auto* child = overflow.mutable_commands(0)->mutable_set_local();
@@ -1149,32 +1150,14 @@ TEST_F(BadInputTest, UnparseableSubscribeRequestIsInvalidArgument) {
   EXPECT_EQ(Info("w").subscribers(), 0u);
 }
 
-// Sends `bytes` as the request of a unary method, as a hostile client can.
-grpc::Status RawUnary(const std::shared_ptr<grpc::Channel>& channel,
-                      const std::string& method, const std::string& bytes) {
-  grpc::GenericStub generic(channel);
-  grpc::ClientContext context;
-  grpc::Slice slice(bytes);
-  grpc::ByteBuffer request(&slice, 1);
-  grpc::ByteBuffer response;
-  absl::Notification done;
-  grpc::Status status;
-  generic.UnaryCall(&context, method, grpc::StubOptions(), &request, &response,
-                    [&](grpc::Status s) {
-                      status = std::move(s);
-                      done.Notify();
-                    });
-  done.WaitForNotification();
-  return status;
-}
-
 TEST_F(BadInputTest, UnparseableUnaryRequestsAreInvalidArgument) {
   const std::string garbage = "\xff\xff\xff\xff not a protobuf";
   for (const char* method :
        {"/xform.v1.Xform/Apply", "/xform.v1.Xform/CreateWorld",
         "/xform.v1.Xform/GetWorld", "/xform.v1.Xform/Read",
         "/xform.v1.Xform/DeleteWorld", "/xform.v1.Xform/ListWorlds"}) {
-    const grpc::Status status = RawUnary(NewChannel(), method, garbage);
+    const grpc::Status status =
+        xform::tests::RawUnary(NewChannel(), method, garbage);
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
         << method << ": " << status.error_message();
     EXPECT_NE(status.error_message().find("not a valid"), std::string::npos)
@@ -1191,8 +1174,7 @@ TEST_F(BadInputTest, ApplyStreamEndsWithInvalidArgumentOnAnUnparseableBatch) {
   grpc::ClientContext context;
   void* tag = nullptr;
   bool ok = false;
-  auto call =
-      generic.PrepareCall(&context, "/xform.v1.Xform/ApplyStream", &cq);
+  auto call = generic.PrepareCall(&context, "/xform.v1.Xform/ApplyStream", &cq);
   call->StartCall(reinterpret_cast<void*>(1));
   ASSERT_TRUE(cq.Next(&tag, &ok) && ok);
   Transform moved;

@@ -493,20 +493,18 @@ TEST_F(OverflowTest, CreationsThatOverflowAreTakenBack) {
   ExpectTakenBack(world_.Create(20, 4, At(3e38f, 0, 0)));
   ExpectTakenBack(world_.CreateMany(
       {{20, 8, At(1, 0, 0)}, {21, 20, At(1, 0, 0)}, {22, 1, At(0, 0, 1e9f)}}));
-  ExpectTakenBack(world_.Apply({CreateOp{20, kNoEntity, {}},
-                                CreateOp{21, 20, {}},
-                                LinkOp{20, 1, LinkMode::kKeepLocal},
-                                SetLocalOp{21, At(1e9f, 0, 0)}}));
+  ExpectTakenBack(world_.Apply(
+      {CreateOp{20, kNoEntity, {}}, CreateOp{21, 20, {}},
+       LinkOp{20, 1, LinkMode::kKeepLocal}, SetLocalOp{21, At(1e9f, 0, 0)}}));
 }
 
 TEST_F(OverflowTest, GeneralBatchesThatOverflowAreTakenBack) {
   ExpectTakenBack(world_.Link(5, 1));  // 1e10 under a 1e30 scale.
-  ExpectTakenBack(world_.Apply({DestroyOp{9, DestroyMode::kReparentChildren},
-                                DestroyOp{6, DestroyMode::kSubtree},
-                                LinkOp{8, 4, LinkMode::kKeepLocal},
-                                SetLocalOp{2, At(2, 0, 0)},
-                                LinkOp{7, 1, LinkMode::kKeepWorld},
-                                SetLocalOp{3, At(0, 1e10f, 0)}}));
+  ExpectTakenBack(world_.Apply(
+      {DestroyOp{9, DestroyMode::kReparentChildren},
+       DestroyOp{6, DestroyMode::kSubtree}, LinkOp{8, 4, LinkMode::kKeepLocal},
+       SetLocalOp{2, At(2, 0, 0)}, LinkOp{7, 1, LinkMode::kKeepWorld},
+       SetLocalOp{3, At(0, 1e10f, 0)}}));
 }
 
 // A refused batch that destroys what an earlier batch of the frame moved

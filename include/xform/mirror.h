@@ -42,8 +42,8 @@ namespace xform {
 // monitor, a load driver). The spans are valid only during the callback.
 struct MirrorUpdate {
   uint64_t frame = 0;
-  bool snapshot = false;        // Part of the initial (or a resync) snapshot.
-  bool snapshot_done = false;   // The snapshot's last message.
+  bool snapshot = false;       // Part of the initial (or a resync) snapshot.
+  bool snapshot_done = false;  // The snapshot's last message.
   // A frame too big for one message comes in parts; the copy takes them in
   // together, at the last one.
   uint32_t part = 0;
@@ -51,9 +51,9 @@ struct MirrorUpdate {
   // Of the frames that changed this view since the previous message, how
   // many more than one this message folds together (0 when keeping up).
   uint64_t frames_skipped = 0;
-  absl::Time published;         // The server's clock at publication.
-  absl::Time received;          // This process's clock at arrival.
-  size_t bytes = 0;             // The message's encoded size.
+  absl::Time published;  // The server's clock at publication.
+  absl::Time received;   // This process's clock at arrival.
+  size_t bytes = 0;      // The message's encoded size.
   absl::Span<const EntityId> moved;
   absl::Span<const float> moved_world;  // 12 per moved entity.
   absl::Span<const EntityId> created;

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# A soak of one xformd under everything at once, for --seconds (default 600):
+#   - churn: xform-load writing a 100k-entity scene world at 60 Hz with four
+#     healthy subscribers and one that stalls, reporting their latency;
+#   - stalled subscribers: three `xformctl watch` whose output nobody reads;
+#   - deep chains, join storms, fuzzed, oversized and expanding requests:
+#     tools/soak_hostile.py.
+# Samples xformd's RSS every 10 s, and at the end prints the healthy
+# subscribers' p99 (xform-load's report), the statuses the hostile client
+# saw, and whether any was INTERNAL or UNKNOWN. Not run in CI.
+#
+#   bash tools/soak.sh [BUILD_DIR] [SECONDS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+seconds=${2:-600}
+port=50071
+address=127.0.0.1:$port
+out=$(mktemp -d)
+echo "soak: ${seconds} s against xformd on $address; logs in $out"
+
+if ! /usr/bin/python3 -c 'import grpc' 2>/dev/null; then
+  sudo=""
+  if [[ "$(id -u)" -ne 0 ]]; then sudo="sudo"; fi
+  $sudo apt-get install -y -q --no-install-recommends python3-grpcio >/dev/null
+fi
+
+"$build/server/xformd" --listen="$address" 2>"$out/xformd.log" &
+xformd=$!
+cleanup() { kill "$xformd" 2>/dev/null || true; kill $(jobs -p) 2>/dev/null || true; }
+trap cleanup EXIT
+sleep 1
+
+"$build/client/xform-load" --server="$address" --server_pid="$xformd" \
+  --world=soak --entities=100000 --move=1000 --subscribers=4 --stall_s=2 \
+  --seconds="$seconds" >"$out/load.txt" 2>&1 &
+load=$!
+sleep 5  # The world exists once xform-load has built it.
+
+stalled=()
+for k in 1 2 3; do
+  # The pipe fills and nobody reads it: the subscriber stops reading.
+  ("$build/client/xformctl" --server="$address" watch soak --verbose |
+    sleep "$seconds") 2>/dev/null &
+  stalled+=($!)
+done
+
+/usr/bin/python3 tools/soak_hostile.py --server="$address" --world=soak \
+  --seconds="$((seconds - 10))" >"$out/hostile.txt" 2>&1 &
+hostile=$!
+
+echo "time_s rss_mb"
+start=$(date +%s)
+while kill -0 "$load" 2>/dev/null; do
+  echo "$(( $(date +%s) - start )) $(awk '/VmRSS/ { printf "%.0f", $2 / 1024 }' \
+    /proc/$xformd/status)"
+  sleep 10
+done
+hostile_status=0
+wait "$hostile" || hostile_status=$?
+echo "--- xform-load (healthy subscribers' latency):"
+cat "$out/load.txt" | tail -20
+echo "--- hostile client:"
+tail -3 "$out/hostile.txt"
+echo "--- xformd warnings and errors:"
+grep -E ' [WE] ' "$out/xformd.log" | sort | uniq -c | sort -rn | head -10 || true
+kill -0 "$xformd" && echo "xformd: still up"
+exit "$hostile_status"

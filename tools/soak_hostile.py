@@ -1,0 +1,220 @@
+#!/usr/bin/python3
+"""Hostile and unlucky clients against one xformd, for tools/soak.sh.
+
+Loops until --seconds have passed, each round doing, against --server:
+  - deep chains: a world with a --depth-deep chain, a subtree subscriber of
+    its root that reads the snapshot, the root moved, the world deleted;
+  - join storms: --storm subscribers of the soak world at once, each reading
+    its snapshot and a few frames, then leaving;
+  - fuzzed requests: random bytes, and random mutations of valid requests, to
+    every unary method;
+  - oversized and expanding requests: 15 MB of empty commands, a 20 MB
+    message, a subscription listing 2M entities.
+Prints one line per round and, at the end, every status code seen and how
+often; exits 1 if INTERNAL or UNKNOWN was ever seen.
+
+Uses Debian's python3-grpcio; requests are encoded by hand (no generated
+code), which is also how a hostile client would.
+"""
+
+import argparse
+import collections
+import random
+import struct
+import sys
+import threading
+import time
+
+import grpc
+
+SERVICE = "/xform.v1.Xform/"
+
+
+def varint(n):
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def field(number, wire_type, payload):
+    key = varint((number << 3) | wire_type)
+    if wire_type == 2:
+        return key + varint(len(payload)) + payload
+    return key + payload
+
+
+def string_field(number, text):
+    return field(number, 2, text.encode())
+
+
+def packed_fixed64(number, values):
+    return field(number, 2, struct.pack("<%dQ" % len(values), *values))
+
+
+def packed_floats(number, values):
+    return field(number, 2, struct.pack("<%df" % len(values), *values))
+
+
+def apply_request(world, commands, end_frame=True):
+    body = string_field(1, world)
+    for command in commands:
+        body += field(2, 2, command)
+    if end_frame:
+        body += field(3, 0, varint(1))
+    return body
+
+
+def create_command(entities, parents):
+    return field(1, 2, packed_fixed64(1, entities) + packed_fixed64(2, parents))
+
+
+def set_local_command(entities, x):
+    local = []
+    for _ in entities:
+        local += [x, 0, 0, 0, 0, 0, 1, 1, 1, 1]
+    return field(4, 2, packed_fixed64(1, entities) + packed_floats(2, local))
+
+
+def subscribe_request(world, entities=(), subtrees=()):
+    body = string_field(1, world)
+    if entities:
+        body += packed_fixed64(2, list(entities))
+    if subtrees:
+        body += packed_fixed64(3, list(subtrees))
+    return body
+
+
+class Client:
+    def __init__(self, address):
+        options = [("grpc.max_send_message_length", 64 << 20),
+                   ("grpc.max_receive_message_length", 64 << 20),
+                   ("grpc.use_local_subchannel_pool", 1)]
+        self.channel = grpc.insecure_channel(address, options=options)
+        self.codes = collections.Counter()
+        self.lock = threading.Lock()
+
+    def note(self, code):
+        with self.lock:
+            self.codes[code.name] += 1
+
+    def unary(self, method, body, timeout=60):
+        call = self.channel.unary_unary(SERVICE + method,
+                                        request_serializer=lambda b: b,
+                                        response_deserializer=lambda b: b)
+        try:
+            call(body, timeout=timeout)
+            self.note(grpc.StatusCode.OK)
+        except grpc.RpcError as error:
+            self.note(error.code())
+
+    def subscribe(self, body, messages, timeout=120):
+        """Reads up to `messages` messages (a part each), then cancels."""
+        call = self.channel.unary_stream(SERVICE + "Subscribe",
+                                         request_serializer=lambda b: b,
+                                         response_deserializer=lambda b: b)
+        stream = call(body, timeout=timeout)
+        read = 0
+        try:
+            for _ in stream:
+                read += 1
+                if read >= messages:
+                    stream.cancel()
+                    break
+            self.note(grpc.StatusCode.OK)
+        except grpc.RpcError as error:
+            code = error.code()
+            self.note(grpc.StatusCode.OK if code == grpc.StatusCode.CANCELLED
+                      else code)
+        return read
+
+
+def deep_chain(client, depth, round_number):
+    world = "deep%d" % (round_number % 4)
+    client.unary("DeleteWorld", string_field(1, world))
+    client.unary("CreateWorld", string_field(1, world) + field(2, 0, varint(2)))
+    entities = list(range(1, depth + 1))
+    parents = [0] + entities[:-1]
+    client.unary("Apply", apply_request(world, [create_command(entities,
+                                                               parents)]))
+    reader = threading.Thread(
+        target=client.subscribe,
+        args=(subscribe_request(world, subtrees=[1]), 1000))
+    reader.start()
+    client.unary("Apply", apply_request(world, [set_local_command([1], 1.0)]))
+    reader.join()
+    client.unary("DeleteWorld", string_field(1, world))
+
+
+def join_storm(client, world, count):
+    threads = [threading.Thread(target=client.subscribe,
+                                args=(subscribe_request(world), 40))
+               for _ in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def fuzz(client, world, rng, count):
+    valid = {
+        "Apply": apply_request(world, [set_local_command([1, 2], 0.5)]),
+        "Read": string_field(1, world) + packed_fixed64(2, [1, 2]),
+        "GetWorld": string_field(1, world),
+        "ListWorlds": b"",
+        "CreateWorld": string_field(1, "fuzz") + field(2, 0, varint(2)),
+    }
+    for _ in range(count):
+        method = rng.choice(list(valid))
+        if rng.random() < 0.5:
+            body = bytes(rng.getrandbits(8) for _ in range(rng.randint(0, 200)))
+        else:
+            body = bytearray(valid[method])
+            for _ in range(rng.randint(1, 4)):
+                if body:
+                    body[rng.randrange(len(body))] = rng.getrandbits(8)
+            body = bytes(body)
+        client.unary(method, body, timeout=10)
+    client.unary("DeleteWorld", string_field(1, "fuzz"))
+
+
+def oversized(client, world):
+    client.unary("Apply", string_field(1, world) + b"\x12\x00" * 7_500_000)
+    client.unary("Apply", string_field(1, world) + b"\x00" * (20 << 20))
+    client.subscribe(subscribe_request(world, entities=range(1, 2_000_001)), 1)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--server", default="127.0.0.1:50071")
+    parser.add_argument("--world", default="soak")
+    parser.add_argument("--seconds", type=float, default=600)
+    parser.add_argument("--depth", type=int, default=100_000)
+    parser.add_argument("--storm", type=int, default=20)
+    args = parser.parse_args()
+    client = Client(args.server)
+    rng = random.Random(1)
+    end = time.time() + args.seconds
+    round_number = 0
+    while time.time() < end:
+        start = time.time()
+        deep_chain(client, args.depth, round_number)
+        join_storm(client, args.world, args.storm)
+        fuzz(client, args.world, rng, 200)
+        oversized(client, args.world)
+        round_number += 1
+        print("round %d: %.1f s, statuses %s" %
+              (round_number, time.time() - start, dict(client.codes)),
+              flush=True)
+    bad = client.codes["INTERNAL"] + client.codes["UNKNOWN"]
+    print("statuses: %s; INTERNAL/UNKNOWN: %d" % (dict(client.codes), bad))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
