@@ -106,6 +106,7 @@ class PartWriter {
 
 void Replicator::Note(Subscription& s, EntityId e, uint8_t event) {
   s.noted = true;
+  if (s.resync) return;  // It gets its view whole.
   auto [it, inserted] = s.pending.try_emplace(e, 0);
   uint8_t& flags = it->second;
   if (event == kEntered) {
@@ -244,8 +245,8 @@ void Replicator::Publish(const FrameChanges& changes, absl::Time time,
     std::vector<std::shared_ptr<const Outgoing>> shared;
     for (auto& [id, s] : subs_) {
       const bool caught_up = s->whole_world && s->pending.empty() &&
-                             s->parts.empty() && s->ready.empty() &&
-                             s->options.max_rate_hz == 0 &&
+                             !s->resync && s->parts.empty() &&
+                             s->ready.empty() && s->options.max_rate_hz == 0 &&
                              s->options.no_echo_client_id.empty();
       if (!caught_up) continue;
       if (shared.empty()) {
@@ -366,6 +367,14 @@ void Replicator::Publish(const FrameChanges& changes, absl::Time time,
         ++s->frames_with_changes;
         s->noted = false;
       }
+      if (s->pending.size() > max_pending_) {
+        absl::flat_hash_map<EntityId, uint8_t>().swap(s->pending);  // Freed.
+        s->resync = true;
+      }
+      if (s->resync) {
+        wake.push_back(s->sink);
+        continue;
+      }
       if (served.contains(id)) continue;
       if (!s->pending.empty() || !s->ready.empty()) wake.push_back(s->sink);
     }
@@ -449,6 +458,7 @@ void Replicator::BuildSnapshot(Subscription& s) {
   } else {
     // Shallowest roots first, so a root inside another's subtree is covered
     // by it; then the listed entities outside every subtree, by depth.
+    s.in_subtree.clear();
     std::vector<EntityId> roots;
     for (EntityId root : s.options.subtrees) {
       if (state_.contains(root)) roots.push_back(root);
@@ -468,9 +478,11 @@ void Replicator::BuildSnapshot(Subscription& s) {
     SortByDepth(listed);
     for (EntityId e : listed) add(e);
   }
-  for (auto& part : writer.Finish(/*frames_skipped=*/0)) {
-    s.parts.push_back(std::move(part));
-  }
+  const uint64_t skipped =
+      s.frames_with_changes > 0 ? s.frames_with_changes - 1 : 0;
+  s.frames_skipped += skipped;
+  s.frames_with_changes = 0;
+  for (auto& part : writer.Finish(skipped)) s.parts.push_back(std::move(part));
   s.last_frame_sent = frame_;
 }
 
@@ -505,6 +517,11 @@ std::shared_ptr<const Outgoing> Replicator::Next(SubscriptionId id,
     s.frames_with_changes = 0;
   }
   if (!s.parts.empty()) return TakePart(s);
+  if (s.resync && now >= s.next_allowed) {
+    s.resync = false;
+    BuildSnapshot(s);
+    return TakePart(s);
+  }
   if (s.pending.empty() || now < s.next_allowed) return nullptr;
 
   // Everything pending, from the latest published state, in the order the

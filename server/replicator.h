@@ -87,7 +87,12 @@ class Replicator {
  public:
   using SubscriptionId = uint64_t;
 
-  Replicator() = default;
+  // A subscriber with more than `max_pending` entities' changes folded and
+  // unsent (it stopped reading, or reads far slower than the world changes)
+  // drops them and is resent its view whole, as a snapshot, when it reads
+  // again: a laggard costs O(max_pending), never O(world).
+  explicit Replicator(size_t max_pending = 65'536)
+      : max_pending_(max_pending) {}
   Replicator(const Replicator&) = delete;
   Replicator& operator=(const Replicator&) = delete;
 
@@ -159,6 +164,9 @@ class Replicator {
     // being published has, so far.
     uint64_t frames_with_changes = 0;
     bool noted = false;
+    // Fell too far behind: `pending` was dropped, and the next message is a
+    // fresh snapshot of the view (which the Mirror diffs, as on a resync).
+    bool resync = false;
     absl::Time next_allowed = absl::InfinitePast();
   };
 
@@ -183,6 +191,8 @@ class Replicator {
   // Turns untaken shared parts back into pending events.
   static void Fold(Subscription& s);
   void RemoveChild(EntityId parent, EntityId child);
+  // Queues a snapshot of the view at the last published frame; rebuilds a
+  // subtree view's membership.
   void BuildSnapshot(Subscription& s);
   // Parents-first order: by depth in the published state.
   void SortByDepth(std::vector<EntityId>& entities) const;
@@ -191,6 +201,7 @@ class Replicator {
   // Abseil is built without ThreadSanitizer annotations, so TSan cannot see
   // absl::Mutex's ordering, and this class is what the TSan build checks.
   // The private helpers above expect it held.
+  const size_t max_pending_;
   mutable std::mutex mu_;
   absl::flat_hash_map<EntityId, Published> state_;
   // Children by parent in the published state; kNoEntity holds the roots.

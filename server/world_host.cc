@@ -37,12 +37,14 @@ std::string Quoted(absl::string_view name) {
 
 // ---------------------------------------------------------------------------
 
-HostedWorld::HostedWorld(std::string name, v1::FrameMode mode, double tick_hz)
+HostedWorld::HostedWorld(std::string name, v1::FrameMode mode, double tick_hz,
+                         size_t max_pending)
     : name_(std::move(name)),
       mode_(mode),
       tick_hz_(tick_hz),
       tick_(mode == v1::FRAME_MODE_TICK ? absl::Seconds(1.0 / tick_hz)
-                                        : absl::InfiniteDuration()) {}
+                                        : absl::InfiniteDuration()),
+      replicator_(max_pending) {}
 
 HostedWorld::MemoryReturn::~MemoryReturn() { malloc_trim(0); }
 
@@ -190,7 +192,8 @@ absl::StatusOr<std::shared_ptr<HostedWorld>> WorldHost::Create(
     return absl::ResourceExhaustedError(absl::StrCat(
         "the server holds its limit of ", limits_.max_worlds, " worlds"));
   }
-  auto world = std::make_shared<HostedWorld>(request.name(), mode, tick_hz);
+  auto world = std::make_shared<HostedWorld>(request.name(), mode, tick_hz,
+                                             limits_.max_pending);
   worlds_[request.name()] = world;
   return world;
 }

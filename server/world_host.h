@@ -49,12 +49,16 @@ struct Limits {
   size_t max_commands = 65'536;    // Commands in one Apply request.
   size_t max_subscribers = 256;    // Per world.
   size_t max_filter_ids = 65'536;  // Entities + subtrees in one Subscribe.
+  // Changed entities a subscriber may have unsent before it is resent its
+  // view whole instead (see Replicator).
+  size_t max_pending = 65'536;
   size_t max_message_bytes = 16 << 20;
 };
 
 class HostedWorld {
  public:
-  HostedWorld(std::string name, v1::FrameMode mode, double tick_hz);
+  HostedWorld(std::string name, v1::FrameMode mode, double tick_hz,
+              size_t max_pending = 65'536);
 
   const std::string& name() const { return name_; }
   v1::FrameMode mode() const { return mode_; }

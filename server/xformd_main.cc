@@ -46,6 +46,9 @@ ABSL_FLAG(uint64_t, max_commands, 65'536,
 ABSL_FLAG(uint64_t, max_subscribers, 256, "Most subscribers per world");
 ABSL_FLAG(uint64_t, max_filter_ids, 65'536,
           "Most entities and subtrees one subscription may list");
+ABSL_FLAG(uint64_t, max_pending, 65'536,
+          "Changed entities a subscriber may have unsent before it is resent "
+          "its view whole (a snapshot) instead: bounds a laggard's memory");
 ABSL_FLAG(uint64_t, max_message_bytes, 16 << 20,
           "Largest message in or out; larger requests get RESOURCE_EXHAUSTED");
 ABSL_FLAG(uint64_t, memory_quota_mb, 256,
@@ -160,6 +163,7 @@ std::vector<std::string> FlagErrors() {
         {absl::GetFlag(FLAGS_max_commands), "--max_commands"},
         {absl::GetFlag(FLAGS_max_subscribers), "--max_subscribers"},
         {absl::GetFlag(FLAGS_max_filter_ids), "--max_filter_ids"},
+        {absl::GetFlag(FLAGS_max_pending), "--max_pending"},
         {absl::GetFlag(FLAGS_memory_quota_mb), "--memory_quota_mb"}}) {
     check(value > 0, absl::StrCat(name, " must be at least 1"));
   }
@@ -228,6 +232,7 @@ int Main() {
   limits.max_commands = absl::GetFlag(FLAGS_max_commands);
   limits.max_subscribers = absl::GetFlag(FLAGS_max_subscribers);
   limits.max_filter_ids = absl::GetFlag(FLAGS_max_filter_ids);
+  limits.max_pending = absl::GetFlag(FLAGS_max_pending);
   limits.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   WorldHost host(limits, absl::GetFlag(FLAGS_tick_hz));
   ServiceOptions options;

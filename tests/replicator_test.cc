@@ -38,6 +38,8 @@ struct Entry {
 using State = std::map<EntityId, Entry>;
 
 void ApplyUpdate(const v1::FrameUpdate& u, State* state) {
+  // A snapshot, at the start or after falling too far behind, replaces all.
+  if (u.snapshot() && u.part() == 0) state->clear();
   for (EntityId e : u.destroyed()) state->erase(e);
   for (int k = 0; k < u.created_size(); ++k)
     (*state)[u.created(k)].parent = u.created_parent(k);
@@ -313,6 +315,61 @@ TEST_F(ReplicatorTest, FramesSkippedCountsOnlyFramesThatChangedTheView) {
     ASSERT_NE(update, nullptr);
     EXPECT_EQ(update->message().frames_skipped(), 4u) << id;
   }
+}
+
+// A subscriber that stops reading holds at most max_pending changes; when it
+// reads again it is resent its view whole, and converges exactly.
+TEST(ReplicatorLagTest, ALaggardCostsBoundedMemoryAndResyncs) {
+  World world;
+  FrameChanges changes;
+  Replicator replicator(/*max_pending=*/1000);
+  std::vector<CreateOp> scene;
+  for (EntityId e = 1; e <= 10'000; ++e) {
+    scene.push_back({e, e % 100 == 1 ? 0 : e - 1, At(1)});
+  }
+  ASSERT_TRUE(world.CreateMany(scene).ok());
+  world.EndFrame(&changes);
+  replicator.Publish(changes, absl::Now());
+  SubscriptionOptions subtree;
+  subtree.subtrees = {101};
+  const auto whole = replicator.Subscribe({}, std::make_shared<CountingSink>());
+  const auto part =
+      replicator.Subscribe(subtree, std::make_shared<CountingSink>());
+  State a, b;
+  Drain(replicator, whole, &a);
+  Drain(replicator, part, &b);
+  std::mt19937 rng(3);
+  for (int f = 0; f < 50; ++f) {
+    std::vector<SetLocalOp> moves;
+    for (int k = 0; k < 200; ++k) {
+      const EntityId e =
+          std::uniform_int_distribution<EntityId>(1, 10'000)(rng);
+      if (world.Has(e)) moves.push_back({e, At(static_cast<float>(f))});
+    }
+    ASSERT_TRUE(world.SetLocals(moves).ok());
+    if (f == 25) {
+      ASSERT_TRUE(world.Destroy(150).ok());  // In the subtree.
+    }
+    world.EndFrame(&changes);
+    replicator.Publish(changes, absl::Now());
+    for (const SubscriberStats& stats : replicator.Stats()) {
+      EXPECT_LE(stats.pending, 1000u);
+    }
+  }
+  v1::FrameUpdate last;
+  Drain(replicator, whole, &a, &last);
+  EXPECT_TRUE(last.snapshot());
+  EXPECT_EQ(a, Snapshot(world));
+  Drain(replicator, part, &b);
+  State expected;
+  for (const auto& [e, entry] : Snapshot(world)) {
+    if (e >= 101 && e <= 200 && world.Has(e)) {
+      bool under = false;
+      for (EntityId x = e; x != 0; x = *world.Parent(x)) under |= x == 101;
+      if (under) expected[e] = entry;
+    }
+  }
+  EXPECT_EQ(b, expected);
 }
 
 // Publishing, consuming, subscribing and leaving, all at once. Every consumer

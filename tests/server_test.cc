@@ -51,6 +51,8 @@ struct Mirror {
   bool synced = false;  // The snapshot is complete.
 
   void Apply(const FrameUpdate& u) {
+    // A snapshot, at the start or after falling too far behind, replaces all.
+    if (u.snapshot() && u.part() == 0) entities.clear();
     for (EntityId e : u.destroyed()) entities.erase(e);
     for (int k = 0; k < u.created_size(); ++k) {
       entities[u.created(k)].parent = u.created_parent(k);

@@ -63,6 +63,7 @@ cat "$out/load.txt" | tail -20
 echo "--- hostile client:"
 tail -3 "$out/hostile.txt"
 echo "--- xformd warnings and errors:"
-grep -E ' [WE] ' "$out/xformd.log" | sort | uniq -c | sort -rn | head -10 || true
+grep -E ' [WE] ' "$out/xformd.log" | cut -d' ' -f2- | sed 's/[0-9][0-9.]*/N/g' |
+  sort | uniq -c | sort -rn | head -10 || true
 kill -0 "$xformd" && echo "xformd: still up"
 exit "$hostile_status"

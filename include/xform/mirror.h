@@ -16,7 +16,9 @@
 // When the stream drops (the server restarts, the network fails) the mirror
 // reconnects with backoff and resynchronises from a fresh snapshot; the
 // changes the caller is next given say so (`resynced`) and hold the net
-// difference, so nothing is missed and nothing needs to be re-read.
+// difference, so nothing is missed and nothing needs to be re-read. A mirror
+// that fell so far behind that the server resent its view whole (see
+// --max_pending) is resynchronised the same way, on the same stream.
 //
 // Thread-safe.
 
