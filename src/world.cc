@@ -342,7 +342,8 @@ absl::Status World::SetLocalsOf(size_t count, Get get) {
     }
   }
   std::vector<Index> targets(count);
-  std::vector<SavedLocal> saved(count);
+  std::vector<SavedLocal> saved;  // Filled as the ops apply, not zeroed first.
+  saved.reserve(count);
   const size_t swept_before = swept_.size();
   for (size_t k = 0; k < count; ++k) {
     if (k + kAhead < count) __builtin_prefetch(&slot_index_[slots[k + kAhead]]);
@@ -359,7 +360,7 @@ absl::Status World::SetLocalsOf(size_t count, Get get) {
       __builtin_prefetch(&slot_flags_[slots[k + kAhead]]);
       __builtin_prefetch(&slot_[i]);
     }
-    saved[k] = SaveLocal(targets[k]);  // Cached: the lines were fetched.
+    saved.push_back(SaveLocal(targets[k]));  // Cached: the lines were fetched.
     ApplySetLocal(targets[k], get(k).local);
   }
   if (!Propagate()) {
