@@ -326,14 +326,15 @@ void Replicator::Publish(const FrameChanges& changes, absl::Time time,
       // Parents first, so that an entity's membership can follow its
       // parent's, already updated, or unchanged when the parent was not
       // touched. The destroyed (absent now) sort anywhere.
-      std::vector<size_t> order(touched.size());
-      for (size_t k = 0; k < order.size(); ++k) order[k] = k;
-      const auto depth = [&](size_t k) {
+      // Depths looked up once each, not once per comparison.
+      std::vector<std::pair<uint32_t, size_t>> by_depth(touched.size());
+      for (size_t k = 0; k < touched.size(); ++k) {
         auto it = state_.find(touched[k]);
-        return it == state_.end() ? 0u : it->second.depth;
-      };
-      std::stable_sort(order.begin(), order.end(),
-                       [&](size_t a, size_t b) { return depth(a) < depth(b); });
+        by_depth[k] = {it == state_.end() ? 0u : it->second.depth, k};
+      }
+      std::sort(by_depth.begin(), by_depth.end());
+      std::vector<size_t> order(touched.size());
+      for (size_t k = 0; k < order.size(); ++k) order[k] = by_depth[k].second;
       for (size_t f = 0; f < filtered.size(); ++f) {
         Subscription& s = *filtered[f];
         for (size_t k : order) {

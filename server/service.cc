@@ -125,11 +125,13 @@ class ApplyStreamReactor final
       FinishWith(grpc::Status::OK);
       return;
     }
+    bool apply;
     {
       absl::MutexLock lock(&mu_);
-      if (!ending_) busy_ = true;
+      apply = !ending_;  // Shutdown may have come while the batch was read.
+      busy_ = apply;
     }
-    if (!busy()) {  // Shutdown came while this batch was on its way.
+    if (!apply) {
       FinishWith(grpc::Status::OK);
       return;
     }
@@ -195,11 +197,6 @@ class ApplyStreamReactor final
   ApplyStreamReactor(WorldHost& host, WriterRegistry& registry,
                      std::atomic<int>& calls)
       : host_(host), registry_(registry), hold_(calls) {}
-
-  bool busy() {
-    absl::MutexLock lock(&mu_);
-    return busy_;
-  }
 
   // Finishes once: with End()'s status when shutdown asked first. gRPC may run
   // OnDone inline, so nothing follows the Finish().
