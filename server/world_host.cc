@@ -17,6 +17,8 @@ namespace {
 constexpr absl::Duration kPollInterval = absl::Milliseconds(5);
 // How soon the ticker tries again to publish a world that was busy.
 constexpr absl::Duration kBusyRetry = absl::Milliseconds(1);
+// How long after a delete the ticker trims the heap again.
+constexpr absl::Duration kTrimDelay = absl::Seconds(1);
 
 bool ValidName(absl::string_view name) {
   if (name.empty() || name.size() > 128) return false;
@@ -227,6 +229,7 @@ absl::Status WorldHost::Delete(absl::string_view name) {
     }
     world = std::move(it->second);
     worlds_.erase(it);
+    trim_due_ = absl::Now() + kTrimDelay;
   }
   world->replicator().EndAll(absl::NotFoundError(
       absl::StrCat("world ", Quoted(name), " was deleted")));
@@ -264,6 +267,15 @@ void WorldHost::TickLoop() {
       if (now >= next_poll) world->replicator().Flush(now);
     }
     if (now >= next_poll) next_poll = now + kPollInterval;
+    bool trim = false;
+    {
+      absl::MutexLock lock(&mu_);
+      if (now >= trim_due_) {
+        trim_due_ = absl::InfiniteFuture();
+        trim = true;
+      }
+    }
+    if (trim) malloc_trim(0);
     absl::MutexLock lock(&mu_);
     if (mu_.AwaitWithDeadline(absl::Condition(&stopping_), wake)) return;
   }

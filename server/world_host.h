@@ -128,6 +128,10 @@ class WorldHost {
   absl::flat_hash_map<std::string, std::shared_ptr<HostedWorld>> worlds_
       ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // When the ticker gives freed memory back to the OS once more after a
+  // delete: what the deleting connections' buffers held is freed only after
+  // the world itself (see HostedWorld::MemoryReturn).
+  absl::Time trim_due_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   std::thread ticker_;
 };
 

@@ -455,15 +455,18 @@ TEST(XformdProcessTest, DeletingABigWorldGivesItsMemoryBack) {
   ASSERT_TRUE(delete_world());
   reconnect();
   // The world goes with its last reference, perhaps a moment later. The
-  // bound: 1.25x, or 10 MB over on a server this small (17 MB), where a few
-  // MB of allocator and gRPC state are most of the ratio. Before the fix
-  // 90 MB of the world stayed.
-  const double bound = std::max(1.25 * before, before + 10);
+  // bound: 1.25x before, or 95% of what the world took given back. On a
+  // server this small (17 MB) what gRPC keeps between connections (0-14 MB
+  // measured, in one thread's arena that malloc_trim finds in use) is most
+  // of the ratio. Before the fix 90 MB of the world's 440 stayed.
+  const double bound = before + std::max(0.25 * before, 0.05 * (full - before));
   double after = RssMb(xformd.pid());
   for (int k = 0; k < 100 && after >= bound; ++k) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     after = RssMb(xformd.pid());
   }
+  RecordProperty("rss_mb_before_full_after",
+                 absl::StrCat(before, " ", full, " ", after));
   EXPECT_GT(full, before + 100) << "the world did not take memory";
   EXPECT_LT(after, bound) << "before " << before << " MB, full " << full
                           << " MB, after " << after;
