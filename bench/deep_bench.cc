@@ -17,13 +17,7 @@
 //
 //   ./build/bench/xform_deep_bench [--entities=1000000] [--link_depth=80000]
 
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-
 #include <algorithm>
-#include <atomic>
-#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -36,6 +30,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "bench/bench_support.h"
 #include "grpcpp/grpcpp.h"
 #include "xform/v1/xform.grpc.pb.h"
 
@@ -45,39 +40,13 @@ ABSL_FLAG(int, links, 5'000, "Entities linked in the links case");
 ABSL_FLAG(int, port, 50093, "Loopback port for xformd");
 ABSL_FLAG(std::string, xformd, XFORMD_PATH, "The xformd binary");
 
-extern char** environ;
-
 namespace {
 
+using xform::bench::AddTrs;
+using xform::bench::Call;
+using xform::bench::Channel;
+using xform::bench::GapWatch;
 using xform::v1::FrameUpdate;
-
-std::shared_ptr<grpc::Channel> Channel(const std::string& address) {
-  grpc::ChannelArguments args;
-  args.SetMaxSendMessageSize(256 << 20);
-  args.SetMaxReceiveMessageSize(256 << 20);
-  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(),
-                                   args);
-}
-
-bool Call(xform::v1::Xform::Stub& stub, const xform::v1::ApplyRequest& r,
-          uint64_t* frame = nullptr) {
-  grpc::ClientContext context;
-  xform::v1::ApplyResponse response;
-  const grpc::Status status = stub.Apply(&context, r, &response);
-  if (!status.ok()) {
-    std::fprintf(stderr, "apply: %s\n", status.error_message().c_str());
-    return false;
-  }
-  if (frame) *frame = response.frame();
-  return true;
-}
-
-void AddTrs(float x, google::protobuf::RepeatedField<float>* out) {
-  for (float f : {x, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 1.0f, 1.0f, 1.0f, 1.0f}) {
-    out->Add(f);
-  }
-}
 
 // A subscription read on its own thread, counting the entities it holds and
 // the last complete frame.
@@ -124,65 +93,6 @@ class Reader {
   uint64_t frame_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-// The other world: a writer moves an entity every 5 ms, a subscriber notes
-// the longest time between two messages since Reset().
-class GapWatch {
- public:
-  explicit GapWatch(const std::string& address)
-      : stub_(xform::v1::Xform::NewStub(Channel(address))) {
-    writer_ = std::thread([this] {
-      for (int k = 0; !stop_; ++k) {
-        xform::v1::ApplyRequest move;
-        move.set_world("ticking");
-        auto* set = move.add_commands()->mutable_set_local();
-        set->add_entity(1);
-        AddTrs(static_cast<float>(k), set->mutable_local());
-        Call(*stub_, move);
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      }
-    });
-    reader_ = std::thread([this] {
-      xform::v1::SubscribeRequest request;
-      request.set_world("ticking");
-      auto reader = stub_->Subscribe(&context_, request);
-      FrameUpdate u;
-      while (reader->Read(&u)) {
-        const absl::Time now = absl::Now();
-        absl::MutexLock lock(&mu_);
-        if (last_ != absl::InfinitePast()) {
-          gap_ = std::max(gap_, now - last_);
-        }
-        last_ = now;
-      }
-      reader->Finish().IgnoreError();
-    });
-  }
-  ~GapWatch() {
-    stop_ = true;
-    writer_.join();
-    context_.TryCancel();
-    reader_.join();
-  }
-  void Reset() {
-    absl::MutexLock lock(&mu_);
-    gap_ = absl::ZeroDuration();
-  }
-  double MaxGapMs() {
-    absl::MutexLock lock(&mu_);
-    return absl::ToDoubleMilliseconds(gap_);
-  }
-
- private:
-  std::unique_ptr<xform::v1::Xform::Stub> stub_;
-  grpc::ClientContext context_;
-  std::atomic<bool> stop_{false};
-  std::thread writer_;
-  std::thread reader_;
-  absl::Mutex mu_;
-  absl::Duration gap_ ABSL_GUARDED_BY(mu_);
-  absl::Time last_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-};
-
 struct Row {
   std::string name;
   double deep_ms = 0, flat_ms = 0, deep_gap_ms = 0, flat_gap_ms = 0;
@@ -193,15 +103,8 @@ class Bench {
   explicit Bench(const std::string& address)
       : address_(address), stub_(xform::v1::Xform::NewStub(Channel(address))) {}
 
-  bool CreateWorld(const std::string& name, xform::v1::FrameMode mode,
-                   double hz = 0) {
-    grpc::ClientContext context;
-    xform::v1::CreateWorldRequest request;
-    request.set_name(name);
-    request.set_mode(mode);
-    request.set_tick_hz(hz);
-    xform::v1::WorldInfo info;
-    return stub_->CreateWorld(&context, request, &info).ok();
+  bool CreateWorld(const std::string& name, xform::v1::FrameMode mode) {
+    return xform::bench::CreateWorld(*stub_, name, mode);
   }
   void DeleteWorld(const std::string& name) {
     grpc::ClientContext context;
@@ -255,36 +158,13 @@ int Main() {
   const int n = absl::GetFlag(FLAGS_entities);
   const std::string address =
       absl::StrCat("127.0.0.1:", absl::GetFlag(FLAGS_port));
-  const std::string xformd = absl::GetFlag(FLAGS_xformd);
-  const std::string listen = absl::StrCat("--listen=", address);
-  char* argv[] = {const_cast<char*>(xformd.c_str()),
-                  const_cast<char*>(listen.c_str()),
-                  const_cast<char*>("--max_batch=2000000"),
-                  const_cast<char*>("--max_message_bytes=268435456"),
-                  const_cast<char*>("--write_timeout_ms=600000"),
-                  nullptr};
-  pid_t server = 0;
-  if (posix_spawn(&server, xformd.c_str(), nullptr, nullptr, argv, environ) !=
-      0) {
-    std::fprintf(stderr, "cannot start %s\n", xformd.c_str());
-    return 1;
-  }
-  if (!Channel(address)->WaitForConnected(std::chrono::system_clock::now() +
-                                          std::chrono::seconds(20))) {
-    std::fprintf(stderr, "xformd did not come up\n");
-    kill(server, SIGKILL);
-    return 1;
-  }
+  xform::bench::ServerProcess server(
+      absl::GetFlag(FLAGS_xformd), address,
+      {"--max_batch=2000000", "--max_message_bytes=268435456",
+       "--write_timeout_ms=600000"});
+  if (!server.ok()) return 1;
   Bench bench(address);
-  bench.CreateWorld("ticking", xform::v1::FRAME_MODE_TICK, 60);
-  {
-    xform::v1::ApplyRequest one;
-    one.set_world("ticking");
-    one.add_commands()->mutable_create()->add_entity(1);
-    Call(*bench.stub_, one);
-  }
   GapWatch watch(address);
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
   const auto world = [](bool deep) { return deep ? "deep" : "flat"; };
   std::vector<Row> rows;
 
@@ -395,8 +275,6 @@ int Main() {
                 row.deep_ms / std::max(row.flat_ms, 1e-3), row.deep_gap_ms,
                 row.flat_gap_ms);
   }
-  kill(server, SIGTERM);
-  waitpid(server, nullptr, 0);
   return 0;
 }
 
