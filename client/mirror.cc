@@ -388,15 +388,25 @@ class Mirror::Impl {
   // caller exactly what changed while the stream was down.
   void ApplySnapshotPart(const v1::FrameUpdate& u)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (!in_snapshot_) {
+    if (!in_snapshot_ || u.part() == 0) {
       staging_.Clear();
       frame_parts_.clear();  // Of a stream that broke mid-frame.
       in_snapshot_ = true;
+    }
+    // A snapshot streamed while the world changes: later parts may destroy,
+    // re-parent or move what earlier ones created.
+    for (EntityId e : u.destroyed()) {
+      if (staging_.Find(e) != Copy::kAbsent) staging_.Remove(e);
     }
     for (int k = 0; k < u.created_size(); ++k) {
       const EntityId parent =
           k < u.created_parent_size() ? u.created_parent(k) : kNoEntity;
       staging_.Add(u.created(k), parent);
+    }
+    for (int k = 0; k < u.reparented_size(); ++k) {
+      const uint32_t i = staging_.Find(u.reparented(k));
+      if (i == Copy::kAbsent || k >= u.reparented_parent_size()) continue;
+      staging_.SetParent(i, u.reparented_parent(k));
     }
     ApplyMoved(u, staging_, /*note=*/false);
     if (!u.snapshot_done()) return;

@@ -3,7 +3,9 @@
 #include "server/replicator.h"
 
 #include <algorithm>
+#include <bit>
 #include <deque>
+#include <limits>
 #include <utility>
 
 #include "absl/types/span.h"
@@ -14,6 +16,13 @@ namespace {
 // Wire bytes of each kind of entry in a FrameUpdate.
 constexpr size_t kIdBytes = 8;
 constexpr size_t kMatrixBytes = 4 * 12;
+// A created entity, or one re-parented and moved: the same size.
+constexpr size_t kEntryBytes = 3 * kIdBytes + kMatrixBytes;
+// A streamed snapshot's parts are at most this big (or the subscription's
+// message limit, if smaller): about 14k entities, a millisecond or so under
+// the lock each.
+constexpr size_t kSnapshotPartBytes = 1 << 20;
+constexpr uint32_t kNoSlot = std::numeric_limits<uint32_t>::max();
 
 // Writes one frame's changes, or a snapshot, as messages under a byte budget,
 // in the order the proto promises across parts: the caller adds destroyed
@@ -21,11 +30,22 @@ constexpr size_t kMatrixBytes = 4 * 12;
 // then moves. The one place a FrameUpdate is put together.
 class PartWriter {
  public:
-  PartWriter(uint64_t frame, absl::Time time, size_t max_bytes, bool snapshot)
+  // Parts are numbered from `first_part` (a streamed snapshot's next).
+  PartWriter(uint64_t frame, absl::Time time, size_t max_bytes, bool snapshot,
+             uint32_t first_part = 0)
       : frame_(frame),
         time_nanos_(absl::ToUnixNanos(time)),
-        max_bytes_(std::max<size_t>(max_bytes, kIdBytes * 3 + kMatrixBytes)),
-        snapshot_(snapshot) {}
+        max_bytes_(std::max<size_t>(max_bytes, kEntryBytes)),
+        snapshot_(snapshot),
+        first_part_(first_part) {}
+
+  // Whether `bytes` more still fit in the current part (or the first).
+  bool Fits(size_t bytes) const {
+    return parts_.empty() || used_ + bytes <= max_bytes_;
+  }
+  size_t room() const {
+    return parts_.empty() ? max_bytes_ : max_bytes_ - used_;
+  }
 
   void Destroyed(absl::Span<const EntityId> entities) {
     while (!entities.empty()) {
@@ -61,12 +81,16 @@ class PartWriter {
     }
   }
 
-  // The parts, numbered and the last one marked; at least one.
-  std::vector<std::shared_ptr<const Outgoing>> Finish(uint64_t frames_skipped) {
+  // The parts, numbered and (unless more are to come) the last one marked;
+  // at least one.
+  std::vector<std::shared_ptr<const Outgoing>> Finish(uint64_t frames_skipped,
+                                                      bool last = true) {
     if (parts_.empty()) Start();
-    parts_.back().set_last_part(true);
-    parts_.back().set_frames_skipped(frames_skipped);
-    if (snapshot_) parts_.back().set_snapshot_done(true);
+    if (last) {
+      parts_.back().set_last_part(true);
+      parts_.back().set_frames_skipped(frames_skipped);
+      if (snapshot_) parts_.back().set_snapshot_done(true);
+    }
     std::vector<std::shared_ptr<const Outgoing>> out;
     out.reserve(parts_.size());
     for (v1::FrameUpdate& part : parts_) {
@@ -90,7 +114,7 @@ class PartWriter {
     u.set_frame(frame_);
     u.set_server_time_unix_nanos(time_nanos_);
     u.set_snapshot(snapshot_);
-    u.set_part(static_cast<uint32_t>(parts_.size() - 1));
+    u.set_part(first_part_ + static_cast<uint32_t>(parts_.size() - 1));
     used_ = 0;
   }
 
@@ -98,11 +122,59 @@ class PartWriter {
   const int64_t time_nanos_;
   const size_t max_bytes_;
   const bool snapshot_;
+  const uint32_t first_part_;
   std::deque<v1::FrameUpdate> parts_;  // A deque: Part() stays valid.
   size_t used_ = 0;
 };
 
 }  // namespace
+
+bool Replicator::SlotBits::set(size_t slot) {
+  if (slot >= size_) {
+    size_ = slot + 1;
+    words_.resize((size_ + 63) / 64);
+  }
+  uint64_t& word = words_[slot / 64];
+  const uint64_t bit = uint64_t{1} << (slot % 64);
+  const bool changed = !(word & bit);
+  word |= bit;
+  return changed;
+}
+
+bool Replicator::SlotBits::reset(size_t slot) {
+  if (slot >= size_) return false;
+  uint64_t& word = words_[slot / 64];
+  const uint64_t bit = uint64_t{1} << (slot % 64);
+  const bool changed = word & bit;
+  word &= ~bit;
+  return changed;
+}
+
+void Replicator::SlotBits::SetAll(size_t size) {
+  size_ = size;
+  words_.assign((size + 63) / 64, ~uint64_t{0});
+  if (size % 64 != 0) words_.back() = (uint64_t{1} << (size % 64)) - 1;
+}
+
+size_t Replicator::SlotBits::Find(size_t from) const {
+  for (size_t w = from / 64; w < words_.size(); ++w) {
+    uint64_t word = words_[w];
+    if (w == from / 64) word &= ~uint64_t{0} << (from % 64);
+    if (word != 0) return w * 64 + std::countr_zero(word);
+  }
+  return size_;
+}
+
+uint32_t Replicator::NewSlot(EntityId e) {
+  if (!free_slots_.empty()) {
+    const uint32_t slot = free_slots_.back();
+    free_slots_.pop_back();
+    slot_entity_[slot] = e;
+    return slot;
+  }
+  slot_entity_.push_back(e);
+  return static_cast<uint32_t>(slot_entity_.size() - 1);
+}
 
 void Replicator::Note(Subscription& s, EntityId e, uint8_t event) {
   s.noted = true;
@@ -192,9 +264,20 @@ absl::flat_hash_set<EntityId> Replicator::Echoes(
 void Replicator::TakeIn(const FrameChanges& changes) {
   // In the order FrameChanges gives: destroyed, created (parents first),
   // re-parented (parents first), then the matrices.
+  if (!changes.destroyed.empty() || !changes.reparented.empty()) {
+    ++structure_epoch_;
+  }
+  freed_slots_.clear();
   for (EntityId e : changes.destroyed) {
     auto it = state_.find(e);
-    if (it == state_.end()) continue;
+    if (it == state_.end()) {
+      freed_slots_.push_back(kNoSlot);
+      continue;
+    }
+    const uint32_t slot = it->second.slot;
+    freed_slots_.push_back(slot);
+    slot_entity_[slot] = kNoEntity;
+    free_slots_.push_back(slot);
     RemoveChild(it->second.parent, e);
     state_.erase(it);
     children_.erase(e);
@@ -204,6 +287,7 @@ void Replicator::TakeIn(const FrameChanges& changes) {
     Published& p = state_[changes.created[k]];
     p.parent = parent;
     p.depth = parent == kNoEntity ? 0 : state_.at(parent).depth + 1;
+    p.slot = NewSlot(changes.created[k]);
     children_[parent].push_back(changes.created[k]);
   }
   for (size_t k = 0; k < changes.reparented.size(); ++k) {
@@ -244,10 +328,10 @@ void Replicator::Publish(const FrameChanges& changes, absl::Time time,
     std::lock_guard<std::mutex> lock(mu_);
     std::vector<std::shared_ptr<const Outgoing>> shared;
     for (auto& [id, s] : subs_) {
-      const bool caught_up = s->whole_world && s->pending.empty() &&
-                             !s->resync && s->parts.empty() &&
-                             s->ready.empty() && s->options.max_rate_hz == 0 &&
-                             s->options.no_echo_client_id.empty();
+      const bool caught_up =
+          s->whole_world && !s->snapshot && s->pending.empty() && !s->resync &&
+          s->parts.empty() && s->ready.empty() && s->options.max_rate_hz == 0 &&
+          s->options.no_echo_client_id.empty();
       if (!caught_up) continue;
       if (shared.empty()) {
         shared = FrameParts(changes, time, s->options.max_message_bytes);
@@ -310,6 +394,11 @@ void Replicator::Publish(const FrameChanges& changes, absl::Time time,
     // events.
     for (auto& [id, s] : subs_) {
       if (!s->whole_world || served.contains(id)) continue;
+      if (s->snapshot) {
+        MarkChanged(*s->snapshot, changes);
+        s->noted = !changes.empty();
+        continue;
+      }
       Fold(*s);
       for (EntityId e : changes.destroyed) Note(*s, e, kLeft);
       for (EntityId e : changes.created) Note(*s, e, kEntered);
@@ -377,7 +466,9 @@ void Replicator::Publish(const FrameChanges& changes, absl::Time time,
         continue;
       }
       if (served.contains(id)) continue;
-      if (!s->pending.empty() || !s->ready.empty()) wake.push_back(s->sink);
+      if (!s->pending.empty() || !s->ready.empty() || s->snapshot) {
+        wake.push_back(s->sink);
+      }
     }
   }
   for (auto& sink : wake) sink->Wake();
@@ -445,6 +536,19 @@ Replicator::SubscriptionId Replicator::Subscribe(
 }
 
 void Replicator::BuildSnapshot(Subscription& s) {
+  const uint64_t skipped =
+      s.frames_with_changes > 0 ? s.frames_with_changes - 1 : 0;
+  s.frames_with_changes = 0;
+  if (s.whole_world) {
+    // Every live slot stale, none known: O(slots / 64) and the free list.
+    auto snap = std::make_unique<StreamedSnapshot>();
+    snap->stale.SetAll(slot_entity_.size());
+    for (uint32_t slot : free_slots_) snap->stale.reset(slot);
+    snap->stale_count = state_.size();
+    snap->skipped_before = skipped;
+    s.snapshot = std::move(snap);
+    return;
+  }
   // Parents first, with no sort of the view: a subtree walk is pre-order.
   PartWriter writer(frame_, frame_time_, s.options.max_message_bytes,
                     /*snapshot=*/true);
@@ -452,39 +556,120 @@ void Replicator::BuildSnapshot(Subscription& s) {
     const Published& p = state_.at(e);
     writer.Created(e, p.parent, p.world.m.data());
   };
-  if (s.whole_world) {
-    ForEachInSubtree(kNoEntity, [&](EntityId e) {
-      if (e != kNoEntity) add(e);
-    });
-  } else {
-    // Shallowest roots first, so a root inside another's subtree is covered
-    // by it; then the listed entities outside every subtree, by depth.
-    s.in_subtree.clear();
-    std::vector<EntityId> roots;
-    for (EntityId root : s.options.subtrees) {
-      if (state_.contains(root)) roots.push_back(root);
-    }
-    SortByDepth(roots);
-    for (EntityId root : roots) {
-      if (s.in_subtree.contains(root)) continue;
-      ForEachInSubtree(root, [&](EntityId e) {
-        s.in_subtree.insert(e);
-        add(e);
-      });
-    }
-    std::vector<EntityId> listed;
-    for (EntityId e : s.listed) {
-      if (state_.contains(e) && !s.in_subtree.contains(e)) listed.push_back(e);
-    }
-    SortByDepth(listed);
-    for (EntityId e : listed) add(e);
+  // Shallowest roots first, so a root inside another's subtree is covered
+  // by it; then the listed entities outside every subtree, by depth.
+  s.in_subtree.clear();
+  std::vector<EntityId> roots;
+  for (EntityId root : s.options.subtrees) {
+    if (state_.contains(root)) roots.push_back(root);
   }
-  const uint64_t skipped =
-      s.frames_with_changes > 0 ? s.frames_with_changes - 1 : 0;
+  SortByDepth(roots);
+  for (EntityId root : roots) {
+    if (s.in_subtree.contains(root)) continue;
+    ForEachInSubtree(root, [&](EntityId e) {
+      s.in_subtree.insert(e);
+      add(e);
+    });
+  }
+  std::vector<EntityId> listed;
+  for (EntityId e : s.listed) {
+    if (state_.contains(e) && !s.in_subtree.contains(e)) listed.push_back(e);
+  }
+  SortByDepth(listed);
+  for (EntityId e : listed) add(e);
   s.frames_skipped += skipped;
-  s.frames_with_changes = 0;
   for (auto& part : writer.Finish(skipped)) s.parts.push_back(std::move(part));
   s.last_frame_sent = frame_;
+}
+
+void Replicator::MarkChanged(StreamedSnapshot& snap,
+                             const FrameChanges& changes) const {
+  const auto mark_stale = [&](EntityId e) {
+    auto it = state_.find(e);
+    if (it != state_.end() && snap.stale.set(it->second.slot)) {
+      ++snap.stale_count;
+    }
+  };
+  // Destroyed first: a created entity may have taken a destroyed one's slot.
+  for (size_t k = 0; k < changes.destroyed.size(); ++k) {
+    const uint32_t slot = freed_slots_[k];
+    if (slot == kNoSlot) continue;
+    if (snap.known.reset(slot)) snap.gone.push_back(changes.destroyed[k]);
+    if (snap.stale.reset(slot)) --snap.stale_count;
+  }
+  for (EntityId e : changes.created) mark_stale(e);
+  for (EntityId e : changes.reparented) mark_stale(e);
+  for (EntityId e : changes.moved) mark_stale(e);
+}
+
+std::shared_ptr<const Outgoing> Replicator::NextSnapshotPart(Subscription& s) {
+  StreamedSnapshot& snap = *s.snapshot;
+  if (snap.chain_epoch != structure_epoch_) snap.chain.clear();
+  // A pass over the slots is done. What changed behind it is sent in another
+  // pass, unless that is little (max_pending at most) or not much less than
+  // this pass sent: then all of it now, under this one lock. So a snapshot of
+  // a world changing faster than the stream carries still ends, at a cost no
+  // greater than what changed while it streamed.
+  bool all_now = false;
+  if (snap.chain.empty() && snap.stale_count > 0 &&
+      snap.stale.Find(snap.cursor) == snap.stale.size()) {
+    all_now = snap.stale_count <= max_pending_ ||
+              2 * snap.stale_count > snap.pass_sent;
+    snap.cursor = 0;
+    snap.pass_sent = 0;
+  }
+  PartWriter writer(frame_, frame_time_,
+                    std::min(s.options.max_message_bytes, kSnapshotPartBytes),
+                    /*snapshot=*/true, snap.part);
+  // What the subscriber had and is gone, first, as the proto orders a part.
+  const size_t gone =
+      all_now ? snap.gone.size()
+              : std::min(snap.gone.size(), writer.room() / kIdBytes);
+  writer.Destroyed({snap.gone.data() + snap.gone.size() - gone, gone});
+  snap.gone.resize(snap.gone.size() - gone);
+  // Then stale entities in slot order, each after its parent chain.
+  const auto slot_of = [&](EntityId e) { return state_.at(e).slot; };
+  while (snap.gone.empty() && (all_now || writer.Fits(kEntryBytes))) {
+    if (snap.chain.empty()) {
+      if (snap.stale_count == 0) break;
+      const size_t slot = snap.stale.Find(snap.cursor);
+      if (slot == snap.stale.size()) break;  // The pass is done.
+      // Past it: if it changes again, it waits for the next pass.
+      snap.cursor = slot + 1;
+      // The slot, and its ancestors the subscriber lacks, the root-most last.
+      snap.chain.push_back(static_cast<uint32_t>(slot));
+      for (EntityId p = state_.at(slot_entity_[slot]).parent;
+           p != kNoEntity && !snap.known.test(slot_of(p));
+           p = state_.at(p).parent) {
+        snap.chain.push_back(slot_of(p));
+      }
+      snap.chain_epoch = structure_epoch_;
+    }
+    const uint32_t slot = snap.chain.back();
+    snap.chain.pop_back();
+    const EntityId e = slot_entity_[slot];
+    const Published& p = state_.at(e);
+    if (snap.known.set(slot)) {
+      writer.Created(e, p.parent, p.world.m.data());
+    } else {
+      writer.Reparented(e, p.parent);
+      writer.Moved({&e, 1}, p.world.m.data());
+    }
+    if (snap.stale.reset(slot)) --snap.stale_count;
+    ++snap.pass_sent;
+  }
+  const bool done = snap.stale_count == 0 && snap.gone.empty();
+  // Frames published while it streamed are in it, not skipped.
+  const uint64_t skipped = snap.skipped_before;
+  auto parts = writer.Finish(skipped, /*last=*/done);
+  snap.part += static_cast<uint32_t>(parts.size());
+  if (done) {
+    s.frames_skipped += skipped;
+    s.frames_with_changes = 0;
+    s.snapshot.reset();
+  }
+  for (auto& part : parts) s.parts.push_back(std::move(part));
+  return TakePart(s);
 }
 
 void Replicator::SortByDepth(std::vector<EntityId>& entities) const {
@@ -518,10 +703,11 @@ std::shared_ptr<const Outgoing> Replicator::Next(SubscriptionId id,
     s.frames_with_changes = 0;
   }
   if (!s.parts.empty()) return TakePart(s);
+  if (s.snapshot) return NextSnapshotPart(s);
   if (s.resync && now >= s.next_allowed) {
     s.resync = false;
     BuildSnapshot(s);
-    return TakePart(s);
+    return s.snapshot ? NextSnapshotPart(s) : TakePart(s);
   }
   if (s.pending.empty() || now < s.next_allowed) return nullptr;
 
@@ -603,8 +789,9 @@ std::vector<SubscriberStats> Replicator::Stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<SubscriberStats> out;
   for (const auto& [id, s] : subs_) {
+    const size_t stale = s->snapshot ? s->snapshot->stale_count : 0;
     out.push_back(
-        {id, s->pending.size(), s->last_frame_sent, s->frames_skipped});
+        {id, s->pending.size() + stale, s->last_frame_sent, s->frames_skipped});
   }
   std::sort(out.begin(), out.end(),
             [](const auto& a, const auto& b) { return a.id < b.id; });

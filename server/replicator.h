@@ -9,6 +9,14 @@
 // size (never by how far behind it is), and it never slows publishing or
 // other subscribers. Every message carries values from exactly one frame.
 //
+// A whole-world subscriber's snapshot (on joining, or on a resync) is streamed
+// a bounded chunk per message, made when the stream asks for it, from the
+// published state as it is then; frames published meanwhile mark what they
+// change, and the snapshot ends only when everything the subscriber was sent
+// is current. So a joining subscriber holds a few bits per entity and one
+// chunk, never a copy of the world, and no call holds the lock for more than
+// one chunk's work. See StreamedSnapshot.
+//
 // Thread-safe. Knows nothing of gRPC: a subscriber is woken through an
 // UpdateSink and pulls its messages with Next().
 
@@ -131,7 +139,55 @@ class Replicator {
     // Levels below a root, kept as the frame's changes come in: orders
     // entities parents-first in O(k log k), with no walks up the tree.
     uint32_t depth = 0;
+    // The entity's place in slot_entity_, fixed while it lives: what a
+    // streamed snapshot's bits are indexed by.
+    uint32_t slot = 0;
     Matrix3x4 world;
+  };
+  // One bit per slot.
+  class SlotBits {
+   public:
+    bool test(size_t slot) const {
+      return slot < size_ && (words_[slot / 64] >> (slot % 64)) & 1;
+    }
+    // Both return whether the bit changed.
+    bool set(size_t slot);
+    bool reset(size_t slot);
+    // Every slot in [0, size) set.
+    void SetAll(size_t size);
+    // The first set slot at or after `from`; size() if none.
+    size_t Find(size_t from) const;
+    size_t size() const { return size_; }
+
+   private:
+    std::vector<uint64_t> words_;
+    size_t size_ = 0;
+  };
+  // A whole-world snapshot being streamed. Each message scans on from
+  // `cursor` for stale slots and sends their entities as they are now:
+  // created (its parent chain first, when the subscriber lacks it), or, when
+  // the subscriber has it already, re-parented and moved. Publish marks what
+  // a frame changes stale, and queues the destroyed ones the subscriber had.
+  // What changes behind the cursor waits for the next pass; a pass that would
+  // be short, or would not shrink, is sent at once instead (see
+  // NextSnapshotPart). The last part goes when nothing is stale or gone: the
+  // subscriber's copy, built from all the parts in order, is then the
+  // published state at that part's frame. O(slots / 4) bytes, plus a parent
+  // chain while one is sent.
+  struct StreamedSnapshot {
+    SlotBits known;  // The subscriber has the slot's entity.
+    SlotBits stale;  // The slot's entity must be sent (again).
+    size_t stale_count = 0;
+    size_t cursor = 0;
+    size_t pass_sent = 0;        // Entities sent in this pass.
+    std::vector<EntityId> gone;  // Destroyed, and the subscriber had them.
+    // A parent chain not yet sent (slots, the root-most last), valid while
+    // no entity is destroyed or re-parented: a chain deeper than one message
+    // is walked once, not once per message.
+    std::vector<uint32_t> chain;
+    uint64_t chain_epoch = 0;
+    uint32_t part = 0;
+    uint64_t skipped_before = 0;  // Frames missed before it began.
   };
   // Net events an entity went through, as seen by one subscriber, since its
   // last message.
@@ -168,6 +224,8 @@ class Replicator {
     // fresh snapshot of the view (which the Mirror diffs, as on a resync).
     bool resync = false;
     absl::Time next_allowed = absl::InfinitePast();
+    // Set while a whole-world snapshot streams; pending stays empty then.
+    std::unique_ptr<StreamedSnapshot> snapshot;
   };
 
   // The parts every caught-up whole-world subscriber gets for a frame.
@@ -191,9 +249,14 @@ class Replicator {
   // Turns untaken shared parts back into pending events.
   static void Fold(Subscription& s);
   void RemoveChild(EntityId parent, EntityId child);
-  // Queues a snapshot of the view at the last published frame; rebuilds a
-  // subtree view's membership.
+  // Starts a whole-world subscriber's streamed snapshot; queues a filtered
+  // one's whole (and rebuilds a subtree view's membership).
   void BuildSnapshot(Subscription& s);
+  // The streamed snapshot's next part.
+  std::shared_ptr<const Outgoing> NextSnapshotPart(Subscription& s);
+  // A streamed snapshot takes note of a published frame (after TakeIn).
+  void MarkChanged(StreamedSnapshot& snap, const FrameChanges& changes) const;
+  uint32_t NewSlot(EntityId e);
   // Parents-first order: by depth in the published state.
   void SortByDepth(std::vector<EntityId>& entities) const;
 
@@ -204,6 +267,15 @@ class Replicator {
   const size_t max_pending_;
   mutable std::mutex mu_;
   absl::flat_hash_map<EntityId, Published> state_;
+  // Entities by slot (kNoEntity: free), and the free slots.
+  std::vector<EntityId> slot_entity_;
+  std::vector<uint32_t> free_slots_;
+  // The slots TakeIn freed, in the order of the frame's destroyed list
+  // (kNoSlot for an entity it did not hold).
+  std::vector<uint32_t> freed_slots_;
+  // Counts frames that destroyed or re-parented entities: a saved parent
+  // chain is valid only within one.
+  uint64_t structure_epoch_ = 0;
   // Children by parent in the published state; kNoEntity holds the roots.
   absl::flat_hash_map<EntityId, std::vector<EntityId>> children_;
   uint64_t frame_ = 0;

@@ -205,6 +205,161 @@ TEST_F(ReplicatorTest, ChunkedSnapshotsCarryOneFrame) {
   EXPECT_EQ(mirror, Snapshot(world_));
 }
 
+// Applies a whole-world subscriber's message, checking parents-first: a
+// created or re-parented entity's parent is already there.
+void ApplyStrictly(const v1::FrameUpdate& u, State* state) {
+  if (u.snapshot() && u.part() == 0) state->clear();
+  for (EntityId e : u.destroyed()) state->erase(e);
+  for (int k = 0; k < u.created_size(); ++k) {
+    const EntityId parent = u.created_parent(k);
+    EXPECT_TRUE(parent == kNoEntity || state->contains(parent))
+        << u.created(k) << " came before its parent " << parent;
+    (*state)[u.created(k)].parent = parent;
+  }
+  for (int k = 0; k < u.reparented_size(); ++k) {
+    const EntityId parent = u.reparented_parent(k);
+    EXPECT_TRUE(parent == kNoEntity || state->contains(parent));
+    ASSERT_TRUE(state->contains(u.reparented(k)));
+    state->at(u.reparented(k)).parent = parent;
+  }
+  for (int k = 0; k < u.moved_size(); ++k) {
+    ASSERT_TRUE(state->contains(u.moved(k)));
+    std::copy_n(u.moved_world().data() + 12 * k, 12,
+                state->at(u.moved(k)).world.m.begin());
+  }
+}
+
+// One frame of random churn: creations (some of destroyed ids), subtree and
+// keep-children destroys, links, and moves, all over the world.
+void Churn(World& world, std::mt19937& rng, EntityId& next_id) {
+  std::vector<EntityId> alive;
+  world.ForEach(
+      [&](EntityId e, EntityId, const Matrix3x4&) { alive.push_back(e); });
+  const auto any = [&] { return alive[rng() % alive.size()]; };
+  for (int k = 0; k < 20 && !alive.empty(); ++k) {
+    switch (rng() % 6) {
+      case 0:
+        world
+            .Create(rng() % 2 ? next_id++ : 1 + rng() % next_id,
+                    rng() % 4 ? any() : kNoEntity, At(float(rng() % 100)))
+            .IgnoreError();
+        break;
+      case 1:
+        world
+            .Destroy(any(), rng() % 2 ? DestroyMode::kSubtree
+                                      : DestroyMode::kReparentChildren)
+            .IgnoreError();
+        break;
+      case 2:
+        world.Link(any(), rng() % 4 ? any() : kNoEntity).IgnoreError();
+        break;
+      default:
+        world.SetLocal(any(), At(float(rng() % 100))).IgnoreError();
+    }
+  }
+}
+
+// A whole-world snapshot is streamed a part at a time while the world keeps
+// changing: every part is parents-first, and at snapshot_done the copy is
+// the published state of that part's frame, a later one than it began at.
+TEST_F(ReplicatorTest, SnapshotsStreamWhileTheWorldChanges) {
+  for (uint32_t seed = 1; seed <= 20; ++seed) {
+    World world;
+    std::mt19937 rng(seed);
+    EntityId next_id = 1;
+    std::vector<CreateOp> ops;
+    // Children in lower ids than their parents too: a parent chain must be
+    // sent ahead of the scan.
+    for (; next_id <= 3000; ++next_id) {
+      const EntityId parent = next_id > 1 ? 1 + rng() % (next_id - 1) : 0;
+      ops.push_back({next_id, rng() % 8 ? parent : kNoEntity, At(1)});
+    }
+    ASSERT_TRUE(world.CreateMany(ops).ok());
+    for (int k = 0; k < 200; ++k) {
+      world.Link(1 + rng() % 3000, 1 + rng() % 3000).IgnoreError();
+    }
+    Replicator replicator;
+    FrameChanges changes;
+    std::map<uint64_t, State> published;  // By frame.
+    const auto publish = [&] {
+      world.EndFrame(&changes);
+      replicator.Publish(changes, absl::Now());
+      published[changes.frame] = Snapshot(world);
+    };
+    publish();
+    SubscriptionOptions options;
+    options.max_message_bytes = 2000;  // About 27 entities a part.
+    const auto id =
+        replicator.Subscribe(options, std::make_shared<CountingSink>());
+    State mirror;
+    int parts = 0;
+    for (;;) {
+      auto update = replicator.Next(id, absl::Now());
+      ASSERT_TRUE(update != nullptr);
+      const v1::FrameUpdate& u = update->message();
+      ASSERT_TRUE(u.snapshot());
+      EXPECT_EQ(u.part(), static_cast<uint32_t>(parts++));
+      EXPECT_LE(u.ByteSizeLong(), 2000u + 64);
+      ApplyStrictly(u, &mirror);
+      if (u.snapshot_done()) {
+        EXPECT_GT(u.frame(), 1u);  // Not the frame it began at.
+        EXPECT_EQ(mirror, published.at(u.frame())) << "seed " << seed;
+        break;
+      }
+      Churn(world, rng, next_id);
+      publish();
+    }
+    EXPECT_GT(parts, 100);
+    // And deltas carry on from there.
+    for (int f = 0; f < 5; ++f) {
+      Churn(world, rng, next_id);
+      publish();
+    }
+    while (auto update = replicator.Next(id, absl::Now())) {
+      ApplyStrictly(update->message(), &mirror);
+    }
+    EXPECT_EQ(mirror, Snapshot(world)) << "seed " << seed;
+  }
+}
+
+// A world that changes everything between any two parts (faster than the
+// stream carries it) still gets its snapshot finished: after a pass that
+// would not shrink, what changed behind it goes at once.
+TEST_F(ReplicatorTest, SnapshotsEndEvenWhenEverythingMovesEveryFrame) {
+  std::vector<CreateOp> ops;
+  for (EntityId e = 1; e <= 3000; ++e) {
+    ops.push_back({e, e % 100 == 1 ? 0 : e - 1, At(1)});  // 30 chains.
+  }
+  ASSERT_TRUE(world_.CreateMany(ops).ok());
+  Publish();
+  std::map<uint64_t, State> published = {
+      {world_.frame() - 1, Snapshot(world_)}};
+  SubscriptionOptions options;
+  options.max_message_bytes = 2000;
+  const auto id =
+      replicator_.Subscribe(options, std::make_shared<CountingSink>());
+  State mirror;
+  int parts = 0;
+  for (float x = 2;; ++x) {
+    auto update = replicator_.Next(id, absl::Now());
+    ASSERT_TRUE(update != nullptr);
+    ++parts;
+    ApplyStrictly(update->message(), &mirror);
+    if (update->message().snapshot_done()) {
+      EXPECT_EQ(mirror, published.at(update->message().frame()));
+      break;
+    }
+    ASSERT_LT(parts, 1000) << "the snapshot does not end";
+    for (EntityId root = 1; root <= 3000; root += 100) {
+      ASSERT_TRUE(world_.SetLocal(root, At(x)).ok());
+    }
+    Publish();
+    published[world_.frame() - 1] = Snapshot(world_);
+  }
+  // One pass, then everything at once: about twice a still world's parts.
+  EXPECT_LT(parts, 2 * (3000 * 72 / 2000) + 10);
+}
+
 // A frame over the message limit comes in parts for every kind of
 // subscriber: one frame, numbered, the last marked, parents before children
 // across parts, each creation with its matrix.
