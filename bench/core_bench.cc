@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "benchmark/benchmark.h"
 #include "glm/gtc/matrix_transform.hpp"
 #include "glm/gtc/quaternion.hpp"
@@ -251,6 +252,30 @@ void BM_Reparent1k(benchmark::State& state) {
   state.SetLabel("wide, 1000-node subtree under a leaf of another tree");
   SetRelocated(state, relocated);
   SetNsPerTransform(state, 1000);
+}
+
+// One batch linking 5,000 roots under the leaf of a chain `depth` deep (1:
+// under a root): validation's cycle check and the subtree sizes, per link.
+void BM_LinkBatchUnderLeaf(benchmark::State& state) {
+  const EntityId depth = static_cast<EntityId>(state.range(0));
+  constexpr EntityId kLinks = 5'000;
+  std::vector<Command> links;
+  for (EntityId k = 1; k <= kLinks; ++k) {
+    links.push_back(LinkOp{depth + k, depth});
+  }
+  for (auto _ : state) {
+    state.PauseTiming();
+    World world;
+    std::vector<CreateOp> ops;
+    for (EntityId e = 1; e <= depth + kLinks; ++e) {
+      ops.push_back({e, e > 1 && e <= depth ? e - 1 : kNoEntity, {}});
+    }
+    if (!world.CreateMany(ops).ok()) state.SkipWithError("create failed");
+    state.ResumeTiming();
+    if (!world.Apply(links).ok()) state.SkipWithError("links failed");
+  }
+  state.SetLabel(
+      absl::StrCat("5,000 links under the leaf of a chain ", depth, " deep"));
 }
 
 void BM_Destroy1k(benchmark::State& state) {
@@ -494,6 +519,11 @@ void RegisterAll() {
       ->Unit(benchmark::kMicrosecond);
   benchmark::RegisterBenchmark("BM_Destroy1k", BM_Destroy1k)
       ->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("BM_LinkBatchUnderLeaf", BM_LinkBatchUnderLeaf)
+      ->Arg(1)
+      ->Arg(80'000)
+      ->Unit(benchmark::kMillisecond)
+      ->Iterations(3);
 }
 
 }  // namespace xform

@@ -105,12 +105,10 @@ absl::Status BatchValidator::CheckLink(const LinkOp& op) {
       return absl::NotFoundError(
           absl::StrCat("parent ", op.parent, " not found"));
     }
-    for (EntityId a = op.parent; a != kNoEntity; a = ParentOf(a)) {
-      if (a == op.entity) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("parent ", op.parent,
-                         " is a descendant: the link would make a cycle"));
-      }
+    if (IsAncestorOrSelf(op.entity, op.parent)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("parent ", op.parent,
+                       " is a descendant: the link would make a cycle"));
     }
   }
   SetParent(op.entity, op.parent);
@@ -168,8 +166,46 @@ std::vector<EntityId> BatchValidator::ChildrenOf(EntityId entity) const {
 
 BatchValidator::Node& BatchValidator::Touch(EntityId entity) {
   if (auto it = nodes_.find(entity); it != nodes_.end()) return it->second;
-  const EntityId parent = world_.parent_entity_of(world_.index_of(entity));
+  const World::Index i = world_.index_of(entity);
+  if (!InTouchedSubtree(i)) {
+    // Drop the ranges this one holds, then add it.
+    const World::Index end = world_.end_of(i);
+    auto it = touched_ranges_.lower_bound(i);
+    while (it != touched_ranges_.end() && it->first < end) {
+      it = touched_ranges_.erase(it);
+    }
+    touched_ranges_.emplace(i, end);
+  }
+  const EntityId parent = world_.parent_entity_of(i);
   return nodes_.emplace(entity, Node{.parent = parent}).first->second;
+}
+
+bool BatchValidator::InTouchedSubtree(World::Index i) const {
+  auto it = touched_ranges_.upper_bound(i);
+  if (it == touched_ranges_.begin()) return false;
+  --it;
+  return i < it->second;
+}
+
+bool BatchValidator::IsAncestorOrSelf(EntityId ancestor,
+                                      EntityId entity) const {
+  for (EntityId e = entity; e != kNoEntity;) {
+    if (e == ancestor) return true;
+    if (auto it = nodes_.find(e); it != nodes_.end()) {
+      e = it->second.parent;
+      continue;
+    }
+    const World::Index i = world_.index_of(e);
+    if (!InTouchedSubtree(i)) {
+      // Nothing above `e` was touched: the world's ranges answer. (A touched
+      // `ancestor` with `e` in its world subtree would have put `e` in a
+      // touched range.)
+      const World::Index a = world_.index_of(ancestor);
+      return a != World::kNone && a < i && i < world_.end_of(a);
+    }
+    e = world_.parent_entity_of(i);
+  }
+  return false;
 }
 
 void BatchValidator::SetParent(EntityId entity, EntityId parent) {

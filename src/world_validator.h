@@ -9,6 +9,7 @@
 #define XFORM_SRC_WORLD_VALIDATOR_H_
 
 #include <cstddef>
+#include <map>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -44,12 +45,22 @@ class BatchValidator {
   std::vector<EntityId> ChildrenOf(EntityId entity) const;
   Node& Touch(EntityId entity);  // The overlay node, made from the world's.
   void SetParent(EntityId entity, EntityId parent);
+  // Whether `ancestor` is `entity` or above it, as the batch so far leaves
+  // them. Walks up only through what the batch touched: an untouched entity
+  // whose world ancestors are untouched too is answered from the world's
+  // pre-order ranges in O(log touched), whatever its depth.
+  bool IsAncestorOrSelf(EntityId ancestor, EntityId entity) const;
+  // Whether world index `i` is in the world subtree of a touched entity.
+  bool InTouchedSubtree(World::Index i) const;
 
   const World& world_;
   absl::flat_hash_map<EntityId, Node> nodes_;
   // Entities given a new parent in this batch, by that parent. May hold stale
   // entries; ChildrenOf() checks each against nodes_.
   absl::flat_hash_map<EntityId, std::vector<EntityId>> adopted_;
+  // The world index ranges (first -> end) of the touched entities' world
+  // subtrees, merged: ranges of one pre-order nest or are disjoint.
+  std::map<World::Index, World::Index> touched_ranges_;
 };
 
 }  // namespace xform

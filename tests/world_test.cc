@@ -607,6 +607,22 @@ TEST_F(SceneTest, CycleIsFailedPrecondition) {
                 absl::StatusCode::kFailedPrecondition);
 }
 
+// The cycle check answers from the world's pre-order ranges where the batch
+// left an entity's ancestry alone, and follows the batch where it did not.
+TEST_F(SceneTest, CycleChecksFollowTheBatch) {
+  // 4 comes under 1 directly when 2 goes keeping its children.
+  ExpectRefused(world_.Apply({DestroyOp{2, DestroyMode::kReparentChildren},
+                              LinkOp{1, 4}}),
+                absl::StatusCode::kFailedPrecondition);
+  // A new entity under 5, then 1 under it.
+  ExpectRefused(world_.Apply({CreateOp{70, 5, {}}, LinkOp{1, 70}}),
+                absl::StatusCode::kFailedPrecondition);
+  // Not a cycle: 2 (with 4) moved under 10 first, so 1 may go under 4.
+  ASSERT_TRUE(world_.Apply({LinkOp{2, 10}, LinkOp{1, 4}}).ok());
+  EXPECT_EQ(*world_.Parent(1), 4u);
+  EXPECT_EQ(*world_.Parent(2), 10u);
+}
+
 TEST_F(SceneTest, SelfParentIsFailedPrecondition) {
   ExpectRefused(world_.Link(3, 3), absl::StatusCode::kFailedPrecondition);
   ExpectRefused(world_.Create(60, 60, {}),
