@@ -22,13 +22,16 @@
 #include "gtest/gtest.h"
 #include "tests/loopback_server.h"
 #include "xform/mirror.h"
+#include "xform/v1/wire.h"
 #include "xform/world.h"
 
 namespace xform {
 namespace {
 
+using server::HostedWorld;
 using server::Limits;
 using server::LoopbackServer;
+using server::WorldHost;
 using ::testing::HasSubstr;
 using ::testing::UnorderedElementsAre;
 using ::testing::UnorderedElementsAreArray;
@@ -381,17 +384,25 @@ TEST_F(ClientTest, AMirrorResynchronisesAfterTheServerComesBack) {
   EXPECT_EQ(mirror->size(), 4u);
 
   // A new server on the same port, with a world that differs: 2 moved, 4
-  // gone, 6 new, 3 now under 2.
-  // The same client (and the mirror through it) reconnects by itself.
-  ASSERT_TRUE(server_.Start(Limits{}, {}, port));
-  ASSERT_TRUE(client_->CreateWorld("w", {.mode = FrameMode::kDriven}).ok());
-  ASSERT_TRUE(
-      client_
-          ->Apply("w",
-                  {CreateOp{1, kNoEntity, At(1)}, CreateOp{2, 1, At(0, 2)},
-                   CreateOp{3, 2, At(0, 0, 1)}, CreateOp{6, 1, At(6)}},
-                  {.end_frame = true})
-          .ok());
+  // gone, 6 new, 3 now under 2. It is there whole before the port opens (a
+  // mirror that came back between a CreateWorld and an Apply would see an
+  // empty world first). The same client (and the mirror through it)
+  // reconnects by itself.
+  ASSERT_TRUE(server_.Start(Limits{}, {}, port, [](WorldHost& host) {
+    v1::CreateWorldRequest create;
+    create.set_name("w");
+    create.set_mode(v1::FRAME_MODE_DRIVEN);
+    absl::StatusOr<std::shared_ptr<HostedWorld>> world = host.Create(create);
+    ASSERT_TRUE(world.ok());
+    v1::ApplyRequest apply;
+    apply.set_world("w");
+    apply.set_end_frame(true);
+    v1::AppendCommands({CreateOp{1, kNoEntity, At(1)}, CreateOp{2, 1, At(0, 2)},
+                        CreateOp{3, 2, At(0, 0, 1)}, CreateOp{6, 1, At(6)}},
+                       &apply);
+    ASSERT_TRUE((*world)->Apply(apply, host.limits()).ok());
+    (*world)->Publish();
+  }));
   ASSERT_TRUE(mirror->WaitForSync(kWait)) << mirror->status();
   EXPECT_EQ(mirror->resyncs(), 1);
   MirrorChanges changes = mirror->TakeChanges();

@@ -8,6 +8,7 @@
 #define XFORM_TESTS_LOOPBACK_SERVER_H_
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -24,8 +25,12 @@ class LoopbackServer {
  public:
   // Starts listening; false if the server could not be built. `port` 0 lets
   // the kernel choose; a fixed port restarts a server where clients expect it.
-  bool Start(const Limits& limits, ServiceOptions options = {}, int port = 0) {
+  // `prepare` runs before the port opens: worlds a client must find already
+  // there, whole, when it reconnects.
+  bool Start(const Limits& limits, ServiceOptions options = {}, int port = 0,
+             std::function<void(WorldHost&)> prepare = nullptr) {
     host_ = std::make_unique<WorldHost>(limits, 60);
+    if (prepare) prepare(*host_);
     service_ = std::make_unique<XformService>(*host_, options);
     grpc::EnableDefaultHealthCheckService(true);
     grpc::reflection::InitProtoReflectionServerBuilderPlugin();
