@@ -96,7 +96,13 @@ GapWatch::GapWatch(const std::string& address)
       auto* set = move.add_commands()->mutable_set_local();
       set->add_entity(1);
       AddTrs(static_cast<float>(k), set->mutable_local());
+      const absl::Time start = absl::Now();
       Call(*stub_, move);
+      const absl::Duration took = absl::Now() - start;
+      {
+        absl::MutexLock lock(&mu_);
+        write_ = std::max(write_, took);
+      }
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   });
@@ -107,9 +113,15 @@ GapWatch::GapWatch(const std::string& address)
     xform::v1::FrameUpdate u;
     while (reader->Read(&u)) {
       const absl::Time now = absl::Now();
+      const absl::Time published =
+          absl::FromUnixNanos(u.server_time_unix_nanos());
       absl::MutexLock lock(&mu_);
       if (last_ != absl::InfinitePast()) gap_ = std::max(gap_, now - last_);
+      if (last_published_ != absl::InfinitePast()) {
+        published_gap_ = std::max(published_gap_, published - last_published_);
+      }
       last_ = now;
+      last_published_ = published;
     }
     reader->Finish().IgnoreError();
   });
@@ -126,6 +138,18 @@ GapWatch::~GapWatch() {
 void GapWatch::Reset() {
   absl::MutexLock lock(&mu_);
   gap_ = absl::ZeroDuration();
+  published_gap_ = absl::ZeroDuration();
+  write_ = absl::ZeroDuration();
+}
+
+double GapWatch::MaxWriteMs() {
+  absl::MutexLock lock(&mu_);
+  return absl::ToDoubleMilliseconds(write_);
+}
+
+double GapWatch::MaxPublishedGapMs() {
+  absl::MutexLock lock(&mu_);
+  return absl::ToDoubleMilliseconds(published_gap_);
 }
 
 double GapWatch::MaxGapMs() {

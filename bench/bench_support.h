@@ -64,7 +64,13 @@ class GapWatch {
   explicit GapWatch(const std::string& address);
   ~GapWatch();
   void Reset();
+  // The longest time between two messages' arrivals.
   double MaxGapMs();
+  // The longest time between two messages' publications (their
+  // server_time): a gap here is the server not publishing, not delivering.
+  double MaxPublishedGapMs();
+  // The longest of the writer's Apply calls.
+  double MaxWriteMs();
 
  private:
   std::unique_ptr<xform::v1::Xform::Stub> stub_;
@@ -75,6 +81,9 @@ class GapWatch {
   absl::Mutex mu_;
   absl::Duration gap_ ABSL_GUARDED_BY(mu_);
   absl::Time last_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  absl::Duration published_gap_ ABSL_GUARDED_BY(mu_);
+  absl::Duration write_ ABSL_GUARDED_BY(mu_);
+  absl::Time last_published_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 };
 
 }  // namespace xform::bench

@@ -204,6 +204,8 @@ int Main() {
     ended += h->ended();
   }
   const double gap = watch.MaxGapMs();
+  const double published_gap = watch.MaxPublishedGapMs();
+  const double longest_write = watch.MaxWriteMs();
   stop = true;
   writer.join();
   joiners.clear();
@@ -212,15 +214,17 @@ int Main() {
   std::printf(
       "| joiners | synced | join median / slowest | RSS before / peak "
       "| healthy worst latency | healthy streams ended "
-      "| other world's longest gap |\n|---|---|---|---|---|---|---|\n");
+      "| other world's longest gap (arrival, publication) "
+      "| other world's longest write |\n|---|---|---|---|---|---|---|---|\n");
   std::printf(
-      "| %d | %zu | %.0f / %.0f ms | %.0f / %.0f MB | %.0f ms | %d | %.0f ms "
-      "|\n",
+      "| %d | %zu | %.0f / %.0f ms | %.0f / %.0f MB | %.0f ms | %d "
+      "| %.0f ms, %.0f ms | %.0f ms |\n",
       absl::GetFlag(FLAGS_joiners), join_ms.size(),
       xform::tools::Percentile(join_ms, 0.5),
       join_ms.empty() ? storm_ms
                       : *std::max_element(join_ms.begin(), join_ms.end()),
-      rss_before, rss_peak.load(), worst_latency, ended, gap);
+      rss_before, rss_peak.load(), worst_latency, ended, gap, published_gap,
+      longest_write);
   return 0;
 }
 

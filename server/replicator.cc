@@ -465,10 +465,11 @@ void Replicator::Publish(const FrameChanges& changes, absl::Time time,
         wake.push_back(s->sink);
         continue;
       }
-      if (served.contains(id)) continue;
-      if (!s->pending.empty() || !s->ready.empty() || s->snapshot) {
-        wake.push_back(s->sink);
-      }
+      // A streaming snapshot is not woken: its stream asks for each next
+      // part as the last is written, and waking it would make the part here,
+      // on the publishing thread (for tick worlds, the one ticker).
+      if (served.contains(id) || s->snapshot) continue;
+      if (!s->pending.empty() || !s->ready.empty()) wake.push_back(s->sink);
     }
   }
   for (auto& sink : wake) sink->Wake();
