@@ -10,8 +10,12 @@
 // and at its peak, the healthy subscribers' worst latency (publication to
 // receipt) and whether any stream was ended, and the other world's longest gap.
 //
-//   ./build/bench/xform_join_bench [--joiners=20] [--entities=1000000]
-//       [--xformd=PATH]  (to compare builds in one run)
+// With --laggards=N, then: xformd's RSS and the healthy subscribers' p99 and
+// worst latency over --laggard_s with no laggard, and again once N
+// subscribers have their snapshot and stop reading.
+//
+//   ./build/bench/xform_join_bench [--joiners=20] [--laggards=50]
+//       [--entities=1000000] [--xformd=PATH]  (to compare builds in one run)
 
 #include <algorithm>
 #include <atomic>
@@ -39,6 +43,9 @@ ABSL_FLAG(int, entities, 1'000'000, "Entities in the big world");
 ABSL_FLAG(int, joiners, 20, "Subscribers joining at once");
 ABSL_FLAG(int, healthy, 4, "Subscribers following the world throughout");
 ABSL_FLAG(int, moves, 5'000, "Entities the writer sets every 16 ms");
+ABSL_FLAG(int, laggards, 0,
+          "After the storm: subscribers that stop reading once synced");
+ABSL_FLAG(int, laggard_s, 20, "How long the laggards are watched");
 ABSL_FLAG(int, port, 50094, "Loopback port for xformd");
 ABSL_FLAG(std::string, xformd, XFORMD_PATH, "The xformd binary");
 
@@ -51,9 +58,10 @@ using xform::bench::Channel;
 // A whole-world subscriber of "big" on its own thread and channel.
 class Subscriber {
  public:
-  explicit Subscriber(const std::string& address)
+  // A laggard stops reading once it has its snapshot.
+  explicit Subscriber(const std::string& address, bool laggard = false)
       : stub_(xform::v1::Xform::NewStub(Channel(address))) {
-    thread_ = std::thread([this] {
+    thread_ = std::thread([this, laggard] {
       xform::v1::SubscribeRequest request;
       request.set_world("big");
       auto reader = stub_->Subscribe(&context_, request);
@@ -63,9 +71,14 @@ class Subscriber {
         absl::MutexLock lock(&mu_);
         if (u.snapshot_done()) synced_at_ = now;
         if (synced_at_ != absl::InfiniteFuture() && !u.snapshot()) {
-          worst_latency_ =
-              std::max(worst_latency_,
-                       now - absl::FromUnixNanos(u.server_time_unix_nanos()));
+          const absl::Duration latency =
+              now - absl::FromUnixNanos(u.server_time_unix_nanos());
+          worst_latency_ = std::max(worst_latency_, latency);
+          latencies_ms_.push_back(absl::ToDoubleMilliseconds(latency));
+        }
+        if (laggard && u.snapshot_done()) {
+          mu_.Await(absl::Condition(&cancelling_));
+          break;
         }
       }
       const grpc::Status status = reader->Finish();
@@ -103,6 +116,11 @@ class Subscriber {
   void ResetLatency() {
     absl::MutexLock lock(&mu_);
     worst_latency_ = absl::ZeroDuration();
+    latencies_ms_.clear();
+  }
+  std::vector<double> LatenciesMs() {
+    absl::MutexLock lock(&mu_);
+    return latencies_ms_;
   }
   double WorstLatencyMs() {
     absl::MutexLock lock(&mu_);
@@ -120,6 +138,7 @@ class Subscriber {
   absl::Mutex mu_;
   absl::Time synced_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   absl::Duration worst_latency_ ABSL_GUARDED_BY(mu_);
+  std::vector<double> latencies_ms_ ABSL_GUARDED_BY(mu_);
   bool cancelling_ ABSL_GUARDED_BY(mu_) = false;
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
 };
@@ -206,9 +225,47 @@ int Main() {
   const double gap = watch.MaxGapMs();
   const double published_gap = watch.MaxPublishedGapMs();
   const double longest_write = watch.MaxWriteMs();
+  joiners.clear();
+
+  // Laggards: RSS and the healthy subscribers' latency over --laggard_s with
+  // none, then with --laggards that have their snapshot and stop reading.
+  const auto measure = [&](double* rss, double* p99, double* worst) {
+    for (auto& h : healthy) h->ResetLatency();
+    *rss = 0;
+    const absl::Time end =
+        absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_laggard_s));
+    while (absl::Now() < end) {
+      *rss = std::max(*rss, xform::tools::RssMegabytes(server.pid()));
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    std::vector<double> all;
+    for (auto& h : healthy) {
+      const std::vector<double> some = h->LatenciesMs();
+      all.insert(all.end(), some.begin(), some.end());
+    }
+    *p99 = xform::tools::Percentile(all, 0.99);
+    *worst = all.empty() ? 0 : *std::max_element(all.begin(), all.end());
+  };
+  const int laggards = absl::GetFlag(FLAGS_laggards);
+  double rss_none = 0, p99_none = 0, worst_none = 0;
+  double rss_lag = 0, p99_lag = 0, worst_lag = 0;
+  int laggards_synced = 0;
+  if (laggards > 0) {
+    measure(&rss_none, &p99_none, &worst_none);
+    std::vector<std::unique_ptr<Subscriber>> lagging;
+    for (int k = 0; k < laggards; ++k) {
+      lagging.push_back(std::make_unique<Subscriber>(address, true));
+    }
+    for (auto& l : lagging) {
+      absl::Time at;
+      laggards_synced += l->WaitSynced(&at);
+    }
+    measure(&rss_lag, &p99_lag, &worst_lag);
+  }
+  int healthy_ended = 0;
+  for (auto& h : healthy) healthy_ended += h->ended();
   stop = true;
   writer.join();
-  joiners.clear();
   healthy.clear();
 
   std::printf(
@@ -225,6 +282,18 @@ int Main() {
                       : *std::max_element(join_ms.begin(), join_ms.end()),
       rss_before, rss_peak.load(), worst_latency, ended, gap, published_gap,
       longest_write);
+  if (laggards > 0) {
+    std::printf(
+        "\n| laggards | synced | RSS peak without / with | healthy p99 "
+        "without / with | healthy max without / with | healthy streams "
+        "ended |\n|---|---|---|---|---|---|\n");
+    std::printf(
+        "| %d | %d | %.0f / %.0f MB (%.2fx) | %.1f / %.1f ms | %.0f / %.0f ms "
+        "| %d |\n",
+        laggards, laggards_synced, rss_none, rss_lag,
+        rss_lag / std::max(rss_none, 1.0), p99_none, p99_lag, worst_none,
+        worst_lag, healthy_ended);
+  }
   return 0;
 }
 

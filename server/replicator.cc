@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <bit>
 #include <deque>
-#include <limits>
 #include <utility>
 
 #include "absl/types/span.h"
@@ -22,7 +21,6 @@ constexpr size_t kEntryBytes = 3 * kIdBytes + kMatrixBytes;
 // message limit, if smaller): about 14k entities, a millisecond or so under
 // the lock each.
 constexpr size_t kSnapshotPartBytes = 1 << 20;
-constexpr uint32_t kNoSlot = std::numeric_limits<uint32_t>::max();
 
 // Writes one frame's changes, or a snapshot, as messages under a byte budget,
 // in the order the proto promises across parts: the caller adds destroyed
@@ -176,8 +174,12 @@ uint32_t Replicator::NewSlot(EntityId e) {
   return static_cast<uint32_t>(slot_entity_.size() - 1);
 }
 
-void Replicator::Note(Subscription& s, EntityId e, uint8_t event) {
+void Replicator::Note(Subscription& s, EntityId e, uint8_t event) const {
   s.noted = true;
+  if (s.snapshot) {
+    NoteInSnapshot(*s.snapshot, e, event);
+    return;
+  }
   if (s.resync) return;  // It gets its view whole.
   auto [it, inserted] = s.pending.try_emplace(e, 0);
   uint8_t& flags = it->second;
@@ -196,7 +198,28 @@ void Replicator::Note(Subscription& s, EntityId e, uint8_t event) {
   }
 }
 
-void Replicator::Fold(Subscription& s) {
+void Replicator::NoteInSnapshot(StreamedSnapshot& snap, EntityId e,
+                                uint8_t event) const {
+  // The entity's slot: a destroyed one's is free now, and not reused before
+  // the next frame (see TakeIn), so its bits are still its own.
+  uint32_t slot;
+  if (auto it = state_.find(e); it != state_.end()) {
+    slot = it->second.slot;
+  } else if (auto freed = freed_slot_of_.find(e);
+             freed != freed_slot_of_.end()) {
+    slot = freed->second;
+  } else {
+    return;
+  }
+  if (event == kLeft) {
+    if (snap.known.reset(slot)) snap.gone.push_back(e);
+    if (snap.stale.reset(slot)) --snap.stale_count;
+  } else if (snap.stale.set(slot)) {
+    ++snap.stale_count;
+  }
+}
+
+void Replicator::Fold(Subscription& s) const {
   if (s.ready.empty()) return;
   // The folded frame counts once, apart from the frame being published.
   const bool noted = s.noted;
@@ -267,17 +290,13 @@ void Replicator::TakeIn(const FrameChanges& changes) {
   if (!changes.destroyed.empty() || !changes.reparented.empty()) {
     ++structure_epoch_;
   }
-  freed_slots_.clear();
+  freed_slot_of_.clear();
   for (EntityId e : changes.destroyed) {
     auto it = state_.find(e);
-    if (it == state_.end()) {
-      freed_slots_.push_back(kNoSlot);
-      continue;
-    }
+    if (it == state_.end()) continue;
     const uint32_t slot = it->second.slot;
-    freed_slots_.push_back(slot);
+    freed_slot_of_[e] = slot;
     slot_entity_[slot] = kNoEntity;
-    free_slots_.push_back(slot);
     RemoveChild(it->second.parent, e);
     state_.erase(it);
     children_.erase(e);
@@ -290,6 +309,9 @@ void Replicator::TakeIn(const FrameChanges& changes) {
     p.slot = NewSlot(changes.created[k]);
     children_[parent].push_back(changes.created[k]);
   }
+  // Freed slots are taken from the next frame on: a subscriber's streamed
+  // snapshot still reads a destroyed entity's bits at its slot this frame.
+  for (const auto& [e, slot] : freed_slot_of_) free_slots_.push_back(slot);
   for (size_t k = 0; k < changes.reparented.size(); ++k) {
     Published& p = state_[changes.reparented[k]];
     RemoveChild(p.parent, changes.reparented[k]);
@@ -394,11 +416,6 @@ void Replicator::Publish(const FrameChanges& changes, absl::Time time,
     // events.
     for (auto& [id, s] : subs_) {
       if (!s->whole_world || served.contains(id)) continue;
-      if (s->snapshot) {
-        MarkChanged(*s->snapshot, changes);
-        s->noted = !changes.empty();
-        continue;
-      }
       Fold(*s);
       for (EntityId e : changes.destroyed) Note(*s, e, kLeft);
       for (EntityId e : changes.created) Note(*s, e, kEntered);
@@ -537,70 +554,40 @@ Replicator::SubscriptionId Replicator::Subscribe(
 }
 
 void Replicator::BuildSnapshot(Subscription& s) {
-  const uint64_t skipped =
+  auto snap = std::make_unique<StreamedSnapshot>();
+  snap->skipped_before =
       s.frames_with_changes > 0 ? s.frames_with_changes - 1 : 0;
   s.frames_with_changes = 0;
   if (s.whole_world) {
     // Every live slot stale, none known: O(slots / 64) and the free list.
-    auto snap = std::make_unique<StreamedSnapshot>();
     snap->stale.SetAll(slot_entity_.size());
     for (uint32_t slot : free_slots_) snap->stale.reset(slot);
     snap->stale_count = state_.size();
-    snap->skipped_before = skipped;
-    s.snapshot = std::move(snap);
-    return;
-  }
-  // Parents first, with no sort of the view: a subtree walk is pre-order.
-  PartWriter writer(frame_, frame_time_, s.options.max_message_bytes,
-                    /*snapshot=*/true);
-  const auto add = [&](EntityId e) {
-    const Published& p = state_.at(e);
-    writer.Created(e, p.parent, p.world.m.data());
-  };
-  // Shallowest roots first, so a root inside another's subtree is covered
-  // by it; then the listed entities outside every subtree, by depth.
-  s.in_subtree.clear();
-  std::vector<EntityId> roots;
-  for (EntityId root : s.options.subtrees) {
-    if (state_.contains(root)) roots.push_back(root);
-  }
-  SortByDepth(roots);
-  for (EntityId root : roots) {
-    if (s.in_subtree.contains(root)) continue;
-    ForEachInSubtree(root, [&](EntityId e) {
-      s.in_subtree.insert(e);
-      add(e);
-    });
-  }
-  std::vector<EntityId> listed;
-  for (EntityId e : s.listed) {
-    if (state_.contains(e) && !s.in_subtree.contains(e)) listed.push_back(e);
-  }
-  SortByDepth(listed);
-  for (EntityId e : listed) add(e);
-  s.frames_skipped += skipped;
-  for (auto& part : writer.Finish(skipped)) s.parts.push_back(std::move(part));
-  s.last_frame_sent = frame_;
-}
-
-void Replicator::MarkChanged(StreamedSnapshot& snap,
-                             const FrameChanges& changes) const {
-  const auto mark_stale = [&](EntityId e) {
-    auto it = state_.find(e);
-    if (it != state_.end() && snap.stale.set(it->second.slot)) {
-      ++snap.stale_count;
+  } else {
+    // The view's members, stale: the subtrees' (membership rebuilt here, in
+    // O(view): shallowest roots first, so a root inside another's subtree is
+    // covered by it) and the listed entities alive.
+    const auto add = [&](EntityId e) {
+      if (snap->stale.set(state_.at(e).slot)) ++snap->stale_count;
+    };
+    s.in_subtree.clear();
+    std::vector<EntityId> roots;
+    for (EntityId root : s.options.subtrees) {
+      if (state_.contains(root)) roots.push_back(root);
     }
-  };
-  // Destroyed first: a created entity may have taken a destroyed one's slot.
-  for (size_t k = 0; k < changes.destroyed.size(); ++k) {
-    const uint32_t slot = freed_slots_[k];
-    if (slot == kNoSlot) continue;
-    if (snap.known.reset(slot)) snap.gone.push_back(changes.destroyed[k]);
-    if (snap.stale.reset(slot)) --snap.stale_count;
+    SortByDepth(roots);
+    for (EntityId root : roots) {
+      if (s.in_subtree.contains(root)) continue;
+      ForEachInSubtree(root, [&](EntityId e) {
+        s.in_subtree.insert(e);
+        add(e);
+      });
+    }
+    for (EntityId e : s.listed) {
+      if (state_.contains(e)) add(e);
+    }
   }
-  for (EntityId e : changes.created) mark_stale(e);
-  for (EntityId e : changes.reparented) mark_stale(e);
-  for (EntityId e : changes.moved) mark_stale(e);
+  s.snapshot = std::move(snap);
 }
 
 std::shared_ptr<const Outgoing> Replicator::NextSnapshotPart(Subscription& s) {
@@ -640,7 +627,8 @@ std::shared_ptr<const Outgoing> Replicator::NextSnapshotPart(Subscription& s) {
       // The slot, and its ancestors the subscriber lacks, the root-most last.
       snap.chain.push_back(static_cast<uint32_t>(slot));
       for (EntityId p = state_.at(slot_entity_[slot]).parent;
-           p != kNoEntity && !snap.known.test(slot_of(p));
+           p != kNoEntity && !snap.known.test(slot_of(p)) &&
+           (s.whole_world || InView(s, p));
            p = state_.at(p).parent) {
         snap.chain.push_back(slot_of(p));
       }
@@ -708,7 +696,7 @@ std::shared_ptr<const Outgoing> Replicator::Next(SubscriptionId id,
   if (s.resync && now >= s.next_allowed) {
     s.resync = false;
     BuildSnapshot(s);
-    return s.snapshot ? NextSnapshotPart(s) : TakePart(s);
+    return NextSnapshotPart(s);
   }
   if (s.pending.empty() || now < s.next_allowed) return nullptr;
 

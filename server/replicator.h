@@ -9,9 +9,9 @@
 // size (never by how far behind it is), and it never slows publishing or
 // other subscribers. Every message carries values from exactly one frame.
 //
-// A whole-world subscriber's snapshot (on joining, or on a resync) is streamed
-// a bounded chunk per message, made when the stream asks for it, from the
-// published state as it is then; frames published meanwhile mark what they
+// A subscriber's snapshot (on joining, or on a resync) is streamed a bounded
+// chunk per message, made when the stream asks for it, from the published
+// state as it is then; frames published meanwhile mark what they
 // change, and the snapshot ends only when everything the subscriber was sent
 // is current. So a joining subscriber holds a few bits per entity and one
 // chunk, never a copy of the world, and no call holds the lock for more than
@@ -163,11 +163,12 @@ class Replicator {
     std::vector<uint64_t> words_;
     size_t size_ = 0;
   };
-  // A whole-world snapshot being streamed. Each message scans on from
+  // A snapshot being streamed. Each message scans on from
   // `cursor` for stale slots and sends their entities as they are now:
-  // created (its parent chain first, when the subscriber lacks it), or, when
+  // created (after the ancestors in its view the subscriber lacks), or, when
   // the subscriber has it already, re-parented and moved. Publish marks what
-  // a frame changes stale, and queues the destroyed ones the subscriber had.
+  // a frame changes in the view stale, and queues what the subscriber had and
+  // is destroyed or left the view.
   // What changes behind the cursor waits for the next pass; a pass that would
   // be short, or would not shrink, is sent at once instead (see
   // NextSnapshotPart). The last part goes when nothing is stale or gone: the
@@ -224,7 +225,7 @@ class Replicator {
     // fresh snapshot of the view (which the Mirror diffs, as on a resync).
     bool resync = false;
     absl::Time next_allowed = absl::InfinitePast();
-    // Set while a whole-world snapshot streams; pending stays empty then.
+    // Set while its snapshot streams; pending stays empty then.
     std::unique_ptr<StreamedSnapshot> snapshot;
   };
 
@@ -245,17 +246,18 @@ class Replicator {
   // Visits `e` and everything below it in the published state.
   template <typename F>
   void ForEachInSubtree(EntityId e, F&& f) const;
-  static void Note(Subscription& s, EntityId e, uint8_t event);
+  // Folds an event into the subscriber's pending events, or, while its
+  // snapshot streams, into the snapshot's bits.
+  void Note(Subscription& s, EntityId e, uint8_t event) const;
+  void NoteInSnapshot(StreamedSnapshot& snap, EntityId e, uint8_t event) const;
   // Turns untaken shared parts back into pending events.
-  static void Fold(Subscription& s);
+  void Fold(Subscription& s) const;
   void RemoveChild(EntityId parent, EntityId child);
-  // Starts a whole-world subscriber's streamed snapshot; queues a filtered
-  // one's whole (and rebuilds a subtree view's membership).
+  // Starts streaming the subscriber's view (and rebuilds a subtree view's
+  // membership, in O(view)).
   void BuildSnapshot(Subscription& s);
   // The streamed snapshot's next part.
   std::shared_ptr<const Outgoing> NextSnapshotPart(Subscription& s);
-  // A streamed snapshot takes note of a published frame (after TakeIn).
-  void MarkChanged(StreamedSnapshot& snap, const FrameChanges& changes) const;
   uint32_t NewSlot(EntityId e);
   // Parents-first order: by depth in the published state.
   void SortByDepth(std::vector<EntityId>& entities) const;
@@ -270,9 +272,8 @@ class Replicator {
   // Entities by slot (kNoEntity: free), and the free slots.
   std::vector<EntityId> slot_entity_;
   std::vector<uint32_t> free_slots_;
-  // The slots TakeIn freed, in the order of the frame's destroyed list
-  // (kNoSlot for an entity it did not hold).
-  std::vector<uint32_t> freed_slots_;
+  // The slots the last TakeIn freed, by entity.
+  absl::flat_hash_map<EntityId, uint32_t> freed_slot_of_;
   // Counts frames that destroyed or re-parented entities: a saved parent
   // chain is valid only within one.
   uint64_t structure_epoch_ = 0;
