@@ -416,6 +416,12 @@ void Replicator::Publish(const FrameChanges& changes, absl::Time time,
     // events.
     for (auto& [id, s] : subs_) {
       if (!s->whole_world || served.contains(id)) continue;
+      if (s->resync) {
+        // Fell too far behind: it gets its view whole, nothing to note but
+        // that the frame changed it.
+        s->noted = !changes.empty();
+        continue;
+      }
       Fold(*s);
       for (EntityId e : changes.destroyed) Note(*s, e, kLeft);
       for (EntityId e : changes.created) Note(*s, e, kEntered);
