@@ -231,8 +231,10 @@ void Replicator::Fold(Subscription& s) const {
     for (EntityId e : u.moved()) Note(s, e, kMoved);
   }
   s.noted = noted;
-  ++s.frames_with_changes;
+  s.frames_with_changes += s.ready_frames;
   s.ready.clear();
+  s.ready_frames = 0;
+  s.ready_entities = 0;
 }
 
 void Replicator::RemoveChild(EntityId parent, EntityId child) {
@@ -349,17 +351,37 @@ void Replicator::Publish(const FrameChanges& changes, absl::Time time,
   if (!changes.empty()) {
     std::lock_guard<std::mutex> lock(mu_);
     std::vector<std::shared_ptr<const Outgoing>> shared;
+    const size_t entities = changes.moved.size() + changes.destroyed.size() +
+                            changes.reparented.size();
     for (auto& [id, s] : subs_) {
-      const bool caught_up =
-          s->whole_world && !s->snapshot && s->pending.empty() && !s->resync &&
-          s->parts.empty() && s->ready.empty() && s->options.max_rate_hz == 0 &&
-          s->options.no_echo_client_id.empty();
+      // Caught up, but perhaps for earlier frames' shared parts not taken.
+      const bool caught_up = s->whole_world && !s->snapshot &&
+                             s->pending.empty() && !s->resync &&
+                             s->parts.empty() && s->options.max_rate_hz == 0 &&
+                             s->options.no_echo_client_id.empty();
       if (!caught_up) continue;
+      if (s->ready_frames > 0) {
+        if (s->ready_entities + entities > max_pending_) {
+          // Stopped reading: its view whole when it reads again.
+          std::vector<std::shared_ptr<const Outgoing>>().swap(s->ready);
+          s->ready_frames = 0;
+          s->ready_entities = 0;
+          s->resync = true;
+          s->noted = true;
+          served.insert(id);
+          continue;
+        }
+        // Kept frames never hold more than the world: past that, they fold
+        // into pending events below, which the world's size bounds.
+        if (s->ready_entities + entities > state_.size()) continue;
+      }
+      served.insert(id);
       if (shared.empty()) {
         shared = FrameParts(changes, time, s->options.max_message_bytes);
       }
-      s->ready = shared;
-      served.insert(id);
+      s->ready.insert(s->ready.end(), shared.begin(), shared.end());
+      ++s->ready_frames;
+      s->ready_entities += entities;
       wake.push_back(s->sink);
     }
   }
@@ -415,7 +437,7 @@ void Replicator::Publish(const FrameChanges& changes, absl::Time time,
     // The other whole-world subscribers fold the frame into their pending
     // events.
     for (auto& [id, s] : subs_) {
-      if (!s->whole_world || served.contains(id)) continue;
+      if (!s->whole_world || served.contains(id) || changes.empty()) continue;
       if (s->resync) {
         // Fell too far behind: it gets its view whole, nothing to note but
         // that the frame changed it.
@@ -491,7 +513,11 @@ void Replicator::Publish(const FrameChanges& changes, absl::Time time,
       // A streaming snapshot is not woken: its stream asks for each next
       // part as the last is written, and waking it would make the part here,
       // on the publishing thread (for tick worlds, the one ticker).
-      if (served.contains(id) || s->snapshot) continue;
+      if (s->snapshot) continue;
+      if (served.contains(id)) {
+        if (s->ready_frames > 1) wake.push_back(s->sink);  // See Next().
+        continue;
+      }
       if (!s->pending.empty() || !s->ready.empty()) wake.push_back(s->sink);
     }
   }
@@ -692,10 +718,20 @@ std::shared_ptr<const Outgoing> Replicator::Next(SubscriptionId id,
   if (it == subs_.end()) return nullptr;
   Subscription& s = *it->second;
   if (s.parts.empty() && !s.ready.empty()) {
-    // The shared parts of the frame, committed to once the first is taken.
-    s.parts.assign(s.ready.begin(), s.ready.end());
-    s.ready.clear();
-    s.frames_with_changes = 0;
+    if (s.ready_frames == 1) {
+      // The shared parts of the frame, committed to once the first is taken.
+      s.parts.assign(s.ready.begin(), s.ready.end());
+      s.ready.clear();
+      s.ready_frames = 0;
+      s.ready_entities = 0;
+      s.frames_with_changes = 0;
+    } else if (s.ready.back()->message().frame() <= frame_) {
+      Fold(s);  // Several frames: one message with the latest of each.
+    } else {
+      // The last frame is not in the published state yet (Publish serves
+      // shared parts first): it is woken again once it is.
+      return nullptr;
+    }
   }
   if (!s.parts.empty()) return TakePart(s);
   if (s.snapshot) return NextSnapshotPart(s);
@@ -785,8 +821,10 @@ std::vector<SubscriberStats> Replicator::Stats() const {
   std::vector<SubscriberStats> out;
   for (const auto& [id, s] : subs_) {
     const size_t stale = s->snapshot ? s->snapshot->stale_count : 0;
-    out.push_back(
-        {id, s->pending.size() + stale, s->last_frame_sent, s->frames_skipped});
+    // Kept frames count beyond the first, the message it would send next.
+    const size_t kept = s->ready_frames > 1 ? s->ready_entities : 0;
+    out.push_back({id, s->pending.size() + kept + stale, s->last_frame_sent,
+                   s->frames_skipped});
   }
   std::sort(out.begin(), out.end(),
             [](const auto& a, const auto& b) { return a.id < b.id; });

@@ -210,9 +210,14 @@ class Replicator {
     // Messages committed to, sent before anything else: snapshot chunks, and
     // the rest of a frame whose first part went out.
     std::deque<std::shared_ptr<const Outgoing>> parts;
-    // The shared parts of the last frame, while this subscriber is caught up
-    // and has not started on them.
+    // The shared parts of the frames since its last message, while this
+    // subscriber is caught up but for them. Frames it has not started on are
+    // kept (shared with the other subscribers: O(1) each a frame), not
+    // folded into `pending` frame by frame, until it reads again or they
+    // hold more than max_pending entities (then it resyncs).
     std::vector<std::shared_ptr<const Outgoing>> ready;
+    size_t ready_frames = 0;
+    size_t ready_entities = 0;
     absl::flat_hash_map<EntityId, uint8_t> pending;
     uint64_t last_frame_sent = 0;
     uint64_t frames_skipped = 0;
