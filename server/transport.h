@@ -21,7 +21,7 @@ struct TransportOptions {
   // in buffers across all connections. Under pressure gRPC shrinks reads and
   // refuses what would not fit: this is what stops a message far over the
   // size limit, which gRPC 1.51 otherwise buffers whole before checking.
-  size_t memory_quota_bytes = size_t{256} << 20;
+  size_t memory_quota_bytes = size_t{192} << 20;
   // Server pings on idle connections this often (0: never), and drops a
   // connection that does not answer within half of it.
   int keepalive_ms = 20'000;

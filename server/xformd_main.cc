@@ -51,7 +51,7 @@ ABSL_FLAG(uint64_t, max_pending, 65'536,
           "its view whole (a snapshot) instead: bounds a laggard's memory");
 ABSL_FLAG(uint64_t, max_message_bytes, 16 << 20,
           "Largest message in or out; larger requests get RESOURCE_EXHAUSTED");
-ABSL_FLAG(uint64_t, memory_quota_mb, 256,
+ABSL_FLAG(uint64_t, memory_quota_mb, 192,
           "gRPC's resource quota: transport buffers across all connections");
 ABSL_FLAG(int, keepalive_ms, 20'000,
           "Keepalive ping interval on idle connections; 0 disables");

@@ -381,6 +381,7 @@ TEST(XformdProcessTest, HostileRequestShapesKeepTheServerSmall) {
     EXPECT_EQ(statuses[k].error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
         << k << ": " << statuses[k].error_message();
   }
+  RecordProperty("peak_rss_mb", std::to_string(xformd.PeakRssMb()));
   EXPECT_LT(xformd.PeakRssMb(), 300) << xformd.Log();
   EXPECT_EQ(Health(channel, ""), HealthCheckResponse::SERVING);
 }
