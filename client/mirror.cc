@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "client/client_internal.h"
+#include "xform/net_changes.h"
 #include "xform/v1/wire.h"
 
 namespace xform {
@@ -79,14 +80,6 @@ class Copy {
   std::vector<EntityId> ids_;
   std::vector<EntityId> parents_;
   std::vector<Matrix3x4> worlds_;
-};
-
-// Net change flags per entity since the caller last asked.
-enum ChangeFlag : uint8_t {
-  kCreated = 1,
-  kDestroyed = 2,
-  kMoved = 4,
-  kReparented = 8,
 };
 
 template <typename T>
@@ -193,10 +186,10 @@ class Mirror::Impl {
 
   MirrorChanges TakeChanges() {
     MirrorChanges changes;
-    absl::flat_hash_map<EntityId, uint8_t> pending;
+    NetChanges::Map pending;
     {
       absl::MutexLock lock(&mu_);
-      pending.swap(pending_);
+      pending = pending_.Take();
       changes.frame = frame_;
       changes.resynced = resynced_since_asked_;
       resynced_since_asked_ = false;
@@ -315,21 +308,8 @@ class Mirror::Impl {
     options_.on_update(update);
   }
 
-  void Note(EntityId e, uint8_t flag) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    uint8_t& flags = pending_[e];
-    if (flag == kDestroyed) {
-      // Created and destroyed since the caller asked: never seen, not news.
-      if (flags & kCreated) {
-        pending_.erase(e);
-      } else {
-        flags = kDestroyed;
-      }
-    } else if (flag == kCreated && (flags & kDestroyed)) {
-      // Destroyed and created again: to the caller, it is still there.
-      flags = kMoved | kReparented;
-    } else {
-      flags |= flag;
-    }
+  void Note(EntityId e, NetChange change) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    pending_.Note(e, change);
   }
 
   void ApplyLocked(const v1::FrameUpdate& u)
@@ -457,7 +437,7 @@ class Mirror::Impl {
   bool have_snapshot_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t frame_ ABSL_GUARDED_BY(mu_) = 0;
   int resyncs_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::flat_hash_map<EntityId, uint8_t> pending_ ABSL_GUARDED_BY(mu_);
+  NetChanges pending_ ABSL_GUARDED_BY(mu_);  // Since the caller last asked.
   bool resynced_since_asked_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -174,32 +174,18 @@ uint32_t Replicator::NewSlot(EntityId e) {
   return static_cast<uint32_t>(slot_entity_.size() - 1);
 }
 
-void Replicator::Note(Subscription& s, EntityId e, uint8_t event) const {
+void Replicator::Note(Subscription& s, EntityId e, NetChange change) const {
   s.noted = true;
   if (s.snapshot) {
-    NoteInSnapshot(*s.snapshot, e, event);
+    NoteInSnapshot(*s.snapshot, e, change);
     return;
   }
   if (s.resync) return;  // It gets its view whole.
-  auto [it, inserted] = s.pending.try_emplace(e, 0);
-  uint8_t& flags = it->second;
-  if (event == kEntered) {
-    // Left and came back before the subscriber heard: to it, the entity just
-    // stayed, perhaps under another parent and elsewhere.
-    flags = (flags & kLeft) ? kReparented | kMoved : (flags | kEntered);
-  } else if (event == kLeft) {
-    if (flags & kEntered) {
-      s.pending.erase(it);  // Came and went unseen.
-    } else {
-      flags = kLeft;
-    }
-  } else {
-    flags |= event;
-  }
+  s.pending.Note(e, change);
 }
 
 void Replicator::NoteInSnapshot(StreamedSnapshot& snap, EntityId e,
-                                uint8_t event) const {
+                                NetChange change) const {
   // The entity's slot: a destroyed one's is free now, and not reused before
   // the next frame (see TakeIn), so its bits are still its own.
   uint32_t slot;
@@ -211,7 +197,7 @@ void Replicator::NoteInSnapshot(StreamedSnapshot& snap, EntityId e,
   } else {
     return;
   }
-  if (event == kLeft) {
+  if (change == kDestroyed) {
     if (snap.known.reset(slot)) snap.gone.push_back(e);
     if (snap.stale.reset(slot)) --snap.stale_count;
   } else if (snap.stale.set(slot)) {
@@ -225,8 +211,8 @@ void Replicator::Fold(Subscription& s) const {
   const bool noted = s.noted;
   for (const auto& part : s.ready) {
     const v1::FrameUpdate& u = part->message();
-    for (EntityId e : u.destroyed()) Note(s, e, kLeft);
-    for (EntityId e : u.created()) Note(s, e, kEntered);
+    for (EntityId e : u.destroyed()) Note(s, e, kDestroyed);
+    for (EntityId e : u.created()) Note(s, e, kCreated);
     for (EntityId e : u.reparented()) Note(s, e, kReparented);
     for (EntityId e : u.moved()) Note(s, e, kMoved);
   }
@@ -445,8 +431,8 @@ void Replicator::Publish(const FrameChanges& changes, absl::Time time,
         continue;
       }
       Fold(*s);
-      for (EntityId e : changes.destroyed) Note(*s, e, kLeft);
-      for (EntityId e : changes.created) Note(*s, e, kEntered);
+      for (EntityId e : changes.destroyed) Note(*s, e, kDestroyed);
+      for (EntityId e : changes.created) Note(*s, e, kCreated);
       for (EntityId e : changes.reparented) Note(*s, e, kReparented);
       for (EntityId e : changes.moved) {
         if (!is_echo(*s, e)) Note(*s, e, kMoved);
@@ -487,9 +473,9 @@ void Replicator::Publish(const FrameChanges& changes, absl::Time time,
           }
           const bool is = under_root || (alive && s.listed.contains(e));
           if (!was && is) {
-            Note(s, e, kEntered);
+            Note(s, e, kCreated);
           } else if (was && !is) {
-            Note(s, e, kLeft);
+            Note(s, e, kDestroyed);
           } else if (was && is) {
             if (reparented.contains(e)) Note(s, e, kReparented);
             if (moved.contains(e) && !is_echo(s, e)) Note(s, e, kMoved);
@@ -503,7 +489,7 @@ void Replicator::Publish(const FrameChanges& changes, absl::Time time,
         s->noted = false;
       }
       if (s->pending.size() > max_pending_) {
-        absl::flat_hash_map<EntityId, uint8_t>().swap(s->pending);  // Freed.
+        s->pending.Release();
         s->resync = true;
       }
       if (s->resync) {
@@ -746,9 +732,9 @@ std::shared_ptr<const Outgoing> Replicator::Next(SubscriptionId id,
   // proto promises across parts.
   std::vector<EntityId> destroyed, entered, reparented, moved;
   for (const auto& [e, flags] : s.pending) {
-    if (flags & kLeft) {
+    if (flags & kDestroyed) {
       destroyed.push_back(e);
-    } else if (flags & kEntered) {
+    } else if (flags & kCreated) {
       entered.push_back(e);
     } else {
       if (flags & kReparented) reparented.push_back(e);

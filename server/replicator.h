@@ -35,6 +35,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "xform/net_changes.h"
 #include "xform/v1/xform.pb.h"
 #include "xform/world.h"
 
@@ -190,14 +191,6 @@ class Replicator {
     uint32_t part = 0;
     uint64_t skipped_before = 0;  // Frames missed before it began.
   };
-  // Net events an entity went through, as seen by one subscriber, since its
-  // last message.
-  enum Pending : uint8_t {
-    kMoved = 1,
-    kReparented = 2,
-    kEntered = 4,  // Created, or joined the subscriber's view.
-    kLeft = 8,     // Destroyed, or left the subscriber's view.
-  };
   struct Subscription {
     SubscriptionOptions options;
     bool whole_world = true;
@@ -219,7 +212,9 @@ class Replicator {
     std::vector<std::shared_ptr<const Outgoing>> ready;
     size_t ready_frames = 0;
     size_t ready_entities = 0;
-    absl::flat_hash_map<EntityId, uint8_t> pending;
+    // What changed in its view since its last message (entering the view is
+    // being created to it, leaving it being destroyed).
+    NetChanges pending;
     uint64_t last_frame_sent = 0;
     uint64_t frames_skipped = 0;
     // Frames that changed this subscriber's view since its last message
@@ -254,8 +249,9 @@ class Replicator {
   void ForEachInSubtree(EntityId e, F&& f) const;
   // Folds an event into the subscriber's pending events, or, while its
   // snapshot streams, into the snapshot's bits.
-  void Note(Subscription& s, EntityId e, uint8_t event) const;
-  void NoteInSnapshot(StreamedSnapshot& snap, EntityId e, uint8_t event) const;
+  void Note(Subscription& s, EntityId e, NetChange change) const;
+  void NoteInSnapshot(StreamedSnapshot& snap, EntityId e,
+                      NetChange change) const;
   // Turns untaken shared parts back into pending events.
   void Fold(Subscription& s) const;
   void RemoveChild(EntityId parent, EntityId child);
