@@ -35,7 +35,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "bench/bench_support.h"
-#include "client/process_stats.h"
+#include "tools/process_stats.h"
 #include "grpcpp/grpcpp.h"
 #include "xform/v1/xform.grpc.pb.h"
 

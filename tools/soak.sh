@@ -31,7 +31,7 @@ cleanup() { kill "$xformd" 2>/dev/null || true; kill $(jobs -p) 2>/dev/null || t
 trap cleanup EXIT
 sleep 1
 
-"$build/client/xform-load" --server="$address" --server_pid="$xformd" \
+"$build/tools/xform-load" --server="$address" --server_pid="$xformd" \
   --world=soak --entities=100000 --move=1000 --subscribers=4 --stall_s=2 \
   --seconds="$seconds" >"$out/load.txt" 2>&1 &
 load=$!
@@ -40,7 +40,7 @@ sleep 5  # The world exists once xform-load has built it.
 stalled=()
 for k in 1 2 3; do
   # The pipe fills and nobody reads it: the subscriber stops reading.
-  ("$build/client/xformctl" --server="$address" watch soak --verbose |
+  ("$build/tools/xformctl" --server="$address" watch soak --verbose |
     sleep "$seconds") 2>/dev/null &
   stalled+=($!)
 done

@@ -1,6 +1,6 @@
 // Copyright 2026 The xform Authors.
 
-#include "client/process_stats.h"
+#include "tools/process_stats.h"
 
 #include <unistd.h>
 

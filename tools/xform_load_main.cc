@@ -44,7 +44,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "client/process_stats.h"
+#include "tools/process_stats.h"
 #include "grpcpp/grpcpp.h"
 #include "hiredis/hiredis.h"
 #include "nlohmann/json.hpp"
