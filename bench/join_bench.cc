@@ -35,8 +35,8 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "bench/bench_support.h"
-#include "tools/process_stats.h"
 #include "grpcpp/grpcpp.h"
+#include "tools/process_stats.h"
 #include "xform/v1/xform.grpc.pb.h"
 
 ABSL_FLAG(int, entities, 1'000'000, "Entities in the big world");

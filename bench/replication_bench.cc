@@ -35,8 +35,8 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "tools/process_stats.h"
 #include "grpcpp/grpcpp.h"
+#include "tools/process_stats.h"
 #include "xform/scenes.h"
 #include "xform/v1/xform.grpc.pb.h"
 

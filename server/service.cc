@@ -504,7 +504,7 @@ grpc::ServerUnaryReactor* XformService::DeleteWorld(
   return Serve<v1::DeleteWorldRequest, v1::DeleteWorldResponse>(
       active_calls_, context, request, response,
       [&](const v1::DeleteWorldRequest& del, v1::DeleteWorldResponse*) {
-        const absl::Status status = host_.Delete(del.name());
+        absl::Status status = host_.Delete(del.name());
         if (status.ok()) Log('I', "world '", del.name(), "' deleted");
         return status;
       });

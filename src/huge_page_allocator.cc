@@ -31,14 +31,16 @@ void* MapHugePageBacked(size_t bytes) {
   const uintptr_t lead = start - first;
   if (lead != 0) munmap(mapped, lead);
   if (kHugePageBytes - lead != 0) {
+    // NOLINTNEXTLINE(performance-no-int-to-ptr): page arithmetic on mmap's.
     munmap(reinterpret_cast<void*>(start + length), kHugePageBytes - lead);
   }
 #ifdef MADV_HUGEPAGE
   // Advice only: where the kernel has no huge page to give, or transparent
   // huge pages are off, the column lives on 4 KB pages as before.
+  // NOLINTNEXTLINE(performance-no-int-to-ptr)
   madvise(reinterpret_cast<void*>(start), length, MADV_HUGEPAGE);
 #endif
-  return reinterpret_cast<void*>(start);
+  return reinterpret_cast<void*>(start);  // NOLINT(performance-no-int-to-ptr)
 }
 
 void UnmapHugePageBacked(void* pointer, size_t bytes) {

@@ -802,6 +802,9 @@ void World::ApplySetLocal(Index i, const Transform& local) {
   const Matrix3x4 before = local_[i];
   SetLocalColumns(i, local);
   // A physics step resends bodies at rest: the same matrix moves nothing.
+  // Bitwise on purpose: a NaN-free float compare would call -0 and 0 equal,
+  // and the bits are what subscribers are sent.
+  // NOLINTNEXTLINE(bugprone-suspicious-memory-comparison)
   if (std::memcmp(&before, &local_[i], sizeof(before)) != 0) MarkDirty(i);
 }
 

@@ -44,10 +44,10 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "tools/process_stats.h"
 #include "grpcpp/grpcpp.h"
 #include "hiredis/hiredis.h"
 #include "nlohmann/json.hpp"
+#include "tools/process_stats.h"
 #include "xform/client.h"
 #include "xform/mirror.h"
 #include "xform/scenes.h"
@@ -472,6 +472,7 @@ pid_t Spawn(const std::vector<std::string>& command, bool quiet = false) {
                                      O_WRONLY, 0);
   }
   std::vector<char*> argv;
+  argv.reserve(command.size() + 1);
   for (const std::string& arg : command) {
     argv.push_back(const_cast<char*>(arg.c_str()));
   }
@@ -604,6 +605,7 @@ class LoadRun {
     const double redis_before = redis_pid ? CpuSeconds(redis_pid) : 0;
     std::atomic<uint64_t> frames_written{0};
     std::vector<std::thread> writers;
+    writers.reserve(config_.writers);
     for (int w = 0; w < config_.writers; ++w) {
       writers.emplace_back(
           [&, w] { Write(w, start + duration, &frames_written); });

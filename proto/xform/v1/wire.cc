@@ -110,15 +110,15 @@ absl::StatusOr<std::vector<xform::Command>> ToCommands(
             op.local =
                 TransformFromWire(create.local().data() + kTrsFloats * i);
           }
-          commands.push_back(op);
+          commands.emplace_back(op);
         }
         break;
       }
       case Command::kDestroy:
         for (EntityId e : c.destroy().entity()) {
-          commands.push_back(DestroyOp{e, c.destroy().keep_children()
-                                              ? DestroyMode::kReparentChildren
-                                              : DestroyMode::kSubtree});
+          commands.emplace_back(DestroyOp{
+              e, c.destroy().keep_children() ? DestroyMode::kReparentChildren
+                                             : DestroyMode::kSubtree});
         }
         break;
       case Command::kLink: {
@@ -127,7 +127,7 @@ absl::StatusOr<std::vector<xform::Command>> ToCommands(
           return Malformed(k, "link: one parent per entity (0 unlinks)");
         }
         for (int i = 0; i < link.entity_size(); ++i) {
-          commands.push_back(LinkOp{
+          commands.emplace_back(LinkOp{
               link.entity(i), link.parent(i),
               link.keep_world() ? LinkMode::kKeepWorld : LinkMode::kKeepLocal});
         }
