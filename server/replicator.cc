@@ -319,7 +319,10 @@ void Replicator::TakeIn(const FrameChanges& changes) {
   }
   for (size_t k = 0; k < changes.moved.size(); ++k) {
     // As scattered over the world as the writes were: overlap the misses.
-    if (k + 8 < changes.moved.size()) state_.prefetch(changes.moved[k + 8]);
+    constexpr size_t kAhead = internal::kPrefetchAhead;
+    if (k + kAhead < changes.moved.size()) {
+      state_.prefetch(changes.moved[k + kAhead]);
+    }
     Matrix3x4& m = state_[changes.moved[k]].world;
     std::copy_n(&changes.moved_world[12 * k], 12, m.m.begin());
   }

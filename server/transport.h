@@ -10,13 +10,14 @@
 #include <cstddef>
 
 #include "grpcpp/server_builder.h"
+#include "xform/message_size.h"
 
 namespace xform::server {
 
 struct TransportOptions {
   // The largest message either way (--max_message_bytes). gRPC refuses a
   // larger incoming one with RESOURCE_EXHAUSTED.
-  size_t max_message_bytes = 16 << 20;
+  size_t max_message_bytes = kDefaultMaxMessageBytes;
   // gRPC's resource quota (--memory_quota_mb): what its transports may hold
   // in buffers across all connections. Under pressure gRPC shrinks reads and
   // refuses what would not fit: this is what stops a message far over the

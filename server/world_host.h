@@ -25,6 +25,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/replicator.h"
+#include "xform/message_size.h"
 #include "xform/v1/wire.h"
 #include "xform/v1/xform.pb.h"
 #include "xform/world.h"
@@ -52,7 +53,7 @@ struct Limits {
   // Changed entities a subscriber may have unsent before it is resent its
   // view whole instead (see Replicator).
   size_t max_pending = 65'536;
-  size_t max_message_bytes = 16 << 20;
+  size_t max_message_bytes = kDefaultMaxMessageBytes;
 };
 
 class HostedWorld {

@@ -49,7 +49,7 @@ ABSL_FLAG(uint64_t, max_filter_ids, 65'536,
 ABSL_FLAG(uint64_t, max_pending, 65'536,
           "Changed entities a subscriber may have unsent before it is resent "
           "its view whole (a snapshot) instead: bounds a laggard's memory");
-ABSL_FLAG(uint64_t, max_message_bytes, 16 << 20,
+ABSL_FLAG(uint64_t, max_message_bytes, xform::kDefaultMaxMessageBytes,
           "Largest message in or out; larger requests get RESOURCE_EXHAUSTED");
 ABSL_FLAG(uint64_t, memory_quota_mb, 192,
           "gRPC's resource quota: transport buffers across all connections");

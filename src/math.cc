@@ -71,15 +71,6 @@ glm::mat4 ToMat4(const Matrix3x4& a) {
   return out;
 }
 
-Matrix3x4 FromMat4(const glm::mat4& a) {
-  Matrix3x4 out;
-  for (int row = 0; row < 3; ++row) {
-    const glm::vec4 r = glm::row(a, row);
-    for (int col = 0; col < 4; ++col) out.m[4 * row + col] = r[col];
-  }
-  return out;
-}
-
 namespace {
 
 glm::dmat4 ToDMat4(const Matrix3x4& a) { return glm::dmat4(ToMat4(a)); }

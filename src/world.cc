@@ -33,16 +33,17 @@ static_assert(kScatteredMinimumRanges >= kScatteredCursors,
               "each cursor starts with a range");
 // A scene load's ids land all over the entity map, and its ops, read in
 // pre-order, all over a buffer bigger than the cache: each pass over them
-// fetches what it will read this many creates ahead, so the misses overlap.
-// Only the entity's own map entry: a parent was created shortly before and is
-// still cached (fetching it too measured slower).
-constexpr uint32_t kLookupsAhead = 8;
+// fetches what it will read ahead (kPrefetchAhead lookups, kCreatesAhead
+// creates), so the misses overlap. Only the entity's own map entry: a parent
+// was created shortly before and is still cached (fetching it too measured
+// slower).
 constexpr uint32_t kCreatesAhead = 16;
 // Bounds the roots swept ahead to split a deep subtree, and so its cost.
 constexpr int kMaxSplitDescents = 32;
 
-using Index = uint32_t;
-constexpr Index kNoIndex = 0xffffffffu;
+using internal::Index;
+using internal::kNoIndex;
+using internal::kPrefetchAhead;
 
 absl::Status NotFinite() {
   return absl::InvalidArgumentError(
@@ -273,8 +274,8 @@ absl::Status World::CreateMany(absl::Span<const CreateOp> ops) {
   // them again.
   slot_of_.reserve(slot_of_.size() + ops.size());
   for (size_t k = 0; k < ops.size(); ++k) {
-    if (k + kLookupsAhead < ops.size()) {
-      slot_of_.prefetch(ops[k + kLookupsAhead].entity);
+    if (k + kPrefetchAhead < ops.size()) {
+      slot_of_.prefetch(ops[k + kPrefetchAhead].entity);
     }
     const CreateOp& op = ops[k];
     absl::Status status;
@@ -287,7 +288,7 @@ absl::Status World::CreateMany(absl::Span<const CreateOp> ops) {
     } else if (op.parent != kNoEntity && !slot_of_.contains(op.parent)) {
       status =
           absl::NotFoundError(absl::StrCat("parent ", op.parent, " not found"));
-    } else if (!slot_of_.try_emplace(op.entity, kNone).second) {
+    } else if (!slot_of_.try_emplace(op.entity, kNoIndex).second) {
       status = absl::AlreadyExistsError("already exists");
     }
     if (!status.ok()) {
@@ -318,9 +319,8 @@ absl::Status World::SetLocals(absl::Span<const SetLocalOp> ops) {
 template <typename Get>
 absl::Status World::SetLocalsOf(size_t count, Get get) {
   // A physics step sets entities scattered over the whole world, so each
-  // lookup and each column write is a cache miss. Every pass fetches kAhead
-  // ops ahead, so those misses overlap instead of following one another.
-  constexpr size_t kAhead = 8;
+  // lookup and each column write is a cache miss: fetched ahead.
+  constexpr size_t kAhead = kPrefetchAhead;
   std::vector<Slot> slots(count);
   for (size_t k = 0; k < count; ++k) {
     if (k + kAhead < count) slot_of_.prefetch(get(k + kAhead).entity);
@@ -330,7 +330,7 @@ absl::Status World::SetLocalsOf(size_t count, Get get) {
       status = absl::InvalidArgumentError("entity id 0 is reserved for 'none'");
     } else if (status = ValidateTransform(op.local); !status.ok()) {
     } else if (const auto it = slot_of_.find(op.entity);
-               it == slot_of_.end() || it->second == kNone) {
+               it == slot_of_.end() || it->second == kNoIndex) {
       status = absl::NotFoundError("not found");
     } else {
       slots[k] = it->second;
@@ -409,36 +409,37 @@ absl::Status World::SetWorld(EntityId entity, const Transform& world) {
 
 World::Index World::index_of(EntityId entity) const {
   const auto it = slot_of_.find(entity);
-  return it == slot_of_.end() || it->second == kNone ? kNone
-                                                     : slot_index_[it->second];
+  return it == slot_of_.end() || it->second == kNoIndex
+             ? kNoIndex
+             : slot_index_[it->second];
 }
 
-bool World::Has(EntityId entity) const { return index_of(entity) != kNone; }
+bool World::Has(EntityId entity) const { return index_of(entity) != kNoIndex; }
 
 absl::StatusOr<Transform> World::Local(EntityId entity) const {
   const Index i = index_of(entity);
-  if (i == kNone)
+  if (i == kNoIndex)
     return absl::NotFoundError(absl::StrCat(entity, " not found"));
   return Transform{local_[i].translation(), rotation_[i], scale_[i]};
 }
 
 absl::StatusOr<Matrix3x4> World::WorldMatrix(EntityId entity) const {
   const Index i = index_of(entity);
-  if (i == kNone)
+  if (i == kNoIndex)
     return absl::NotFoundError(absl::StrCat(entity, " not found"));
   return world_[i];
 }
 
 absl::StatusOr<EntityId> World::Parent(EntityId entity) const {
   const Index i = index_of(entity);
-  if (i == kNone)
+  if (i == kNoIndex)
     return absl::NotFoundError(absl::StrCat(entity, " not found"));
   return parent_entity_of(i);
 }
 
 absl::StatusOr<std::vector<EntityId>> World::Children(EntityId entity) const {
   const Index i = index_of(entity);
-  if (i == kNone)
+  if (i == kNoIndex)
     return absl::NotFoundError(absl::StrCat(entity, " not found"));
   std::vector<EntityId> children;
   for (Index c = i + 1; c < end_of(i); c = end_of(c)) {
@@ -449,7 +450,7 @@ absl::StatusOr<std::vector<EntityId>> World::Children(EntityId entity) const {
 
 absl::StatusOr<std::vector<EntityId>> World::Subtree(EntityId entity) const {
   const Index i = index_of(entity);
-  if (i == kNone)
+  if (i == kNoIndex)
     return absl::NotFoundError(absl::StrCat(entity, " not found"));
   std::vector<EntityId> out;
   out.reserve(subtree_size_[i]);
@@ -478,7 +479,7 @@ absl::Status World::CheckConsistency() const {
     if (subtree_size_[i] == 0 || end_of(i) > size()) {
       return broken("instance ", i, " has subtree size ", subtree_size_[i]);
     }
-    if (p != kNone && (p >= i || end_of(i) > end_of(p))) {
+    if (p != kNoIndex && (p >= i || end_of(i) > end_of(p))) {
       return broken("instance ", i, " is outside its parent ", p, "'s range");
     }
     if (slot_index_[slot_[i]] != i || index_of(entity_of(i)) != i) {
@@ -519,7 +520,7 @@ World::Slot World::AllocateSlot(EntityId entity) {
     free_slots_.pop_back();
   } else {
     slot = static_cast<Slot>(slot_index_.size());
-    slot_index_.push_back(kNone);
+    slot_index_.push_back(kNoIndex);
     slot_entity_.push_back(kNoEntity);
     slot_flags_.push_back(0);
   }
@@ -535,12 +536,13 @@ void World::ApplyCreates(absl::Span<const CreateOp> ops) {
 
   // Slots first: slot_index_ of a new slot temporarily holds old_size + its
   // position in `ops`, which tells parents in this run from older ones.
-  std::vector<uint32_t> group_parent(count, kNone);  // Position in ops.
-  std::vector<Index> attach(count, kNone);  // Old index of an outside parent.
+  std::vector<uint32_t> group_parent(count, kNoIndex);  // Position in ops.
+  std::vector<Index> attach(count,
+                            kNoIndex);  // Old index of an outside parent.
   std::vector<Slot> slots(count);
   for (uint32_t k = 0; k < count; ++k) {
-    if (k + kLookupsAhead < count) {
-      slot_of_.prefetch(ops[k + kLookupsAhead].entity);
+    if (k + kPrefetchAhead < count) {
+      slot_of_.prefetch(ops[k + kPrefetchAhead].entity);
     }
     slots[k] = AllocateSlot(ops[k].entity);
     slot_index_[slots[k]] = old_size + k;
@@ -558,21 +560,21 @@ void World::ApplyCreates(absl::Span<const CreateOp> ops) {
   // then a depth-first walk from each run root.
   std::vector<uint32_t> child_begin(count + 1, 0);
   for (uint32_t k = 0; k < count; ++k) {
-    if (group_parent[k] != kNone) ++child_begin[group_parent[k] + 1];
+    if (group_parent[k] != kNoIndex) ++child_begin[group_parent[k] + 1];
   }
   for (uint32_t k = 0; k < count; ++k) child_begin[k + 1] += child_begin[k];
   std::vector<uint32_t> children(child_begin[count]);
   {
     std::vector<uint32_t> fill(child_begin.begin(), child_begin.end() - 1);
     for (uint32_t k = 0; k < count; ++k) {
-      if (group_parent[k] != kNone) children[fill[group_parent[k]]++] = k;
+      if (group_parent[k] != kNoIndex) children[fill[group_parent[k]]++] = k;
     }
   }
   std::vector<uint32_t> order;  // Run positions in pre-order.
   order.reserve(count);
   std::vector<uint32_t> stack;
   for (uint32_t root = 0; root < count; ++root) {
-    if (group_parent[root] != kNone) continue;
+    if (group_parent[root] != kNoIndex) continue;
     stack.push_back(root);
     while (!stack.empty()) {
       const uint32_t k = stack.back();
@@ -586,7 +588,7 @@ void World::ApplyCreates(absl::Span<const CreateOp> ops) {
   std::vector<uint32_t> sizes(count, 1);
   for (uint32_t t = count; t-- > 0;) {
     const uint32_t k = order[t];
-    if (group_parent[k] != kNone) sizes[group_parent[k]] += sizes[k];
+    if (group_parent[k] != kNoIndex) sizes[group_parent[k]] += sizes[k];
   }
   std::vector<uint32_t> position_in_order(count);
   for (uint32_t t = 0; t < count; ++t) position_in_order[order[t]] = t;
@@ -608,11 +610,11 @@ void World::ApplyCreates(absl::Span<const CreateOp> ops) {
     subtree_size_[at] = sizes[k];
     slot_[at] = slots[k];
     frame_flags_[at] = kCreatedThisFrame;
-    if (group_parent[k] != kNone) {
+    if (group_parent[k] != kNoIndex) {
       parent_[at] = old_size + position_in_order[group_parent[k]];
     } else {
       parent_[at] = attach[k];
-      blocks.push_back({attach[k] == kNone ? old_size : end_of(attach[k]), t,
+      blocks.push_back({attach[k] == kNoIndex ? old_size : end_of(attach[k]), t,
                         sizes[k], attach[k]});
     }
   }
@@ -627,7 +629,8 @@ void World::ApplyCreates(absl::Span<const CreateOp> ops) {
                    [](const InsertBlock& a, const InsertBlock& b) {
                      if (a.at != b.at) return a.at < b.at;
                      const auto key = [](Index parent) {
-                       return parent == kNone ? int64_t{-1} : int64_t{parent};
+                       return parent == kNoIndex ? int64_t{-1}
+                                                 : int64_t{parent};
                      };
                      return key(a.parent) > key(b.parent);
                    });
@@ -691,7 +694,7 @@ void World::InsertBlocks(uint32_t old_size,
     stats_.relocated += old_size - first_moved;
   }
   for (Index j = first_moved; j < size(); ++j) {
-    if (parent_[j] != kNone) parent_[j] = remap(parent_[j]);
+    if (parent_[j] != kNoIndex) parent_[j] = remap(parent_[j]);
   }
   RefreshSlots(first_moved, static_cast<Index>(size()));
 }
@@ -703,7 +706,7 @@ void World::EraseRange(Index first, Index last) {
     column.erase(column.begin() + first, column.begin() + last);
   });
   for (Index j = first; j < size(); ++j) {
-    if (parent_[j] != kNone && parent_[j] >= last) parent_[j] -= count;
+    if (parent_[j] != kNoIndex && parent_[j] >= last) parent_[j] -= count;
   }
   stats_.relocated += size() - first;
   RefreshSlots(first, static_cast<Index>(size()));
@@ -722,7 +725,7 @@ void World::MoveRange(Index first, Index last, Index to) {
   // Links into [lo, hi) come from inside it or from later instances.
   for (Index j = lo; j < size(); ++j) {
     const Index q = parent_[j];
-    if (q == kNone || q < lo || q >= hi) continue;
+    if (q == kNoIndex || q < lo || q >= hi) continue;
     parent_[j] = q < mid ? q + (hi - mid) : q - (mid - lo);
   }
   stats_.relocated += hi - lo;
@@ -730,7 +733,7 @@ void World::MoveRange(Index first, Index last, Index to) {
 }
 
 void World::AddToAncestorSizes(Index parent, int64_t delta) {
-  for (Index a = parent; a != kNone; a = parent_[a]) {
+  for (Index a = parent; a != kNoIndex; a = parent_[a]) {
     subtree_size_[a] = static_cast<uint32_t>(subtree_size_[a] + delta);
   }
 }
@@ -746,7 +749,7 @@ void World::ApplyDestroy(const DestroyOp& op) {
   if (op.mode == DestroyMode::kReparentChildren) {
     // Children keep their world: their new local is relative to the parent.
     const Matrix3x4 parent_world =
-        parent == kNone ? Matrix3x4{} : ExactWorld(parent);
+        parent == kNoIndex ? Matrix3x4{} : ExactWorld(parent);
     for (Index c = i + 1; c < end_of(i); c = end_of(c)) {
       const Transform local = LocalForWorld(parent_world, ExactWorld(c));
       TouchStructure(entity_of(c), c);
@@ -760,7 +763,7 @@ void World::ApplyDestroy(const DestroyOp& op) {
     TouchStructure(entity_of(j), j);
     const Slot slot = slot_[j];
     slot_of_.erase(slot_entity_[slot]);
-    slot_index_[slot] = kNone;
+    slot_index_[slot] = kNoIndex;
     slot_flags_[slot] = 0;
     freed_this_frame_.push_back(slot);
   }
@@ -770,10 +773,11 @@ void World::ApplyDestroy(const DestroyOp& op) {
 
 void World::ApplyLink(const LinkOp& op) {
   const Index i = index_of(op.entity);
-  const Index new_parent = op.parent == kNoEntity ? kNone : index_of(op.parent);
+  const Index new_parent =
+      op.parent == kNoEntity ? kNoIndex : index_of(op.parent);
   if (op.mode == LinkMode::kKeepWorld) {
     const Matrix3x4 parent_world =
-        new_parent == kNone ? Matrix3x4{} : ExactWorld(new_parent);
+        new_parent == kNoIndex ? Matrix3x4{} : ExactWorld(new_parent);
     ApplySetLocal(i, LocalForWorld(parent_world, ExactWorld(i)));
   }
   if (parent_[i] == new_parent) return;
@@ -783,7 +787,7 @@ void World::ApplyLink(const LinkOp& op) {
   // Computed before the sizes change: when the new parent is an old ancestor
   // its range does not move.
   const Index to =
-      new_parent == kNone ? static_cast<Index>(size()) : end_of(new_parent);
+      new_parent == kNoIndex ? static_cast<Index>(size()) : end_of(new_parent);
   AddToAncestorSizes(parent_[i], -static_cast<int64_t>(count));
   AddToAncestorSizes(new_parent, count);
   parent_[i] = new_parent;
@@ -809,7 +813,7 @@ void World::ApplySetLocal(Index i, const Transform& local) {
 }
 
 void World::ApplySetWorld(Index i, const Transform& world) {
-  if (parent_[i] == kNone) {
+  if (parent_[i] == kNoIndex) {
     ApplySetLocal(i, world);
     return;
   }
@@ -914,7 +918,7 @@ absl::Status World::TakeBack(absl::Span<const UndoStep> steps, ListsMark mark) {
     const size_t keep = list == &moved_slots_ ? mark.moved : mark.created;
     for (size_t k = keep; k < list->size(); ++k) {
       const Index i = slot_index_[(*list)[k]];
-      if (i != kNone) frame_flags_[i] = 0;
+      if (i != kNoIndex) frame_flags_[i] = 0;
     }
     list->resize(keep);
   }
@@ -951,13 +955,14 @@ World::FrameStart& World::TouchStructure(EntityId entity, Index i) {
 Matrix3x4 World::ExactWorld(Index i) const {
   absl::InlinedVector<Index, 32> chain;
   size_t stale = 0;  // 1 + the position in `chain` of the topmost dirty node.
-  for (Index a = i; a != kNone; a = parent_[a]) {
+  for (Index a = i; a != kNoIndex; a = parent_[a]) {
     chain.push_back(a);
     if (slot_flags_[slot_[a]] & kDirty) stale = chain.size();
   }
   if (stale == 0) return world_[i];
   const Index top = chain[stale - 1];
-  Matrix3x4 world = parent_[top] == kNone ? Matrix3x4{} : world_[parent_[top]];
+  Matrix3x4 world =
+      parent_[top] == kNoIndex ? Matrix3x4{} : world_[parent_[top]];
   for (size_t k = stale; k-- > 0;) world = Multiply(world, local_[chain[k]]);
   return world;
 }
@@ -967,13 +972,13 @@ bool World::Propagate() {
   std::vector<Index> roots;
   roots.reserve(dirty_roots_.size());
   for (size_t k = 0; k < dirty_roots_.size(); ++k) {
-    if (k + 8 < dirty_roots_.size()) {  // Scattered: overlap the misses.
-      __builtin_prefetch(&slot_flags_[dirty_roots_[k + 8]], 1);
-      __builtin_prefetch(&slot_index_[dirty_roots_[k + 8]]);
+    if (k + kPrefetchAhead < dirty_roots_.size()) {  // Scattered.
+      __builtin_prefetch(&slot_flags_[dirty_roots_[k + kPrefetchAhead]], 1);
+      __builtin_prefetch(&slot_index_[dirty_roots_[k + kPrefetchAhead]]);
     }
     const Slot slot = dirty_roots_[k];
     slot_flags_[slot] &= ~kDirty;
-    if (slot_index_[slot] != kNone) roots.push_back(slot_index_[slot]);
+    if (slot_index_[slot] != kNoIndex) roots.push_back(slot_index_[slot]);
   }
   dirty_roots_.clear();
   // Roots often come in order (a scene's roots, a sorted physics step).
@@ -997,11 +1002,16 @@ bool World::Propagate() {
   const SweepStep step{parent_.data(), local_.data(), world_.data()};
   if (covered_total < 4 * ranges.size()) {
     // Mostly single instances all over the world (a physics step moving
-    // leaves): each range starts with cache misses, so fetch the lines of
-    // range r + 8, and then its parent's world at r + 4.
+    // leaves): each range starts with cache misses, so fetch the lines of a
+    // range ahead, and then its parent's world halfway to it (by when the
+    // parent index is cached).
+    constexpr size_t kAhead = kPrefetchAhead, kParentAhead = kAhead / 2;
     for (size_t r = 0; r < ranges.size(); ++r) {
-      if (r + 8 < ranges.size()) step.PrefetchStart(ranges[r + 8].first);
-      if (r + 4 < ranges.size()) step.PrefetchParent(ranges[r + 4].first);
+      if (r + kAhead < ranges.size())
+        step.PrefetchStart(ranges[r + kAhead].first);
+      if (r + kParentAhead < ranges.size()) {
+        step.PrefetchParent(ranges[r + kParentAhead].first);
+      }
       for (Index j = ranges[r].first; j < ranges[r].last; ++j) step(j);
     }
     return step.check.finite();
@@ -1077,7 +1087,7 @@ void World::SplitInHalves(const std::vector<Range>& ranges, size_t total,
       break;
     }
     const Index sibling = SiblingHolding(run, middle);
-    if (sibling == kNone || descents == kMaxSplitDescents) {
+    if (sibling == kNoIndex || descents == kMaxSplitDescents) {
       // A long chain: no cut near the middle is cheap to find, so one cursor
       // sweeps more than the other.
       first_half->push_back(run);
@@ -1118,7 +1128,7 @@ World::Index World::SiblingHolding(Range run, Index i) const {
   for (int k = 0; k < kBudget && end_of(along) <= i; ++k) {
     along = end_of(along);
   }
-  return end_of(along) > i ? along : kNone;
+  return end_of(along) > i ? along : kNoIndex;
 }
 
 void World::ListSwept() {
@@ -1152,9 +1162,9 @@ void World::EndFrame(FrameChanges* changes) {
   for (size_t r = 0; r < swept_.size(); ++r) {
     // A physics step's ranges are single instances all over the world: fetch
     // a later range's slot, then its entity, so the misses overlap.
-    if (r + 8 < swept_.size()) {
-      __builtin_prefetch(&slot_[swept_[r + 8].first]);
-      __builtin_prefetch(&frame_flags_[swept_[r + 8].first]);
+    if (r + kPrefetchAhead < swept_.size()) {
+      __builtin_prefetch(&slot_[swept_[r + kPrefetchAhead].first]);
+      __builtin_prefetch(&frame_flags_[swept_[r + kPrefetchAhead].first]);
     }
     if (r + 4 < swept_.size()) {
       __builtin_prefetch(&slot_entity_[slot_[swept_[r + 4].first]]);
@@ -1168,14 +1178,14 @@ void World::EndFrame(FrameChanges* changes) {
   swept_.clear();
   for (Slot slot : moved_slots_) {
     const Index i = slot_index_[slot];
-    if (i == kNone) continue;  // Destroyed since.
+    if (i == kNoIndex) continue;  // Destroyed since.
     frame_flags_[i] = 0;
     emit_moved(i);
   }
 
   std::vector<Index> created;
   for (Slot slot : created_slots_) {
-    if (slot_index_[slot] != kNone) created.push_back(slot_index_[slot]);
+    if (slot_index_[slot] != kNoIndex) created.push_back(slot_index_[slot]);
   }
   std::sort(created.begin(), created.end());
   for (Index i : created) {
@@ -1193,7 +1203,7 @@ void World::EndFrame(FrameChanges* changes) {
   for (const auto& [entity, start] : frame_start_) {
     if (!start.existed) continue;
     const Index i = index_of(entity);
-    if (i == kNone) {
+    if (i == kNoIndex) {
       changes->destroyed.push_back(entity);
     } else if (parent_entity_of(i) != start.parent) {
       reparented.push_back(i);

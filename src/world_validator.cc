@@ -201,7 +201,7 @@ bool BatchValidator::IsAncestorOrSelf(EntityId ancestor,
       // `ancestor` with `e` in its world subtree would have put `e` in a
       // touched range.)
       const World::Index a = world_.index_of(ancestor);
-      return a != World::kNone && a < i && i < world_.end_of(a);
+      return a != internal::kNoIndex && a < i && i < world_.end_of(a);
     }
     e = world_.parent_entity_of(i);
   }

@@ -28,6 +28,7 @@
 #include "server/service.h"
 #include "tests/loopback_server.h"
 #include "tests/raw_call.h"
+#include "xform/message_size.h"
 #include "xform/v1/xform.grpc.pb.h"
 #include "xform/world.h"
 #include "xform_test/reflection.pb.h"
@@ -39,8 +40,10 @@ using v1::FrameUpdate;
 
 constexpr grpc::StatusCode kOk = grpc::StatusCode::OK;
 
-// A subscriber's copy of its view, built only from the stream.
-struct Mirror {
+// A subscriber's copy of its view, built only from the stream's messages as
+// the proto defines them: an oracle apart from the client library's
+// xform::Mirror, so that the server's tests do not rest on it.
+struct StreamCopy {
   struct Entry {
     EntityId parent;
     Matrix3x4 world;
@@ -70,7 +73,7 @@ struct Mirror {
   }
 };
 
-using State = std::map<EntityId, Mirror::Entry>;
+using State = std::map<EntityId, StreamCopy::Entry>;
 
 State Snapshot(const World& world) {
   State state;
@@ -110,7 +113,7 @@ class ServerTest : public testing::Test {
 
   std::shared_ptr<grpc::Channel> NewChannel() {
     grpc::ChannelArguments args;
-    args.SetMaxReceiveMessageSize(64 << 20);
+    args.SetMaxReceiveMessageSize(kDefaultMaxMessageBytes);
     // Each channel its own connection, so a stalled one stalls alone.
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
     return grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", port_),
@@ -157,7 +160,7 @@ class ServerTest : public testing::Test {
       v1::ReadResponse response;
       EXPECT_TRUE(stub_->Read(&context, request, &response).ok());
       for (int k = 0; k < response.entity_size(); ++k) {
-        Mirror::Entry& entry = state[response.entity(k)];
+        StreamCopy::Entry& entry = state[response.entity(k)];
         entry.parent = response.parent(k);
         std::copy_n(response.world().data() + 12 * k, 12,
                     entry.world.m.begin());
@@ -234,7 +237,7 @@ class Subscriber {
     absl::MutexLock lock(&mu_);
     return history_;
   }
-  Mirror mirror() {
+  StreamCopy mirror() {
     absl::MutexLock lock(&mu_);
     return mirror_;
   }
@@ -291,7 +294,7 @@ class Subscriber {
   std::thread thread_;
   std::atomic<bool> paused_{false};
   absl::Mutex mu_;
-  Mirror mirror_ ABSL_GUARDED_BY(mu_);
+  StreamCopy mirror_ ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<uint64_t, State>> history_ ABSL_GUARDED_BY(mu_);
   uint64_t frames_skipped_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t messages_ ABSL_GUARDED_BY(mu_) = 0;
@@ -595,7 +598,7 @@ TEST_F(ServerTest, EchoSuppressionSkipsAWritersOwnMoves) {
   uint64_t frame = end_frame();
   ASSERT_TRUE(everyone.WaitForFrame(frame));
   ASSERT_TRUE(physics_view.WaitForFrame(frame));
-  Mirror mirror = physics_view.mirror();
+  StreamCopy mirror = physics_view.mirror();
   EXPECT_EQ(mirror.entities.at(3).world.translation().x, 1.0f);
   EXPECT_EQ(mirror.entities.at(10).world.translation().x, 0.0f) << "echoed";
   EXPECT_EQ(mirror.entities.at(2).world.translation().x, 0.0f) << "echoed";
@@ -915,7 +918,7 @@ TEST_F(ServerTest, DeepChainsCostWhatFlatWorldsCost) {
     ASSERT_TRUE(s->WaitForFrame(last, absl::Seconds(20)));
     EXPECT_EQ(s->mirror().entities.size(), kDepth + 20'000);
   }
-  const Mirror leaf_view = subtree.mirror();
+  const StreamCopy leaf_view = subtree.mirror();
   // Every entity set along the path adds its position to the leaf's.
   EXPECT_EQ(leaf_view.entities.at(kDepth + 20'000).world.translation(),
             glm::vec3(1, 2, 3) * float(along.size()));

@@ -78,6 +78,10 @@ ABSL_FLAG(int, redis_port, 6390, "redis mode: the port");
 ABSL_FLAG(bool, json, false, "Print the report as JSON");
 
 namespace xform::load {
+
+// xform-load's worlds go to 4M entities: the xformd it spawns, and its own
+// channels, take messages this large.
+constexpr int kLoadMaxMessageBytes = 256 << 20;
 namespace {
 
 using Json = nlohmann::json;
@@ -285,7 +289,7 @@ class PollSubscriber final : public Subscriber {
         acks_(acks),
         period_(absl::Seconds(1 / hz)) {
     grpc::ChannelArguments args;
-    args.SetMaxReceiveMessageSize(64 << 20);
+    args.SetMaxReceiveMessageSize(kLoadMaxMessageBytes);
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
     stub_ = v1::Xform::NewStub(grpc::CreateCustomChannel(
         address, grpc::InsecureChannelCredentials(), args));
@@ -518,7 +522,7 @@ class LoadRun {
  public:
   explicit LoadRun(Config config) : config_(std::move(config)) {
     options_.address = config_.address;
-    options_.max_message_bytes = 256 << 20;
+    options_.max_message_bytes = kLoadMaxMessageBytes;
     options_.deadline = absl::Seconds(120);
     options_.connect_timeout = absl::Seconds(20);
   }
@@ -812,7 +816,7 @@ int Main() {
   pid_t spawned = 0;
   if (const std::string xformd = absl::GetFlag(FLAGS_xformd); !xformd.empty()) {
     spawned = Spawn({xformd, absl::StrCat("--listen=", config.address),
-                     "--max_message_bytes=268435456",
+                     absl::StrCat("--max_message_bytes=", kLoadMaxMessageBytes),
                      absl::StrCat("--max_entities=", config.entities),
                      "--write_timeout_ms=60000"});
     if (spawned == 0) {

@@ -29,6 +29,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "xform/message_size.h"
 #include "xform/transform.h"
 #include "xform/world.h"
 
@@ -47,7 +48,7 @@ struct ClientOptions {
   // Each unary call's deadline. Streams have none: they live until closed.
   absl::Duration deadline = absl::Seconds(10);
   // The largest message either side may send: a snapshot chunk, a big read.
-  int max_message_bytes = 64 << 20;
+  int max_message_bytes = kDefaultMaxMessageBytes;
   // How many bytes of a stream the transport may hold for this client before
   // the server has to wait. Small enough that a subscriber that stops
   // reading holds back the server soon, so the server folds the frames it

@@ -80,7 +80,6 @@ Transform Decompose(const Matrix3x4& a);
 Transform LocalForWorld(const Matrix3x4& parent_world, const Matrix3x4& world);
 
 glm::mat4 ToMat4(const Matrix3x4& a);
-Matrix3x4 FromMat4(const glm::mat4& a);
 
 }  // namespace xform
 

@@ -57,6 +57,19 @@
 #include "xform/transform.h"
 
 namespace xform {
+namespace internal {
+
+// A position in a world's pre-ordered columns, and the one that is none (a
+// root's parent; a free slot). The sweeps use them too.
+using Index = uint32_t;
+inline constexpr Index kNoIndex = 0xffffffffu;
+
+// How far ahead a loop over scattered entities (a physics step's sets, a
+// frame's moved ids) prefetches what it will touch, so that the cache misses
+// overlap instead of following one another.
+inline constexpr size_t kPrefetchAhead = 8;
+
+}  // namespace internal
 
 enum class DestroyMode {
   kSubtree,           // The entity and all its descendants go.
@@ -206,9 +219,8 @@ class World {
   friend class BatchValidator;
   // Benchmarks time propagation apart from the calls that trigger it.
   friend class WorldPeer;
-  using Index = uint32_t;  // Position in the pre-ordered arrays.
-  using Slot = uint32_t;   // Stable per-entity handle; survives relocation.
-  static constexpr uint32_t kNone = 0xffffffffu;
+  using Index = internal::Index;
+  using Slot = uint32_t;  // Stable per-entity handle; survives relocation.
 
   // The entity's links at the previous frame end, kept for entities that a
   // structural command touched in this frame, to report net changes.
@@ -222,14 +234,14 @@ class World {
     Index at;
     uint32_t first;  // Offset into the appended region.
     uint32_t count;
-    Index parent;  // Old index of the block root's parent, or kNone.
+    Index parent;  // Old index of the block root's parent, or kNoIndex.
   };
 
   EntityId entity_of(Index i) const { return slot_entity_[slot_[i]]; }
   EntityId parent_entity_of(Index i) const {
-    return parent_[i] == kNone ? kNoEntity : entity_of(parent_[i]);
+    return parent_[i] == internal::kNoIndex ? kNoEntity : entity_of(parent_[i]);
   }
-  Index index_of(EntityId entity) const;  // kNone when absent.
+  Index index_of(EntityId entity) const;  // kNoIndex when absent.
   Index end_of(Index i) const { return i + subtree_size_[i]; }
 
   // Structural primitives. Each keeps pre-order, parent links, subtree sizes
@@ -310,7 +322,7 @@ class World {
   void SplitInHalves(const std::vector<Range>& ranges, size_t total,
                      std::vector<Range>* first_half,
                      std::vector<Range>* second_half);
-  // The subtree of the sibling run `run` that holds instance `i`, or kNone
+  // The subtree of the sibling run `run` that holds instance `i`, or kNoIndex
   // when that takes too long to find (a deep chain).
   Index SiblingHolding(Range run, Index i) const;
   // Lists what swept_ recomputed in moved_slots_, which survive relocation;
@@ -318,7 +330,7 @@ class World {
   void ListSwept();
 
   // Per-instance columns, in pre-order.
-  internal::Column<Index> parent_;           // kNone for roots.
+  internal::Column<Index> parent_;           // kNoIndex for roots.
   internal::Column<uint32_t> subtree_size_;  // Including the instance itself.
   // The local TRS: rotation and scale as given (normalized), and the composed
   // matrix, whose translation is the position. Propagation reads only the
@@ -332,7 +344,7 @@ class World {
   internal::Column<uint8_t> frame_flags_;
 
   // Per-slot columns.
-  internal::Column<Index> slot_index_;  // kNone for a free slot.
+  internal::Column<Index> slot_index_;  // kNoIndex for a free slot.
   internal::Column<EntityId> slot_entity_;
   // kDirty: a subtree root to recompute.
   internal::Column<uint8_t> slot_flags_;
