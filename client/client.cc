@@ -72,26 +72,6 @@ WorldInfo FromWire(const v1::WorldInfo& info) {
   return out;
 }
 
-absl::StatusOr<std::vector<EntityState>> FromWire(
-    const v1::ReadResponse& response) {
-  const int n = response.entity_size();
-  if (response.parent_size() != n ||
-      response.local_size() != v1::kTrsFloats * n ||
-      response.world_size() != v1::kMatrixFloats * n) {
-    return absl::InternalError("malformed ReadResponse from the server");
-  }
-  std::vector<EntityState> out(n);
-  for (int i = 0; i < n; ++i) {
-    out[i].entity = response.entity(i);
-    out[i].parent = response.parent(i);
-    out[i].local =
-        v1::TransformFromWire(response.local().data() + v1::kTrsFloats * i);
-    out[i].world =
-        v1::MatrixFromWire(response.world().data() + v1::kMatrixFloats * i);
-  }
-  return out;
-}
-
 // One unary call, dressed with the client's options.
 template <typename Request, typename Response>
 absl::Status Call(const ClientOptions& options, v1::Xform::Stub& stub,
@@ -113,7 +93,7 @@ absl::StatusOr<std::vector<EntityState>> ReadWith(
       !s.ok()) {
     return s;
   }
-  return FromWire(response);
+  return v1::EntityStatesFromWire(response);
 }
 
 class StreamBatchWriter final : public BatchWriter {

@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "client/client_internal.h"
 #include "xform/net_changes.h"
+#include "xform/v1/frame_update.h"
 #include "xform/v1/wire.h"
 
 namespace xform {
@@ -330,36 +331,33 @@ class Mirror::Impl {
   }
 
   void ApplyDelta(const v1::FrameUpdate& u) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    for (EntityId e : u.destroyed()) {
+    const v1::FrameUpdateReader r(u);
+    for (EntityId e : r.destroyed()) {
       if (copy_.Find(e) == Copy::kAbsent) continue;
       copy_.Remove(e);
       Note(e, kDestroyed);
     }
-    for (int k = 0; k < u.created_size(); ++k) {
-      const EntityId parent =
-          k < u.created_parent_size() ? u.created_parent(k) : kNoEntity;
-      copy_.Add(u.created(k), parent);
-      Note(u.created(k), kCreated);
+    for (int k = 0; k < r.created_size(); ++k) {
+      copy_.Add(r.created(k), r.created_parent(k));
+      Note(r.created(k), kCreated);
     }
-    for (int k = 0; k < u.reparented_size(); ++k) {
-      const uint32_t i = copy_.Find(u.reparented(k));
-      if (i == Copy::kAbsent || k >= u.reparented_parent_size()) continue;
-      copy_.SetParent(i, u.reparented_parent(k));
-      Note(u.reparented(k), kReparented);
+    for (int k = 0; k < r.reparented_size(); ++k) {
+      const uint32_t i = copy_.Find(r.reparented(k));
+      if (i == Copy::kAbsent) continue;
+      copy_.SetParent(i, r.reparented_parent(k));
+      Note(r.reparented(k), kReparented);
     }
-    ApplyMoved(u, copy_, /*note=*/true);
+    ApplyMoved(r, copy_, /*note=*/true);
     frame_ = u.frame();
   }
 
-  void ApplyMoved(const v1::FrameUpdate& u, Copy& copy, bool note)
+  void ApplyMoved(const v1::FrameUpdateReader& r, Copy& copy, bool note)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    const int n =
-        std::min(u.moved_size(), u.moved_world_size() / v1::kMatrixFloats);
-    for (int k = 0; k < n; ++k) {
-      const uint32_t i = copy.Find(u.moved(k));
+    for (int k = 0; k < r.moved_size(); ++k) {
+      const uint32_t i = copy.Find(r.moved(k));
       if (i == Copy::kAbsent) continue;
-      copy.SetWorld(i, u.moved_world().data() + v1::kMatrixFloats * k);
-      if (note) Note(u.moved(k), kMoved);
+      copy.SetWorld(i, r.moved_world_data(k));
+      if (note) Note(r.moved(k), kMoved);
     }
   }
 
@@ -375,20 +373,19 @@ class Mirror::Impl {
     }
     // A snapshot streamed while the world changes: later parts may destroy,
     // re-parent or move what earlier ones created.
-    for (EntityId e : u.destroyed()) {
+    const v1::FrameUpdateReader r(u);
+    for (EntityId e : r.destroyed()) {
       if (staging_.Find(e) != Copy::kAbsent) staging_.Remove(e);
     }
-    for (int k = 0; k < u.created_size(); ++k) {
-      const EntityId parent =
-          k < u.created_parent_size() ? u.created_parent(k) : kNoEntity;
-      staging_.Add(u.created(k), parent);
+    for (int k = 0; k < r.created_size(); ++k) {
+      staging_.Add(r.created(k), r.created_parent(k));
     }
-    for (int k = 0; k < u.reparented_size(); ++k) {
-      const uint32_t i = staging_.Find(u.reparented(k));
-      if (i == Copy::kAbsent || k >= u.reparented_parent_size()) continue;
-      staging_.SetParent(i, u.reparented_parent(k));
+    for (int k = 0; k < r.reparented_size(); ++k) {
+      const uint32_t i = staging_.Find(r.reparented(k));
+      if (i == Copy::kAbsent) continue;
+      staging_.SetParent(i, r.reparented_parent(k));
     }
-    ApplyMoved(u, staging_, /*note=*/false);
+    ApplyMoved(r, staging_, /*note=*/false);
     if (!u.snapshot_done()) return;
 
     for (EntityId e : copy_.ids()) {

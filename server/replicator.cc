@@ -8,122 +8,28 @@
 #include <utility>
 
 #include "absl/types/span.h"
+#include "xform/v1/frame_update.h"
 
 namespace xform::server {
 namespace {
 
-// Wire bytes of each kind of entry in a FrameUpdate.
-constexpr size_t kIdBytes = 8;
-constexpr size_t kMatrixBytes = 4 * 12;
-// A created entity, or one re-parented and moved: the same size.
-constexpr size_t kEntryBytes = 3 * kIdBytes + kMatrixBytes;
 // A streamed snapshot's parts are at most this big (or the subscription's
 // message limit, if smaller): about 14k entities, a millisecond or so under
 // the lock each.
 constexpr size_t kSnapshotPartBytes = 1 << 20;
+constexpr size_t kIdBytes = v1::FrameUpdateWriter::kIdBytes;
+constexpr size_t kEntryBytes = v1::FrameUpdateWriter::kEntryBytes;
 
-// Writes one frame's changes, or a snapshot, as messages under a byte budget,
-// in the order the proto promises across parts: the caller adds destroyed
-// entities, then created ones parents first, re-parented ones parents first,
-// then moves. The one place a FrameUpdate is put together.
-class PartWriter {
- public:
-  // Parts are numbered from `first_part` (a streamed snapshot's next).
-  PartWriter(uint64_t frame, absl::Time time, size_t max_bytes, bool snapshot,
-             uint32_t first_part = 0)
-      : frame_(frame),
-        time_nanos_(absl::ToUnixNanos(time)),
-        max_bytes_(std::max<size_t>(max_bytes, kEntryBytes)),
-        snapshot_(snapshot),
-        first_part_(first_part) {}
-
-  // Whether `bytes` more still fit in the current part (or the first).
-  bool Fits(size_t bytes) const {
-    return parts_.empty() || used_ + bytes <= max_bytes_;
+// A writer's parts, each to be shared by the streams that send it.
+std::vector<std::shared_ptr<const Outgoing>> Share(
+    std::vector<v1::FrameUpdate> parts) {
+  std::vector<std::shared_ptr<const Outgoing>> out;
+  out.reserve(parts.size());
+  for (v1::FrameUpdate& part : parts) {
+    out.push_back(std::make_shared<const Outgoing>(std::move(part)));
   }
-  size_t room() const {
-    return parts_.empty() ? max_bytes_ : max_bytes_ - used_;
-  }
-
-  void Destroyed(absl::Span<const EntityId> entities) {
-    while (!entities.empty()) {
-      const size_t n = Fit(kIdBytes, entities.size());
-      Part().mutable_destroyed()->Add(entities.begin(), entities.begin() + n);
-      entities.remove_prefix(n);
-    }
-  }
-  // A created entity comes with its matrix, in the same part.
-  void Created(EntityId e, EntityId parent, const float* world) {
-    Fit(3 * kIdBytes + kMatrixBytes, 1);
-    v1::FrameUpdate& u = Part();
-    u.add_created(e);
-    u.add_created_parent(parent);
-    u.add_moved(e);
-    u.mutable_moved_world()->Add(world, world + 12);
-  }
-  void Reparented(EntityId e, EntityId parent) {
-    Fit(2 * kIdBytes, 1);
-    v1::FrameUpdate& u = Part();
-    u.add_reparented(e);
-    u.add_reparented_parent(parent);
-  }
-  // `worlds` holds 12 floats per entity.
-  void Moved(absl::Span<const EntityId> entities, const float* worlds) {
-    while (!entities.empty()) {
-      const size_t n = Fit(kIdBytes + kMatrixBytes, entities.size());
-      v1::FrameUpdate& u = Part();
-      u.mutable_moved()->Add(entities.begin(), entities.begin() + n);
-      u.mutable_moved_world()->Add(worlds, worlds + 12 * n);
-      entities.remove_prefix(n);
-      worlds += 12 * n;
-    }
-  }
-
-  // The parts, numbered and (unless more are to come) the last one marked;
-  // at least one.
-  std::vector<std::shared_ptr<const Outgoing>> Finish(uint64_t frames_skipped,
-                                                      bool last = true) {
-    if (parts_.empty()) Start();
-    if (last) {
-      parts_.back().set_last_part(true);
-      parts_.back().set_frames_skipped(frames_skipped);
-      if (snapshot_) parts_.back().set_snapshot_done(true);
-    }
-    std::vector<std::shared_ptr<const Outgoing>> out;
-    out.reserve(parts_.size());
-    for (v1::FrameUpdate& part : parts_) {
-      out.push_back(std::make_shared<const Outgoing>(std::move(part)));
-    }
-    return out;
-  }
-
- private:
-  // How many of `count` entries of `bytes` each go in the current part,
-  // starting a new one when not even one fits.
-  size_t Fit(size_t bytes, size_t count) {
-    if (parts_.empty() || used_ + bytes > max_bytes_) Start();
-    const size_t n = std::min(count, (max_bytes_ - used_) / bytes);
-    used_ += n * bytes;
-    return n;
-  }
-  v1::FrameUpdate& Part() { return parts_.back(); }
-  void Start() {
-    v1::FrameUpdate& u = parts_.emplace_back();
-    u.set_frame(frame_);
-    u.set_server_time_unix_nanos(time_nanos_);
-    u.set_snapshot(snapshot_);
-    u.set_part(first_part_ + static_cast<uint32_t>(parts_.size() - 1));
-    used_ = 0;
-  }
-
-  const uint64_t frame_;
-  const int64_t time_nanos_;
-  const size_t max_bytes_;
-  const bool snapshot_;
-  const uint32_t first_part_;
-  std::deque<v1::FrameUpdate> parts_;  // A deque: Part() stays valid.
-  size_t used_ = 0;
-};
+  return out;
+}
 
 }  // namespace
 
@@ -323,8 +229,7 @@ void Replicator::TakeIn(const FrameChanges& changes) {
     if (k + kAhead < changes.moved.size()) {
       state_.prefetch(changes.moved[k + kAhead]);
     }
-    Matrix3x4& m = state_[changes.moved[k]].world;
-    std::copy_n(&changes.moved_world[12 * k], 12, m.m.begin());
+    state_[changes.moved[k]].world = changes.MovedWorld(k);
   }
 }
 
@@ -515,7 +420,8 @@ void Replicator::Publish(const FrameChanges& changes, absl::Time time,
 
 std::vector<std::shared_ptr<const Outgoing>> Replicator::FrameParts(
     const FrameChanges& changes, absl::Time time, size_t max_bytes) {
-  PartWriter writer(changes.frame, time, max_bytes, /*snapshot=*/false);
+  v1::FrameUpdateWriter writer(changes.frame, time, max_bytes,
+                               /*snapshot=*/false);
   writer.Destroyed(changes.destroyed);
   // Created entities are among the moved too, with their matrix: find it, so
   // a creation and its matrix travel in one part.
@@ -529,9 +435,8 @@ std::vector<std::shared_ptr<const Outgoing>> Replicator::FrameParts(
       }
     }
     for (size_t k = 0; k < changes.created.size(); ++k) {
-      writer.Created(
-          changes.created[k], changes.created_parent[k],
-          &changes.moved_world[12 * created_at.at(changes.created[k])]);
+      writer.Created(changes.created[k], changes.created_parent[k],
+                     changes.MovedWorld(created_at.at(changes.created[k])));
     }
   }
   for (size_t k = 0; k < changes.reparented.size(); ++k) {
@@ -542,11 +447,11 @@ std::vector<std::shared_ptr<const Outgoing>> Replicator::FrameParts(
   } else {
     for (size_t k = 0; k < changes.moved.size(); ++k) {
       if (!created_at.contains(changes.moved[k])) {
-        writer.Moved({&changes.moved[k], 1}, &changes.moved_world[12 * k]);
+        writer.Moved(changes.moved[k], changes.MovedWorld(k));
       }
     }
   }
-  return writer.Finish(/*frames_skipped=*/0);
+  return Share(writer.Finish(/*frames_skipped=*/0));
 }
 
 std::shared_ptr<const Outgoing> Replicator::TakePart(Subscription& s) {
@@ -627,9 +532,10 @@ std::shared_ptr<const Outgoing> Replicator::NextSnapshotPart(Subscription& s) {
     snap.cursor = 0;
     snap.pass_sent = 0;
   }
-  PartWriter writer(frame_, frame_time_,
-                    std::min(s.options.max_message_bytes, kSnapshotPartBytes),
-                    /*snapshot=*/true, snap.part);
+  v1::FrameUpdateWriter writer(
+      frame_, frame_time_,
+      std::min(s.options.max_message_bytes, kSnapshotPartBytes),
+      /*snapshot=*/true, snap.part);
   // What the subscriber had and is gone, first, as the proto orders a part.
   const size_t gone =
       all_now ? snap.gone.size()
@@ -660,10 +566,10 @@ std::shared_ptr<const Outgoing> Replicator::NextSnapshotPart(Subscription& s) {
     const EntityId e = slot_entity_[slot];
     const Published& p = state_.at(e);
     if (snap.known.set(slot)) {
-      writer.Created(e, p.parent, p.world.m.data());
+      writer.Created(e, p.parent, p.world);
     } else {
       writer.Reparented(e, p.parent);
-      writer.Moved({&e, 1}, p.world.m.data());
+      writer.Moved(e, p.world);
     }
     if (snap.stale.reset(slot)) --snap.stale_count;
     ++snap.pass_sent;
@@ -671,7 +577,7 @@ std::shared_ptr<const Outgoing> Replicator::NextSnapshotPart(Subscription& s) {
   const bool done = snap.stale_count == 0 && snap.gone.empty();
   // Frames published while it streamed are in it, not skipped.
   const uint64_t skipped = snap.skipped_before;
-  auto parts = writer.Finish(skipped, /*last=*/done);
+  auto parts = Share(writer.Finish(skipped, /*last=*/done));
   snap.part += static_cast<uint32_t>(parts.size());
   if (done) {
     s.frames_skipped += skipped;
@@ -747,20 +653,22 @@ std::shared_ptr<const Outgoing> Replicator::Next(SubscriptionId id,
   s.pending.clear();
   SortByDepth(entered);
   SortByDepth(reparented);
-  PartWriter writer(frame_, frame_time_, s.options.max_message_bytes,
-                    /*snapshot=*/false);
+  v1::FrameUpdateWriter writer(frame_, frame_time_, s.options.max_message_bytes,
+                               /*snapshot=*/false);
   writer.Destroyed(destroyed);
   for (EntityId e : entered) {
     const Published& p = state_.at(e);
-    writer.Created(e, p.parent, p.world.m.data());
+    writer.Created(e, p.parent, p.world);
   }
   for (EntityId e : reparented) writer.Reparented(e, state_.at(e).parent);
-  for (EntityId e : moved) writer.Moved({&e, 1}, state_.at(e).world.m.data());
+  for (EntityId e : moved) writer.Moved(e, state_.at(e).world);
   const uint64_t skipped =
       s.frames_with_changes > 0 ? s.frames_with_changes - 1 : 0;
   s.frames_skipped += skipped;
   s.frames_with_changes = 0;
-  for (auto& part : writer.Finish(skipped)) s.parts.push_back(std::move(part));
+  for (auto& part : Share(writer.Finish(skipped))) {
+    s.parts.push_back(std::move(part));
+  }
   if (s.options.max_rate_hz > 0) {
     s.next_allowed = now + absl::Seconds(1.0 / s.options.max_rate_hz);
   }

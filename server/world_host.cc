@@ -99,9 +99,7 @@ absl::Status HostedWorld::Read(const v1::ReadRequest& request,
   if (entities.empty()) {
     return absl::InvalidArgumentError("name entities or a subtree to read");
   }
-  constexpr size_t kBytesPerEntity =
-      8 + 8 + 4 * (v1::kTrsFloats + v1::kMatrixFloats);
-  if (entities.size() * kBytesPerEntity > limits.max_message_bytes) {
+  if (entities.size() * v1::kReadBytesPerEntity > limits.max_message_bytes) {
     return absl::ResourceExhaustedError(
         absl::StrCat("reading ", entities.size(),
                      " entities exceeds the message size limit"));
@@ -109,11 +107,11 @@ absl::Status HostedWorld::Read(const v1::ReadRequest& request,
   for (EntityId e : entities) {
     absl::StatusOr<Transform> local = world_.Local(e);
     if (!local.ok()) return local.status();
-    response->add_entity(e);
-    response->add_parent(*world_.Parent(e));
-    v1::AppendTransform(*local, response->mutable_local());
-    const Matrix3x4 world = *world_.WorldMatrix(e);
-    for (float f : world.m) response->add_world(f);
+    v1::AppendEntityState({.entity = e,
+                           .parent = *world_.Parent(e),
+                           .local = *local,
+                           .world = *world_.WorldMatrix(e)},
+                          response);
   }
   return absl::OkStatus();
 }

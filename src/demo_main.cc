@@ -17,10 +17,10 @@ void Print(const xform::FrameChanges& changes, size_t show) {
       changes.created.size(), changes.destroyed.size(),
       changes.reparented.size());
   for (size_t k = 0; k < changes.moved.size() && k < show; ++k) {
-    const float* m = &changes.moved_world[12 * k];
+    const xform::Matrix3x4 m = changes.MovedWorld(k);
     std::printf("  entity %llu at (%.3f, %.3f, %.3f)\n",
-                static_cast<unsigned long long>(changes.moved[k]), m[3], m[7],
-                m[11]);
+                static_cast<unsigned long long>(changes.moved[k]), m.m[3],
+                m.m[7], m.m[11]);
   }
 }
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "xform/v1/frame_update.h"
 #include "xform/world.h"
 
 namespace xform::server {
@@ -47,9 +48,10 @@ void ApplyUpdate(const v1::FrameUpdate& u, State* state) {
   for (int k = 0; k < u.reparented_size(); ++k) {
     state->at(u.reparented(k)).parent = u.reparented_parent(k);
   }
-  for (int k = 0; k < u.moved_size(); ++k) {
-    std::copy_n(u.moved_world().data() + 12 * k, 12,
-                state->at(u.moved(k)).world.m.begin());
+  const v1::FrameUpdateReader read(u);
+  EXPECT_EQ(read.moved_size(), u.moved_size()) << "a matrix per move";
+  for (int k = 0; k < read.moved_size(); ++k) {
+    state->at(u.moved(k)).world = read.moved_world(k);
   }
 }
 
@@ -250,10 +252,11 @@ void ApplyStrictly(const v1::FrameUpdate& u, State* state,
     ASSERT_TRUE(state->contains(u.reparented(k)));
     state->at(u.reparented(k)).parent = parent;
   }
-  for (int k = 0; k < u.moved_size(); ++k) {
+  const v1::FrameUpdateReader read(u);
+  ASSERT_EQ(read.moved_size(), u.moved_size()) << "a matrix per move";
+  for (int k = 0; k < read.moved_size(); ++k) {
     ASSERT_TRUE(state->contains(u.moved(k)));
-    std::copy_n(u.moved_world().data() + 12 * k, 12,
-                state->at(u.moved(k)).world.m.begin());
+    state->at(u.moved(k)).world = read.moved_world(k);
   }
 }
 

@@ -359,8 +359,7 @@ void Replay(const FrameChanges& changes, State* state) {
     state->at(changes.reparented[k]).parent = changes.reparented_parent[k];
   }
   for (size_t k = 0; k < changes.moved.size(); ++k) {
-    Matrix3x4& m = state->at(changes.moved[k]).world;
-    std::copy_n(&changes.moved_world[12 * k], 12, m.m.begin());
+    state->at(changes.moved[k]).world = changes.MovedWorld(k);
   }
 }
 

@@ -194,9 +194,7 @@ TEST_F(SceneTest, StructuralChangesAreNetMovesAreWhatChangedInTheFrame) {
   EXPECT_THAT(changes_.created_parent, ElementsAre(4));
   ASSERT_EQ(changes_.moved_world.size(), 12 * changes_.moved.size());
   for (size_t k = 0; k < changes_.moved.size(); ++k) {
-    Matrix3x4 m;
-    std::copy_n(&changes_.moved_world[12 * k], 12, m.m.begin());
-    EXPECT_EQ(m, *world_.WorldMatrix(changes_.moved[k]));
+    EXPECT_EQ(changes_.MovedWorld(k), *world_.WorldMatrix(changes_.moved[k]));
   }
 }
 

@@ -427,7 +427,8 @@ int Ctl::Watch(const std::vector<std::string>& args) {
     if (verbose) {
       Json moved = Json::array();
       for (size_t k = 0; k < u.moved.size(); ++k) {
-        const float* m = u.moved_world.data() + 12 * k;
+        const Matrix3x4 world = u.MovedWorld(k);
+        const float* m = world.m.data();
         if (json) {
           moved.push_back({{"entity", u.moved[k]},
                            {"world", std::vector<float>(m, m + 12)}});

@@ -83,15 +83,6 @@ struct WorldInfo {
   uint32_t subscribers = 0;
 };
 
-// One entity as Read() returns it: the current (not only the published)
-// state.
-struct EntityState {
-  EntityId entity = kNoEntity;
-  EntityId parent = kNoEntity;
-  Transform local;
-  Matrix3x4 world;
-};
-
 struct ApplyOptions {
   // Publishes a frame once the batch applies (driven worlds).
   bool end_frame = false;

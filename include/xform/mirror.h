@@ -25,6 +25,8 @@
 #ifndef XFORM_MIRROR_H_
 #define XFORM_MIRROR_H_
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -63,6 +65,13 @@ struct MirrorUpdate {
   absl::Span<const EntityId> destroyed;
   absl::Span<const EntityId> reparented;
   absl::Span<const EntityId> reparented_parent;
+
+  // moved[k]'s world matrix (its 12 floats in moved_world).
+  Matrix3x4 MovedWorld(size_t k) const {
+    Matrix3x4 m;
+    std::copy_n(moved_world.begin() + 12 * k, 12, m.m.begin());
+    return m;
+  }
 };
 
 struct MirrorOptions {

@@ -81,6 +81,15 @@ Transform LocalForWorld(const Matrix3x4& parent_world, const Matrix3x4& world);
 
 glm::mat4 ToMat4(const Matrix3x4& a);
 
+// One entity as a read returns it (Client::Read): the current, not only the
+// published, state.
+struct EntityState {
+  EntityId entity = kNoEntity;
+  EntityId parent = kNoEntity;
+  Transform local;
+  Matrix3x4 world;
+};
+
 }  // namespace xform
 
 #endif  // XFORM_TRANSFORM_H_

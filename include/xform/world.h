@@ -44,6 +44,7 @@
 #ifndef XFORM_WORLD_H_
 #define XFORM_WORLD_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <variant>
@@ -141,6 +142,13 @@ struct FrameChanges {
   // Present at both ends with a different parent; with their parent now.
   std::vector<EntityId> reparented;
   std::vector<EntityId> reparented_parent;
+
+  // moved[k]'s matrix now.
+  Matrix3x4 MovedWorld(size_t k) const {
+    Matrix3x4 m;
+    std::copy_n(moved_world.begin() + 12 * k, 12, m.m.begin());
+    return m;
+  }
 
   void Clear();
   bool empty() const {

@@ -59,6 +59,30 @@ Matrix3x4 MatrixFromWire(const float* f) {
   return m;
 }
 
+void AppendEntityState(const EntityState& state, ReadResponse* response) {
+  response->add_entity(state.entity);
+  response->add_parent(state.parent);
+  AppendTransform(state.local, response->mutable_local());
+  response->mutable_world()->Add(state.world.m.begin(), state.world.m.end());
+}
+
+absl::StatusOr<std::vector<EntityState>> EntityStatesFromWire(
+    const ReadResponse& response) {
+  const int n = response.entity_size();
+  if (response.parent_size() != n || response.local_size() != kTrsFloats * n ||
+      response.world_size() != kMatrixFloats * n) {
+    return absl::InternalError("malformed ReadResponse from the server");
+  }
+  std::vector<EntityState> out(n);
+  for (int i = 0; i < n; ++i) {
+    out[i].entity = response.entity(i);
+    out[i].parent = response.parent(i);
+    out[i].local = TransformFromWire(response.local().data() + kTrsFloats * i);
+    out[i].world = MatrixFromWire(response.world().data() + kMatrixFloats * i);
+  }
+  return out;
+}
+
 absl::StatusOr<std::vector<xform::Command>> ToCommands(
     const ApplyRequest& request, size_t max_batch) {
   size_t named = 0;

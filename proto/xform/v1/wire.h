@@ -31,6 +31,14 @@ void AppendTransform(const Transform& t,
 // A world matrix from 12 wire floats (Matrix3x4 order).
 Matrix3x4 MatrixFromWire(const float* f);
 
+// A ReadResponse, both ways. Each entity costs this many bytes of it.
+inline constexpr size_t kReadBytesPerEntity =
+    8 + 8 + 4 * (kTrsFloats + kMatrixFloats);
+void AppendEntityState(const EntityState& state, ReadResponse* response);
+// INTERNAL when the response's arrays disagree in length.
+absl::StatusOr<std::vector<EntityState>> EntityStatesFromWire(
+    const ReadResponse& response);
+
 // The commands of an ApplyRequest, or INVALID_ARGUMENT for a malformed one
 // (an empty command, arrays of mismatched lengths, an empty batch without
 // end_frame), or RESOURCE_EXHAUSTED when it names more than `max_batch`
