@@ -70,6 +70,14 @@ inline constexpr Index kNoIndex = 0xffffffffu;
 // overlap instead of following one another.
 inline constexpr size_t kPrefetchAhead = 8;
 
+// Instances [first, last) of a world's columns: one subtree, or a run of
+// sibling subtrees, whose root's parent is exact already. What a sweep
+// recomputes (src/sweep.h).
+struct SweepRange {
+  Index first;
+  Index last;
+};
+
 }  // namespace internal
 
 enum class DestroyMode {
@@ -320,19 +328,7 @@ class World {
   // the change lists back to `mark`, and returns the status that refuses the
   // batch.
   absl::Status TakeBack(absl::Span<const UndoStep> steps, ListsMark mark);
-  struct Range {
-    Index first;
-    Index last;
-  };
-  // Splits independent `ranges` holding `total` instances into two lists of
-  // independent ranges of about total / 2 each, sweeping the few roots it has
-  // to descend through to cut a subtree.
-  void SplitInHalves(const std::vector<Range>& ranges, size_t total,
-                     std::vector<Range>* first_half,
-                     std::vector<Range>* second_half);
-  // The subtree of the sibling run `run` that holds instance `i`, or kNoIndex
-  // when that takes too long to find (a deep chain).
-  Index SiblingHolding(Range run, Index i) const;
+  using Range = internal::SweepRange;
   // Lists what swept_ recomputed in moved_slots_, which survive relocation;
   // called by the primitives above just before they relocate instances.
   void ListSwept();
