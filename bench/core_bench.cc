@@ -25,7 +25,7 @@
 #include "glm/gtc/matrix_transform.hpp"
 #include "glm/gtc/quaternion.hpp"
 #include "xform/internal/huge_page_allocator.h"
-#include "xform/scenes.h"
+#include "tools/scenes.h"
 #include "xform/world.h"
 
 namespace xform {

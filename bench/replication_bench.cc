@@ -37,7 +37,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "tools/process_stats.h"
-#include "xform/scenes.h"
+#include "tools/scenes.h"
 #include "xform/v1/xform.grpc.pb.h"
 
 extern char** environ;

@@ -50,7 +50,7 @@
 #include "tools/process_stats.h"
 #include "xform/client.h"
 #include "xform/mirror.h"
-#include "xform/scenes.h"
+#include "tools/scenes.h"
 #include "xform/v1/xform.grpc.pb.h"
 
 extern char** environ;

@@ -4,8 +4,8 @@
 // demos, so every measurement of xform (core benchmarks, the replication
 // bench, xform-load) runs on the same worlds. Deterministic for a seed.
 
-#ifndef XFORM_SCENES_H_
-#define XFORM_SCENES_H_
+#ifndef XFORM_TOOLS_SCENES_H_
+#define XFORM_TOOLS_SCENES_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -44,4 +44,4 @@ std::vector<EntityId> Roots(const std::vector<CreateOp>& scene);
 
 }  // namespace xform
 
-#endif  // XFORM_SCENES_H_
+#endif  // XFORM_TOOLS_SCENES_H_

@@ -1,6 +1,6 @@
 // Copyright 2026 The xform Authors.
 
-#include "xform/scenes.h"
+#include "tools/scenes.h"
 
 #include <algorithm>
 #include <random>
