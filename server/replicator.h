@@ -17,8 +17,14 @@
 // chunk, never a copy of the world, and no call holds the lock for more than
 // one chunk's work. See StreamedSnapshot.
 //
-// Thread-safe. Knows nothing of gRPC: a subscriber is woken through an
-// UpdateSink and pulls its messages with Next().
+// A *delivery* is the round trip that moves one message: the replicator wakes
+// a subscriber's UpdateSink (Publish, Flush), the sink (on the server, the
+// stream's reactor) pulls the message with Next() when its previous write is
+// done, and writes it; the write's completion starts the next delivery. So
+// messages are made when a stream can take them, never queued for it, and a
+// stream with a write in flight is not woken into doing anything.
+//
+// Thread-safe. Knows nothing of gRPC.
 
 #ifndef XFORM_SERVER_REPLICATOR_H_
 #define XFORM_SERVER_REPLICATOR_H_

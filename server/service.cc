@@ -299,7 +299,8 @@ class SubscribeReactor final
     reactor->TrySend(absl::Now());
   }
 
-  // Starts the next write if none is in flight and a message is due.
+  // One delivery (see replicator.h): starts the next write if none is in
+  // flight and a message is due.
   void TrySend(absl::Time now) {
     {
       absl::MutexLock lock(&mu_);

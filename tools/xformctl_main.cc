@@ -66,60 +66,11 @@ using Json = nlohmann::json;
 constexpr int kServerError = 1;
 constexpr int kUsageError = 2;
 
-struct Command {
-  const char* name;
-  const char* usage;
-  const char* help;
-};
-
-const Command kCommands[] = {
-    {"worlds list", "xformctl worlds list", "Lists the server's worlds."},
-    {"worlds create",
-     "xformctl worlds create NAME [--mode=tick|driven] "
-     "[--tick_hz=HZ]",
-     "Creates a world. A tick world publishes frames at its rate; a driven "
-     "world when a write says --end_frame."},
-    {"worlds info", "xformctl worlds info NAME",
-     "A world's mode, rate, size, last frame and subscriber count."},
-    {"worlds delete", "xformctl worlds delete NAME",
-     "Deletes a world; its subscribers' streams end NOT_FOUND."},
-    {"entities create",
-     "xformctl entities create WORLD ID [--parent=ID] [--position=x,y,z] "
-     "[--rotation=x,y,z,w] [--scale=x,y,z]",
-     "Creates an entity with a local transform (identity where not given)."},
-    {"entities destroy", "xformctl entities destroy WORLD ID [--keep_children]",
-     "Destroys an entity and its subtree, or only the entity."},
-    {"entities link", "xformctl entities link WORLD ID PARENT [--keep_world]",
-     "Moves an entity under PARENT (0: makes it a root)."},
-    {"entities set",
-     "xformctl entities set WORLD ID [--position=x,y,z] [--rotation=x,y,z,w] "
-     "[--scale=x,y,z]",
-     "Changes the given parts of an entity's local transform."},
-    {"entities get", "xformctl entities get WORLD ID... [--subtree]",
-     "Prints entities' parent, local transform and world matrix."},
-    {"watch",
-     "xformctl watch WORLD [--entities=a,b] [--subtrees=a,b] [--rate_hz=HZ] "
-     "[--frames=N] [--verbose]",
-     "Subscribes and prints a line per message: frame, counts and latency "
-     "(publish to receive), or every change with --verbose. Reconnects if "
-     "the stream drops."},
-};
-
-void PrintUsage(FILE* out, absl::string_view only) {
-  if (only.empty()) {
-    std::fprintf(out,
-                 "xformctl: drive and watch an xformd server.\n\n"
-                 "Commands:\n");
-  }
-  for (const Command& c : kCommands) {
-    if (!only.empty() && !absl::StartsWith(c.name, only)) continue;
-    std::fprintf(out, "  %s\n      %s\n", c.usage, c.help);
-  }
-  std::fprintf(out,
-               "\nEvery command: --server=HOST:PORT (127.0.0.1:50051) "
-               "--json --token=T --tls_ca=FILE --timeout_s=S\n"
-               "Help for one command: xformctl COMMAND --help\n");
-}
+class Ctl;
+struct Command;
+int UsageError(absl::string_view what, absl::string_view command);
+// The command named `name`, or null.
+const Command* Find(absl::string_view name);
 
 int Fail(const absl::Status& status) {
   if (absl::GetFlag(FLAGS_json)) {
@@ -132,12 +83,6 @@ int Fail(const absl::Status& status) {
                  std::string(status.message()).c_str());
   }
   return kServerError;
-}
-
-int UsageError(absl::string_view what, absl::string_view command) {
-  std::fprintf(stderr, "xformctl: %s\n\n", std::string(what).c_str());
-  PrintUsage(stderr, command);
-  return kUsageError;
 }
 
 void Print(const Json& json, const std::string& text) {
@@ -233,44 +178,10 @@ class Ctl {
  public:
   explicit Ctl(Client& client) : client_(client) {}
 
-  int Run(const Invocation& in) {
-    using Handler = int (Ctl::*)(const std::vector<std::string>&);
-    static const std::map<std::string, std::pair<size_t, Handler>> kHandlers = {
-        {"worlds list", {0, &Ctl::WorldsList}},
-        {"worlds create", {1, &Ctl::WorldsCreate}},
-        {"worlds info", {1, &Ctl::WorldsInfo}},
-        {"worlds delete", {1, &Ctl::WorldsDelete}},
-        {"entities create", {2, &Ctl::EntitiesCreate}},
-        {"entities destroy", {2, &Ctl::EntitiesDestroy}},
-        {"entities link", {3, &Ctl::EntitiesLink}},
-        {"entities set", {2, &Ctl::EntitiesSet}},
-        {"entities get", {2, &Ctl::EntitiesGet}},
-        {"watch", {1, &Ctl::Watch}}};
-    auto it = kHandlers.find(in.command);
-    if (it == kHandlers.end()) {
-      return UsageError(absl::StrCat("unknown command '", in.command, "'"), "");
-    }
-    const auto& [operands, handler] = it->second;
-    const bool variadic = in.command == "entities get";
-    if (variadic ? in.operands.size() < operands
-                 : in.operands.size() != operands) {
-      return UsageError("wrong number of operands", in.command);
-    }
-    if (absl::StartsWith(in.command, "entities")) {
-      for (size_t i = 1; i < in.operands.size(); ++i) {
-        EntityId id;
-        if (!absl::SimpleAtoi(in.operands[i], &id)) {
-          return UsageError(
-              absl::StrCat("'", in.operands[i], "' is not an entity id"),
-              in.command);
-        }
-        ids_.push_back(id);
-      }
-    }
-    return (this->*handler)(in.operands);
-  }
+  // Runs the command `in` names, checking its operands first.
+  int Run(const Invocation& in);
 
- private:
+  // The commands, each run by one of these (see kCommands).
   int WorldsList(const std::vector<std::string>&) {
     absl::StatusOr<std::vector<WorldInfo>> worlds = client_.ListWorlds();
     if (!worlds.ok()) return Fail(worlds.status());
@@ -370,6 +281,7 @@ class Ctl {
 
   int Watch(const std::vector<std::string>& args);
 
+ private:
   int Write(const std::string& world, const xform::Command& op,
             const std::string& done) {
     absl::StatusOr<uint64_t> frame = client_.Apply(
@@ -389,6 +301,111 @@ class Ctl {
   Client& client_;
   std::vector<EntityId> ids_;  // The operands after the world, as ids.
 };
+
+// Every command: its words, usage and help, its operands, and what runs it.
+struct Command {
+  const char* name;
+  const char* usage;
+  const char* help;
+  size_t operands;
+  bool variadic;  // `operands` or more.
+  int (Ctl::*run)(const std::vector<std::string>&);
+};
+
+const Command kCommands[] = {
+    {"worlds list", "xformctl worlds list", "Lists the server's worlds.", 0,
+     false, &Ctl::WorldsList},
+    {"worlds create",
+     "xformctl worlds create NAME [--mode=tick|driven] "
+     "[--tick_hz=HZ]",
+     "Creates a world. A tick world publishes frames at its rate; a driven "
+     "world when a write says --end_frame.",
+     1, false, &Ctl::WorldsCreate},
+    {"worlds info", "xformctl worlds info NAME",
+     "A world's mode, rate, size, last frame and subscriber count.", 1, false,
+     &Ctl::WorldsInfo},
+    {"worlds delete", "xformctl worlds delete NAME",
+     "Deletes a world; its subscribers' streams end NOT_FOUND.", 1, false,
+     &Ctl::WorldsDelete},
+    {"entities create",
+     "xformctl entities create WORLD ID [--parent=ID] [--position=x,y,z] "
+     "[--rotation=x,y,z,w] [--scale=x,y,z]",
+     "Creates an entity with a local transform (identity where not given).", 2,
+     false, &Ctl::EntitiesCreate},
+    {"entities destroy", "xformctl entities destroy WORLD ID [--keep_children]",
+     "Destroys an entity and its subtree, or only the entity.", 2, false,
+     &Ctl::EntitiesDestroy},
+    {"entities link", "xformctl entities link WORLD ID PARENT [--keep_world]",
+     "Moves an entity under PARENT (0: makes it a root).", 3, false,
+     &Ctl::EntitiesLink},
+    {"entities set",
+     "xformctl entities set WORLD ID [--position=x,y,z] [--rotation=x,y,z,w] "
+     "[--scale=x,y,z]",
+     "Changes the given parts of an entity's local transform.", 2, false,
+     &Ctl::EntitiesSet},
+    {"entities get", "xformctl entities get WORLD ID... [--subtree]",
+     "Prints entities' parent, local transform and world matrix.", 2, true,
+     &Ctl::EntitiesGet},
+    {"watch",
+     "xformctl watch WORLD [--entities=a,b] [--subtrees=a,b] [--rate_hz=HZ] "
+     "[--frames=N] [--verbose]",
+     "Subscribes and prints a line per message: frame, counts and latency "
+     "(publish to receive), or every change with --verbose. Reconnects if "
+     "the stream drops.",
+     1, false, &Ctl::Watch},
+};
+
+const Command* Find(absl::string_view name) {
+  for (const Command& c : kCommands) {
+    if (c.name == name) return &c;
+  }
+  return nullptr;
+}
+
+int Ctl::Run(const Invocation& in) {
+  const Command* command = Find(in.command);
+  if (command == nullptr) {
+    return UsageError(absl::StrCat("unknown command '", in.command, "'"), "");
+  }
+  if (command->variadic ? in.operands.size() < command->operands
+                        : in.operands.size() != command->operands) {
+    return UsageError("wrong number of operands", in.command);
+  }
+  if (absl::StartsWith(in.command, "entities")) {
+    for (size_t i = 1; i < in.operands.size(); ++i) {
+      EntityId id;
+      if (!absl::SimpleAtoi(in.operands[i], &id)) {
+        return UsageError(
+            absl::StrCat("'", in.operands[i], "' is not an entity id"),
+            in.command);
+      }
+      ids_.push_back(id);
+    }
+  }
+  return (this->*command->run)(in.operands);
+}
+
+void PrintUsage(FILE* out, absl::string_view only) {
+  if (only.empty()) {
+    std::fprintf(out,
+                 "xformctl: drive and watch an xformd server.\n\n"
+                 "Commands:\n");
+  }
+  for (const Command& c : kCommands) {
+    if (!only.empty() && !absl::StartsWith(c.name, only)) continue;
+    std::fprintf(out, "  %s\n      %s\n", c.usage, c.help);
+  }
+  std::fprintf(out,
+               "\nEvery command: --server=HOST:PORT (127.0.0.1:50051) "
+               "--json --token=T --tls_ca=FILE --timeout_s=S\n"
+               "Help for one command: xformctl COMMAND --help\n");
+}
+
+int UsageError(absl::string_view what, absl::string_view command) {
+  std::fprintf(stderr, "xformctl: %s\n\n", std::string(what).c_str());
+  PrintUsage(stderr, command);
+  return kUsageError;
+}
 
 std::atomic<bool> interrupted{false};
 
