@@ -24,8 +24,8 @@
 #include "benchmark/benchmark.h"
 #include "glm/gtc/matrix_transform.hpp"
 #include "glm/gtc/quaternion.hpp"
-#include "xform/internal/huge_page_allocator.h"
 #include "tools/scenes.h"
+#include "xform/internal/huge_page_allocator.h"
 #include "xform/world.h"
 
 namespace xform {

@@ -48,9 +48,9 @@
 #include "hiredis/hiredis.h"
 #include "nlohmann/json.hpp"
 #include "tools/process_stats.h"
+#include "tools/scenes.h"
 #include "xform/client.h"
 #include "xform/mirror.h"
-#include "tools/scenes.h"
 #include "xform/v1/xform.grpc.pb.h"
 
 extern char** environ;
