@@ -10,6 +10,7 @@
 #ifndef XFORM_V1_FRAME_UPDATE_H_
 #define XFORM_V1_FRAME_UPDATE_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
