@@ -8,6 +8,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
+#include "src/command_checks.h"
 #include "src/math_kernels.h"
 #include "src/world_internal.h"
 #include "src/world_validator.h"
@@ -115,24 +116,13 @@ absl::Status World::CreateMany(absl::Span<const CreateOp> ops) {
       slot_of_.prefetch(ops[k + kPrefetchAhead].entity);
     }
     const CreateOp& op = ops[k];
-    absl::Status status;
-    if (op.entity == kNoEntity) {
-      status = absl::InvalidArgumentError("entity id 0 is reserved for 'none'");
-    } else if (status = ValidateTransform(op.local); !status.ok()) {
-    } else if (op.parent == op.entity) {
-      status =
-          absl::FailedPreconditionError("an entity cannot be its own parent");
-    } else if (op.parent != kNoEntity && !slot_of_.contains(op.parent)) {
-      status =
-          absl::NotFoundError(absl::StrCat("parent ", op.parent, " not found"));
-    } else if (!slot_of_.try_emplace(op.entity, kNoIndex).second) {
-      status = absl::AlreadyExistsError("already exists");
-    }
+    // The id is claimed (inserted) in the same lookup as it is checked.
+    const absl::Status status = command_checks::CheckCreate(
+        op, [&](EntityId e) { return slot_of_.contains(e); },
+        [&](EntityId e) { return slot_of_.try_emplace(e, kNoIndex).second; });
     if (!status.ok()) {
       for (size_t undo = 0; undo < k; ++undo) slot_of_.erase(ops[undo].entity);
-      return absl::Status(status.code(),
-                          absl::StrCat("command ", k, " (create entity ",
-                                       op.entity, "): ", status.message()));
+      return command_checks::Annotate(status, k, "create", op.entity);
     }
   }
   const ListsMark mark = MarkLists();
@@ -162,20 +152,15 @@ absl::Status World::SetLocalsOf(size_t count, Get get) {
   for (size_t k = 0; k < count; ++k) {
     if (k + kAhead < count) slot_of_.prefetch(get(k + kAhead).entity);
     const SetLocalOp& op = get(k);
-    absl::Status status;
-    if (op.entity == kNoEntity) {
-      status = absl::InvalidArgumentError("entity id 0 is reserved for 'none'");
-    } else if (status = ValidateTransform(op.local); !status.ok()) {
-    } else if (const auto it = slot_of_.find(op.entity);
-               it == slot_of_.end() || it->second == kNoIndex) {
-      status = absl::NotFoundError("not found");
-    } else {
-      slots[k] = it->second;
-    }
+    const absl::Status status =
+        command_checks::CheckSetTransform(op.entity, op.local, [&](EntityId e) {
+          const auto it = slot_of_.find(e);
+          if (it == slot_of_.end() || it->second == kNoIndex) return false;
+          slots[k] = it->second;
+          return true;
+        });
     if (!status.ok()) {
-      return absl::Status(status.code(),
-                          absl::StrCat("command ", k, " (set local entity ",
-                                       op.entity, "): ", status.message()));
+      return command_checks::Annotate(status, k, "set local", op.entity);
     }
   }
   std::vector<Index> targets(count);

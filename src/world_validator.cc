@@ -7,23 +7,13 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "src/command_checks.h"
 
 namespace xform {
 namespace {
 
-absl::Status Annotate(const absl::Status& status, size_t index,
-                      absl::string_view what, EntityId entity) {
-  return absl::Status(status.code(),
-                      absl::StrCat("command ", index, " (", what, " entity ",
-                                   entity, "): ", status.message()));
-}
-
-absl::Status RequireId(EntityId entity) {
-  if (entity == kNoEntity) {
-    return absl::InvalidArgumentError("entity id 0 is reserved for 'none'");
-  }
-  return absl::OkStatus();
-}
+using command_checks::Annotate;
+using command_checks::RequireId;
 
 }  // namespace
 
@@ -57,18 +47,12 @@ absl::Status BatchValidator::Check(size_t index, const Command& command) {
 }
 
 absl::Status BatchValidator::CheckCreate(const CreateOp& op) {
-  if (absl::Status s = RequireId(op.entity); !s.ok()) return s;
-  if (absl::Status s = ValidateTransform(op.local); !s.ok()) return s;
-  // The same order of checks as World::CreateMany, so both paths give one
-  // answer for one bad command.
-  if (op.parent == op.entity) {
-    return absl::FailedPreconditionError("an entity cannot be its own parent");
+  const auto exists = [&](EntityId e) { return Exists(e); };
+  if (absl::Status s = command_checks::CheckCreate(
+          op, exists, [&](EntityId e) { return !Exists(e); });
+      !s.ok()) {
+    return s;
   }
-  if (op.parent != kNoEntity && !Exists(op.parent)) {
-    return absl::NotFoundError(
-        absl::StrCat("parent ", op.parent, " not found"));
-  }
-  if (Exists(op.entity)) return absl::AlreadyExistsError("already exists");
   Node& node = nodes_[op.entity];
   node = Node{.alive = true, .fresh = true, .parent = kNoEntity};
   SetParent(op.entity, op.parent);
@@ -117,10 +101,8 @@ absl::Status BatchValidator::CheckLink(const LinkOp& op) {
 
 absl::Status BatchValidator::CheckTransformTarget(EntityId entity,
                                                   const Transform& t) {
-  if (absl::Status s = RequireId(entity); !s.ok()) return s;
-  if (absl::Status s = ValidateTransform(t); !s.ok()) return s;
-  if (!Exists(entity)) return absl::NotFoundError("not found");
-  return absl::OkStatus();
+  return command_checks::CheckSetTransform(
+      entity, t, [&](EntityId e) { return Exists(e); });
 }
 
 bool BatchValidator::Exists(EntityId entity) const {
