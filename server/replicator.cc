@@ -271,7 +271,7 @@ void Replicator::Publish(const FrameChanges& changes, absl::Time time,
       }
       served.insert(id);
       if (shared.empty()) {
-        shared = FrameParts(changes, time, s->options.max_message_bytes);
+        shared = FrameParts(changes, time, s->options.part_budget_bytes);
       }
       s->ready.insert(s->ready.end(), shared.begin(), shared.end());
       ++s->ready_frames;
@@ -534,7 +534,7 @@ std::shared_ptr<const Outgoing> Replicator::NextSnapshotPart(Subscription& s) {
   }
   v1::FrameUpdateWriter writer(
       frame_, frame_time_,
-      std::min(s.options.max_message_bytes, kSnapshotPartBytes),
+      std::min(s.options.part_budget_bytes, kSnapshotPartBytes),
       /*snapshot=*/true, snap.part);
   // What the subscriber had and is gone, first, as the proto orders a part.
   const size_t gone =
@@ -653,7 +653,7 @@ std::shared_ptr<const Outgoing> Replicator::Next(SubscriptionId id,
   s.pending.clear();
   SortByDepth(entered);
   SortByDepth(reparented);
-  v1::FrameUpdateWriter writer(frame_, frame_time_, s.options.max_message_bytes,
+  v1::FrameUpdateWriter writer(frame_, frame_time_, s.options.part_budget_bytes,
                                /*snapshot=*/false);
   writer.Destroyed(destroyed);
   for (EntityId e : entered) {

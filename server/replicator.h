@@ -80,6 +80,11 @@ class Outgoing {
   mutable std::string encoded_;
 };
 
+// A subscriber's messages hold at most this many bytes of entries by
+// default: a few MB whatever the message limit, since one huge write would
+// hold the stream (and its write deadline) for seconds.
+inline constexpr size_t kDefaultPartBudgetBytes = 4 << 20;
+
 struct SubscriptionOptions {
   // Both empty: the whole world.
   std::vector<EntityId> entities;
@@ -87,8 +92,10 @@ struct SubscriptionOptions {
   double max_rate_hz = 0;  // 0: a message per published frame.
   // Moves this writer caused by setting entities directly are not sent.
   std::string no_echo_client_id;
-  // Messages are split to stay under this many bytes of entity data.
-  size_t max_message_bytes = 4 << 20;
+  // Messages are split to stay under this many bytes of entity data: a
+  // budget well under the message size limit (xform/message_size.h), not
+  // that limit.
+  size_t part_budget_bytes = kDefaultPartBudgetBytes;
 };
 
 struct SubscriberStats {

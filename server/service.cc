@@ -578,10 +578,10 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* XformService::Subscribe(
   options.subtrees.assign(request.subtree().begin(), request.subtree().end());
   options.max_rate_hz = request.max_rate_hz();
   options.no_echo_client_id = request.no_echo_client_id();
-  // Snapshot chunks and deltas stay a few MB whatever the limit: a single
-  // huge write would hold the stream (and its write deadline) for seconds.
-  options.max_message_bytes =
-      std::min<size_t>(limits.max_message_bytes / 2, 4 << 20);
+  // Snapshot chunks and deltas stay a few MB whatever the limit, and under
+  // half of it.
+  options.part_budget_bytes =
+      std::min<size_t>(limits.max_message_bytes / 2, kDefaultPartBudgetBytes);
   grpc::ServerWriteReactor<grpc::ByteBuffer>* reactor = nullptr;
   SubscribeReactor::Start(context, *std::move(world), std::move(options),
                           options_.write_timeout, active_calls_, &reactor);

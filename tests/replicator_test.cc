@@ -192,7 +192,7 @@ TEST_F(ReplicatorTest, ChunkedSnapshotsCarryOneFrame) {
   ASSERT_TRUE(world_.CreateMany(ops).ok());
   Publish();
   SubscriptionOptions options;
-  options.max_message_bytes = 10'000;
+  options.part_budget_bytes = 10'000;
   const auto id =
       replicator_.Subscribe(options, std::make_shared<CountingSink>());
   State mirror;
@@ -321,7 +321,7 @@ TEST_F(ReplicatorTest, SnapshotsStreamWhileTheWorldChanges) {
     };
     publish();
     SubscriptionOptions options;
-    options.max_message_bytes = 2000;  // About 27 entities a part.
+    options.part_budget_bytes = 2000;  // About 27 entities a part.
     std::set<EntityId> listed, roots;
     if (seed % 3 == 1) {
       for (int k = 0; k < 30; ++k) roots.insert(1 + rng() % 3000);
@@ -382,7 +382,7 @@ TEST_F(ReplicatorTest, SnapshotsEndEvenWhenEverythingMovesEveryFrame) {
   std::map<uint64_t, State> published = {
       {world_.frame() - 1, Snapshot(world_)}};
   SubscriptionOptions options;
-  options.max_message_bytes = 2000;
+  options.part_budget_bytes = 2000;
   const auto id =
       replicator_.Subscribe(options, std::make_shared<CountingSink>());
   State mirror;
@@ -416,8 +416,8 @@ TEST_F(ReplicatorTest, BigFramesComeInPartsParentsFirst) {
   ASSERT_TRUE(world_.CreateMany(scene).ok());
   Publish();
   SubscriptionOptions whole, subtree, limited;
-  whole.max_message_bytes = subtree.max_message_bytes =
-      limited.max_message_bytes = 4096;
+  whole.part_budget_bytes = subtree.part_budget_bytes =
+      limited.part_budget_bytes = 4096;
   subtree.subtrees = {1};
   limited.max_rate_hz = 1000;
   std::vector<Replicator::SubscriptionId> ids;
