@@ -33,57 +33,11 @@ std::vector<std::shared_ptr<const Outgoing>> Share(
 
 }  // namespace
 
-bool Replicator::SlotBits::set(size_t slot) {
-  if (slot >= size_) {
-    size_ = slot + 1;
-    words_.resize((size_ + 63) / 64);
-  }
-  uint64_t& word = words_[slot / 64];
-  const uint64_t bit = uint64_t{1} << (slot % 64);
-  const bool changed = !(word & bit);
-  word |= bit;
-  return changed;
-}
-
-bool Replicator::SlotBits::reset(size_t slot) {
-  if (slot >= size_) return false;
-  uint64_t& word = words_[slot / 64];
-  const uint64_t bit = uint64_t{1} << (slot % 64);
-  const bool changed = word & bit;
-  word &= ~bit;
-  return changed;
-}
-
-void Replicator::SlotBits::SetAll(size_t size) {
-  size_ = size;
-  words_.assign((size + 63) / 64, ~uint64_t{0});
-  if (size % 64 != 0) words_.back() = (uint64_t{1} << (size % 64)) - 1;
-}
-
-size_t Replicator::SlotBits::Find(size_t from) const {
-  for (size_t w = from / 64; w < words_.size(); ++w) {
-    uint64_t word = words_[w];
-    if (w == from / 64) word &= ~uint64_t{0} << (from % 64);
-    if (word != 0) return w * 64 + std::countr_zero(word);
-  }
-  return size_;
-}
-
-uint32_t Replicator::NewSlot(EntityId e) {
-  if (!free_slots_.empty()) {
-    const uint32_t slot = free_slots_.back();
-    free_slots_.pop_back();
-    slot_entity_[slot] = e;
-    return slot;
-  }
-  slot_entity_.push_back(e);
-  return static_cast<uint32_t>(slot_entity_.size() - 1);
-}
-
-void Replicator::Note(Subscription& s, EntityId e, NetChange change) const {
+void Replicator::Note(Subscription& s, EntityId e, NetChange change,
+                      Slot slot) const {
   s.noted = true;
   if (s.snapshot) {
-    NoteInSnapshot(*s.snapshot, e, change);
+    NoteInSnapshot(*s.snapshot, e, change, slot);
     return;
   }
   if (s.resync) return;  // It gets its view whole.
@@ -91,18 +45,11 @@ void Replicator::Note(Subscription& s, EntityId e, NetChange change) const {
 }
 
 void Replicator::NoteInSnapshot(StreamedSnapshot& snap, EntityId e,
-                                NetChange change) const {
-  // The entity's slot: a destroyed one's is free now, and not reused before
-  // the next frame (see TakeIn), so its bits are still its own.
-  uint32_t slot;
-  if (auto it = state_.find(e); it != state_.end()) {
-    slot = it->second.slot;
-  } else if (auto freed = freed_slot_of_.find(e);
-             freed != freed_slot_of_.end()) {
-    slot = freed->second;
-  } else {
-    return;
-  }
+                                NetChange change, Slot slot) const {
+  // A destroyed entity's slot is free now, but not reused before the next
+  // frame, so its bits are still its own.
+  if (slot == PublishedState::kNoSlot) slot = state_.FindThisFrame(e);
+  if (slot == PublishedState::kNoSlot) return;
   if (change == kDestroyed) {
     if (snap.known.reset(slot)) snap.gone.push_back(e);
     if (snap.stale.reset(slot)) --snap.stale_count;
@@ -129,293 +76,284 @@ void Replicator::Fold(Subscription& s) const {
   s.ready_entities = 0;
 }
 
-void Replicator::RemoveChild(EntityId parent, EntityId child) {
-  auto it = children_.find(parent);
-  if (it == children_.end()) return;
-  std::vector<EntityId>& siblings = it->second;
-  auto pos = std::find(siblings.begin(), siblings.end(), child);
-  if (pos != siblings.end()) {
-    *pos = siblings.back();
-    siblings.pop_back();
-  }
-  if (siblings.empty()) children_.erase(it);
-}
-
-template <typename F>
-void Replicator::ForEachInSubtree(EntityId e, F&& f) const {
-  std::vector<EntityId> stack = {e};
-  while (!stack.empty()) {
-    const EntityId top = stack.back();
-    stack.pop_back();
-    f(top);
-    if (auto it = children_.find(top); it != children_.end()) {
-      // Reversed so the walk is pre-order in the stored child order.
-      stack.insert(stack.end(), it->second.rbegin(), it->second.rend());
-    }
-  }
+bool Replicator::InView(const Subscription& s, Slot slot) const {
+  return s.in_subtree.test(slot) ||
+         (!s.listed.empty() && s.listed.contains(state_.entity(slot)));
 }
 
 bool Replicator::InView(const Subscription& s, EntityId e) const {
-  return s.in_subtree.contains(e) ||
-         (s.listed.contains(e) && state_.contains(e));
+  const Slot slot = state_.Find(e);
+  return slot != PublishedState::kNoSlot && InView(s, slot);
 }
 
-absl::flat_hash_set<EntityId> Replicator::Echoes(
+absl::flat_hash_set<EntityId> Replicator::EchoesOf(
     const std::string& client, const FrameWriters& writers) const {
   // Everything below an entity another writer set moved because of it: mark
-  // those subtrees once each (they all moved, so this is O(moved)).
-  absl::flat_hash_set<EntityId> foreign;
+  // those subtrees, each slot once (a walk stops at what an earlier one
+  // marked), so this is O(moved).
+  SlotBits foreign;
   for (const auto& [e, writer] : writers) {
-    if (writer == client || foreign.contains(e) || !state_.contains(e)) {
-      continue;
-    }
-    ForEachInSubtree(e, [&](EntityId d) { foreign.insert(d); });
+    if (writer == client) continue;
+    const Slot slot = state_.Find(e);
+    if (slot == PublishedState::kNoSlot) continue;
+    state_.VisitSubtree(slot, [&](Slot d) { return foreign.set(d); });
   }
   absl::flat_hash_set<EntityId> echoes;
   for (const auto& [e, writer] : writers) {
-    if (writer == client && !foreign.contains(e)) echoes.insert(e);
+    if (writer == client && !foreign.test(state_.Find(e))) echoes.insert(e);
   }
   return echoes;
 }
 
-void Replicator::TakeIn(const FrameChanges& changes) {
-  // In the order FrameChanges gives: destroyed, created (parents first),
-  // re-parented (parents first), then the matrices.
-  if (!changes.destroyed.empty() || !changes.reparented.empty()) {
-    ++structure_epoch_;
-  }
-  freed_slot_of_.clear();
-  for (EntityId e : changes.destroyed) {
-    auto it = state_.find(e);
-    if (it == state_.end()) continue;
-    const uint32_t slot = it->second.slot;
-    freed_slot_of_[e] = slot;
-    slot_entity_[slot] = kNoEntity;
-    RemoveChild(it->second.parent, e);
-    state_.erase(it);
-    children_.erase(e);
-  }
-  for (size_t k = 0; k < changes.created.size(); ++k) {
-    const EntityId parent = changes.created_parent[k];
-    Published& p = state_[changes.created[k]];
-    p.parent = parent;
-    p.depth = parent == kNoEntity ? 0 : state_.at(parent).depth + 1;
-    p.slot = NewSlot(changes.created[k]);
-    children_[parent].push_back(changes.created[k]);
-  }
-  // Freed slots are taken from the next frame on: a subscriber's streamed
-  // snapshot still reads a destroyed entity's bits at its slot this frame.
-  for (const auto& [e, slot] : freed_slot_of_) free_slots_.push_back(slot);
-  for (size_t k = 0; k < changes.reparented.size(); ++k) {
-    Published& p = state_[changes.reparented[k]];
-    RemoveChild(p.parent, changes.reparented[k]);
-    p.parent = changes.reparented_parent[k];
-    children_[p.parent].push_back(changes.reparented[k]);
-  }
-  // A re-parented subtree's depths follow its root's. Parents first, and a
-  // subtree already renumbered is not walked again: O(entities moved).
-  absl::flat_hash_set<EntityId> renumbered;
-  for (EntityId root : changes.reparented) {
-    if (renumbered.contains(root)) continue;
-    ForEachInSubtree(root, [&](EntityId e) {
-      Published& p = state_.at(e);
-      p.depth = p.parent == kNoEntity ? 0 : state_.at(p.parent).depth + 1;
-      renumbered.insert(e);
-    });
-  }
-  for (size_t k = 0; k < changes.moved.size(); ++k) {
-    // As scattered over the world as the writes were: overlap the misses.
-    constexpr size_t kAhead = internal::kPrefetchAhead;
-    if (k + kAhead < changes.moved.size()) {
-      state_.prefetch(changes.moved[k + kAhead]);
-    }
-    state_[changes.moved[k]].world = changes.MovedWorld(k);
-  }
-}
-
 void Replicator::Publish(const FrameChanges& changes, absl::Time time,
                          const FrameWriters& writers) {
-  // Caught-up whole-world subscribers share one message, made from the
-  // frame's changes alone, so they are served first; the published state (a
-  // map as big as the world) takes the frame in afterwards. A subscriber
-  // joining in between gets the previous frame's snapshot and this frame
-  // folded into its pending events below, so nothing is missed.
   std::vector<std::shared_ptr<UpdateSink>> wake;
   absl::flat_hash_set<SubscriptionId> served;
   if (!changes.empty()) {
     std::lock_guard<std::mutex> lock(mu_);
-    std::vector<std::shared_ptr<const Outgoing>> shared;
-    const size_t entities = changes.moved.size() + changes.destroyed.size() +
-                            changes.reparented.size();
-    for (auto& [id, s] : subs_) {
-      // Caught up, but perhaps for earlier frames' shared parts not taken.
-      const bool caught_up = s->whole_world && !s->snapshot &&
-                             s->pending.empty() && !s->resync &&
-                             s->parts.empty() && s->options.max_rate_hz == 0 &&
-                             s->options.no_echo_client_id.empty();
-      if (!caught_up) continue;
-      if (s->ready_frames > 0) {
-        if (s->ready_entities + entities > max_pending_) {
-          // Stopped reading: its view whole when it reads again.
-          std::vector<std::shared_ptr<const Outgoing>>().swap(s->ready);
-          s->ready_frames = 0;
-          s->ready_entities = 0;
-          s->resync = true;
-          s->noted = true;
-          served.insert(id);
-          continue;
-        }
-        // Kept frames never hold more than the world: past that, they fold
-        // into pending events below, which the world's size bounds.
-        if (s->ready_entities + entities > state_.size()) continue;
-      }
-      served.insert(id);
-      if (shared.empty()) {
-        shared = FrameParts(changes, time, s->options.part_budget_bytes);
-      }
-      s->ready.insert(s->ready.end(), shared.begin(), shared.end());
-      ++s->ready_frames;
-      s->ready_entities += entities;
-      wake.push_back(s->sink);
-    }
+    served = ServeCaughtUp(changes, time, wake);
   }
   for (auto& sink : wake) sink->Wake();
   wake.clear();
 
   {
     std::lock_guard<std::mutex> lock(mu_);
-    // Filtered views depend on membership before and after the frame; the
-    // subtree of a re-parented entity may enter or leave a view with it.
-    std::vector<Subscription*> filtered;
-    for (auto& [id, s] : subs_) {
-      if (!s->whole_world) filtered.push_back(s.get());
-    }
-    std::vector<EntityId> touched;
-    std::vector<std::vector<bool>> before;
-    if (!filtered.empty()) {
-      for (const auto* list :
-           {&changes.moved, &changes.created, &changes.destroyed}) {
-        touched.insert(touched.end(), list->begin(), list->end());
-      }
-      for (EntityId e : changes.reparented) {
-        if (state_.contains(e)) {
-          ForEachInSubtree(e, [&](EntityId d) { touched.push_back(d); });
-        }
-      }
-      std::sort(touched.begin(), touched.end());
-      touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
-      for (Subscription* s : filtered) {
-        std::vector<bool>& in = before.emplace_back(touched.size());
-        for (size_t k = 0; k < touched.size(); ++k)
-          in[k] = InView(*s, touched[k]);
-      }
-    }
-
-    TakeIn(changes);
+    ViewsBefore views = RecordViewsBefore(changes);
+    state_.TakeIn(changes);
     frame_ = changes.frame;
     frame_time_ = time;
+    const Echoes echoes = FindEchoes(writers);
+    if (!changes.empty()) FoldIntoWholeWorld(changes, served, echoes);
+    UpdateFilteredViews(changes, views, echoes);
+    CloseFrame(served, wake);
+  }
+  for (auto& sink : wake) sink->Wake();
+}
 
-    // What each echo-filtered subscriber's own writes were, once per writer.
-    absl::flat_hash_map<std::string, absl::flat_hash_set<EntityId>> echoes;
-    for (auto& [id, s] : subs_) {
-      const std::string& client = s->options.no_echo_client_id;
-      if (!client.empty() && !echoes.contains(client)) {
-        echoes.emplace(client, Echoes(client, writers));
-      }
-    }
-    const auto is_echo = [&](const Subscription& s, EntityId e) {
-      const std::string& client = s.options.no_echo_client_id;
-      return !client.empty() && echoes.at(client).contains(e);
-    };
-
-    // The other whole-world subscribers fold the frame into their pending
-    // events.
-    for (auto& [id, s] : subs_) {
-      if (!s->whole_world || served.contains(id) || changes.empty()) continue;
-      if (s->resync) {
-        // Fell too far behind: it gets its view whole, nothing to note but
-        // that the frame changed it.
-        s->noted = !changes.empty();
+absl::flat_hash_set<Replicator::SubscriptionId> Replicator::ServeCaughtUp(
+    const FrameChanges& changes, absl::Time time,
+    std::vector<std::shared_ptr<UpdateSink>>& wake) {
+  // Caught-up whole-world subscribers share one message, made from the
+  // frame's changes alone, so they are served first; the published state
+  // takes the frame in afterwards. A subscriber joining in between gets the
+  // previous frame's snapshot and this frame folded into its pending events,
+  // so nothing is missed.
+  absl::flat_hash_set<SubscriptionId> served;
+  std::vector<std::shared_ptr<const Outgoing>> shared;
+  const size_t entities = changes.moved.size() + changes.destroyed.size() +
+                          changes.reparented.size();
+  for (auto& [id, s] : subs_) {
+    // Caught up, but perhaps for earlier frames' shared parts not taken.
+    const bool caught_up = s->whole_world && !s->snapshot &&
+                           s->pending.empty() && !s->resync &&
+                           s->parts.empty() && s->options.max_rate_hz == 0 &&
+                           s->options.no_echo_client_id.empty();
+    if (!caught_up) continue;
+    if (s->ready_frames > 0) {
+      if (s->ready_entities + entities > max_pending_) {
+        // Stopped reading: its view whole when it reads again.
+        std::vector<std::shared_ptr<const Outgoing>>().swap(s->ready);
+        s->ready_frames = 0;
+        s->ready_entities = 0;
+        s->resync = true;
+        s->noted = true;
+        served.insert(id);
         continue;
       }
-      Fold(*s);
-      for (EntityId e : changes.destroyed) Note(*s, e, kDestroyed);
-      for (EntityId e : changes.created) Note(*s, e, kCreated);
-      for (EntityId e : changes.reparented) Note(*s, e, kReparented);
-      for (EntityId e : changes.moved) {
-        if (!is_echo(*s, e)) Note(*s, e, kMoved);
+      // Kept frames never hold more than the world: past that, they fold
+      // into pending events, which the world's size bounds.
+      if (s->ready_entities + entities > state_.size()) continue;
+    }
+    served.insert(id);
+    if (shared.empty()) {
+      shared = FrameParts(changes, time, s->options.part_budget_bytes);
+    }
+    s->ready.insert(s->ready.end(), shared.begin(), shared.end());
+    ++s->ready_frames;
+    s->ready_entities += entities;
+    wake.push_back(s->sink);
+  }
+  return served;
+}
+
+Replicator::ViewsBefore Replicator::RecordViewsBefore(
+    const FrameChanges& changes) const {
+  // Filtered views depend on membership before and after the frame; the
+  // subtree of a re-parented entity may enter or leave a view with it.
+  ViewsBefore views;
+  for (const auto& [id, s] : subs_) {
+    if (!s->whole_world) views.filtered.push_back(s.get());
+  }
+  if (views.filtered.empty()) return views;
+  std::vector<EntityId>& touched = views.touched;
+  for (const auto* list :
+       {&changes.moved, &changes.created, &changes.destroyed}) {
+    touched.insert(touched.end(), list->begin(), list->end());
+  }
+  // Each slot once: a walk stops at a subtree an earlier one took.
+  SlotBits walked;
+  for (EntityId e : changes.reparented) {
+    const Slot slot = state_.Find(e);
+    if (slot == PublishedState::kNoSlot) continue;
+    state_.VisitSubtree(slot, [&](Slot d) {
+      if (!walked.set(d)) return false;
+      touched.push_back(state_.entity(d));
+      return true;
+    });
+  }
+  std::sort(touched.begin(), touched.end());
+  touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
+  for (const Subscription* s : views.filtered) {
+    std::vector<bool>& in = views.in_view.emplace_back(touched.size());
+    for (size_t k = 0; k < touched.size(); ++k) in[k] = InView(*s, touched[k]);
+  }
+  return views;
+}
+
+Replicator::Echoes Replicator::FindEchoes(const FrameWriters& writers) const {
+  // Once per writer, however many of its subscriptions filter echoes.
+  Echoes echoes;
+  for (const auto& [id, s] : subs_) {
+    const std::string& client = s->options.no_echo_client_id;
+    if (!client.empty() && !echoes.contains(client)) {
+      echoes.emplace(client, EchoesOf(client, writers));
+    }
+  }
+  return echoes;
+}
+
+bool Replicator::IsEcho(const Echoes& echoes, const std::string& client,
+                        EntityId e) {
+  return !client.empty() && echoes.at(client).contains(e);
+}
+
+void Replicator::FoldIntoWholeWorld(
+    const FrameChanges& changes,
+    const absl::flat_hash_set<SubscriptionId>& served, const Echoes& echoes) {
+  // Streaming snapshots mark changes by slot: each entity's looked up once
+  // for them all, not once per joining subscriber.
+  const bool snapshots = std::any_of(subs_.begin(), subs_.end(), [](auto& s) {
+    return s.second->whole_world && s.second->snapshot;
+  });
+  const auto slots_of = [&](const std::vector<EntityId>& entities) {
+    std::vector<Slot> slots(entities.size(), PublishedState::kNoSlot);
+    if (snapshots) {
+      for (size_t k = 0; k < entities.size(); ++k) {
+        slots[k] = state_.FindThisFrame(entities[k]);
       }
     }
-    if (!filtered.empty()) {
-      const absl::flat_hash_set<EntityId> moved(changes.moved.begin(),
-                                                changes.moved.end());
-      const absl::flat_hash_set<EntityId> reparented(changes.reparented.begin(),
-                                                     changes.reparented.end());
-      // Parents first, so that an entity's membership can follow its
-      // parent's, already updated, or unchanged when the parent was not
-      // touched. The destroyed (absent now) sort anywhere.
-      // Depths looked up once each, not once per comparison.
-      std::vector<std::pair<uint32_t, size_t>> by_depth(touched.size());
-      for (size_t k = 0; k < touched.size(); ++k) {
-        auto it = state_.find(touched[k]);
-        by_depth[k] = {it == state_.end() ? 0u : it->second.depth, k};
+    return slots;
+  };
+  const std::vector<Slot> destroyed = slots_of(changes.destroyed);
+  const std::vector<Slot> created = slots_of(changes.created);
+  const std::vector<Slot> reparented = slots_of(changes.reparented);
+  const std::vector<Slot> moved = slots_of(changes.moved);
+  for (auto& [id, s] : subs_) {
+    if (!s->whole_world || served.contains(id)) continue;
+    if (s->resync) {
+      // Fell too far behind: it gets its view whole, nothing to note but
+      // that the frame changed it.
+      s->noted = true;
+      continue;
+    }
+    Fold(*s);
+    const std::string& client = s->options.no_echo_client_id;
+    for (size_t k = 0; k < destroyed.size(); ++k) {
+      Note(*s, changes.destroyed[k], kDestroyed, destroyed[k]);
+    }
+    for (size_t k = 0; k < created.size(); ++k) {
+      Note(*s, changes.created[k], kCreated, created[k]);
+    }
+    for (size_t k = 0; k < reparented.size(); ++k) {
+      Note(*s, changes.reparented[k], kReparented, reparented[k]);
+    }
+    for (size_t k = 0; k < moved.size(); ++k) {
+      const EntityId e = changes.moved[k];
+      if (!IsEcho(echoes, client, e)) Note(*s, e, kMoved, moved[k]);
+    }
+  }
+}
+
+void Replicator::UpdateFilteredViews(const FrameChanges& changes,
+                                     ViewsBefore& before,
+                                     const Echoes& echoes) {
+  if (before.filtered.empty()) return;
+  const std::vector<EntityId>& touched = before.touched;
+  const absl::flat_hash_set<EntityId> moved(changes.moved.begin(),
+                                            changes.moved.end());
+  const absl::flat_hash_set<EntityId> reparented(changes.reparented.begin(),
+                                                 changes.reparented.end());
+  // Parents first, so that an entity's membership can follow its parent's,
+  // already updated, or unchanged when the parent was not touched. The
+  // destroyed (absent now) sort anywhere.
+  std::vector<std::pair<uint32_t, size_t>> by_depth(touched.size());
+  std::vector<Slot> slots(touched.size());
+  for (size_t k = 0; k < touched.size(); ++k) {
+    slots[k] = state_.Find(touched[k]);
+    by_depth[k] = {
+        slots[k] == PublishedState::kNoSlot ? 0u : state_.depth(slots[k]), k};
+  }
+  std::sort(by_depth.begin(), by_depth.end());
+  for (size_t f = 0; f < before.filtered.size(); ++f) {
+    Subscription& s = *before.filtered[f];
+    const std::string& client = s.options.no_echo_client_id;
+    for (const auto& [depth, k] : by_depth) {
+      const EntityId e = touched[k];
+      const Slot slot = slots[k];
+      const bool was = before.in_view[f][k];
+      const bool alive = slot != PublishedState::kNoSlot;
+      const bool under_root =
+          alive && (s.roots.contains(e) ||
+                    (state_.parent(slot) != PublishedState::kNoSlot &&
+                     s.in_subtree.test(state_.parent(slot))));
+      if (under_root) {
+        s.in_subtree.set(slot);
+      } else if (alive) {
+        s.in_subtree.reset(slot);
+      } else if (const Slot freed = state_.FindThisFrame(e);
+                 freed != PublishedState::kNoSlot) {
+        s.in_subtree.reset(freed);  // Before the slot is reused.
       }
-      std::sort(by_depth.begin(), by_depth.end());
-      std::vector<size_t> order(touched.size());
-      for (size_t k = 0; k < order.size(); ++k) order[k] = by_depth[k].second;
-      for (size_t f = 0; f < filtered.size(); ++f) {
-        Subscription& s = *filtered[f];
-        for (size_t k : order) {
-          const EntityId e = touched[k];
-          const bool was = before[f][k];
-          auto it = state_.find(e);
-          const bool alive = it != state_.end();
-          const bool under_root =
-              alive && (s.roots.contains(e) ||
-                        (it->second.parent != kNoEntity &&
-                         s.in_subtree.contains(it->second.parent)));
-          if (under_root) {
-            s.in_subtree.insert(e);
-          } else {
-            s.in_subtree.erase(e);
-          }
-          const bool is = under_root || (alive && s.listed.contains(e));
-          if (!was && is) {
-            Note(s, e, kCreated);
-          } else if (was && !is) {
-            Note(s, e, kDestroyed);
-          } else if (was && is) {
-            if (reparented.contains(e)) Note(s, e, kReparented);
-            if (moved.contains(e) && !is_echo(s, e)) Note(s, e, kMoved);
-          }
+      const bool is = under_root || (alive && s.listed.contains(e));
+      if (!was && is) {
+        Note(s, e, kCreated, slot);
+      } else if (was && !is) {
+        Note(s, e, kDestroyed, slot);
+      } else if (was && is) {
+        if (reparented.contains(e)) Note(s, e, kReparented, slot);
+        if (moved.contains(e) && !IsEcho(echoes, client, e)) {
+          Note(s, e, kMoved, slot);
         }
       }
     }
-    for (auto& [id, s] : subs_) {
-      if (s->noted) {
-        ++s->frames_with_changes;
-        s->noted = false;
-      }
-      if (s->pending.size() > max_pending_) {
-        s->pending.Release();
-        s->resync = true;
-      }
-      if (s->resync) {
-        wake.push_back(s->sink);
-        continue;
-      }
-      // A streaming snapshot is not woken: its stream asks for each next
-      // part as the last is written, and waking it would make the part here,
-      // on the publishing thread (for tick worlds, the one ticker).
-      if (s->snapshot) continue;
-      if (served.contains(id)) {
-        if (s->ready_frames > 1) wake.push_back(s->sink);  // See Next().
-        continue;
-      }
-      if (!s->pending.empty() || !s->ready.empty()) wake.push_back(s->sink);
-    }
   }
-  for (auto& sink : wake) sink->Wake();
+}
+
+void Replicator::CloseFrame(const absl::flat_hash_set<SubscriptionId>& served,
+                            std::vector<std::shared_ptr<UpdateSink>>& wake) {
+  for (auto& [id, s] : subs_) {
+    if (s->noted) {
+      ++s->frames_with_changes;
+      s->noted = false;
+    }
+    if (s->pending.size() > max_pending_) {
+      s->pending.Release();
+      s->resync = true;
+    }
+    if (s->resync) {
+      wake.push_back(s->sink);
+      continue;
+    }
+    // A streaming snapshot is not woken: its stream asks for each next part
+    // as the last is written, and waking it would make the part here, on the
+    // publishing thread (for tick worlds, the one ticker).
+    if (s->snapshot) continue;
+    if (served.contains(id)) {
+      if (s->ready_frames > 1) wake.push_back(s->sink);  // See Next().
+      continue;
+    }
+    if (!s->pending.empty() || !s->ready.empty()) wake.push_back(s->sink);
+  }
 }
 
 std::vector<std::shared_ptr<const Outgoing>> Replicator::FrameParts(
@@ -486,31 +424,27 @@ void Replicator::BuildSnapshot(Subscription& s) {
   s.frames_with_changes = 0;
   if (s.whole_world) {
     // Every live slot stale, none known: O(slots / 64) and the free list.
-    snap->stale.SetAll(slot_entity_.size());
-    for (uint32_t slot : free_slots_) snap->stale.reset(slot);
+    snap->stale = state_.LiveSlots();
     snap->stale_count = state_.size();
   } else {
     // The view's members, stale: the subtrees' (membership rebuilt here, in
     // O(view): shallowest roots first, so a root inside another's subtree is
     // covered by it) and the listed entities alive.
-    const auto add = [&](EntityId e) {
-      if (snap->stale.set(state_.at(e).slot)) ++snap->stale_count;
-    };
     s.in_subtree.clear();
-    std::vector<EntityId> roots;
-    for (EntityId root : s.options.subtrees) {
-      if (state_.contains(root)) roots.push_back(root);
-    }
-    SortByDepth(roots);
-    for (EntityId root : roots) {
-      if (s.in_subtree.contains(root)) continue;
-      ForEachInSubtree(root, [&](EntityId e) {
-        s.in_subtree.insert(e);
-        add(e);
+    std::vector<EntityId> roots(s.options.subtrees.begin(),
+                                s.options.subtrees.end());
+    for (Slot root : SlotsByDepth(roots)) {
+      if (s.in_subtree.test(root)) continue;
+      state_.ForEachInSubtree(root, [&](Slot slot) {
+        s.in_subtree.set(slot);
+        if (snap->stale.set(slot)) ++snap->stale_count;
       });
     }
     for (EntityId e : s.listed) {
-      if (state_.contains(e)) add(e);
+      const Slot slot = state_.Find(e);
+      if (slot != PublishedState::kNoSlot && snap->stale.set(slot)) {
+        ++snap->stale_count;
+      }
     }
   }
   s.snapshot = std::move(snap);
@@ -518,7 +452,7 @@ void Replicator::BuildSnapshot(Subscription& s) {
 
 std::shared_ptr<const Outgoing> Replicator::NextSnapshotPart(Subscription& s) {
   StreamedSnapshot& snap = *s.snapshot;
-  if (snap.chain_epoch != structure_epoch_) snap.chain.clear();
+  if (snap.chain_epoch != state_.structure_epoch()) snap.chain.clear();
   // A pass over the slots is done. What changed behind it is sent in another
   // pass, unless that is little (max_pending at most) or not much less than
   // this pass sent: then all of it now, under this one lock. So a snapshot of
@@ -542,8 +476,8 @@ std::shared_ptr<const Outgoing> Replicator::NextSnapshotPart(Subscription& s) {
               : std::min(snap.gone.size(), writer.room() / kIdBytes);
   writer.Destroyed({snap.gone.data() + snap.gone.size() - gone, gone});
   snap.gone.resize(snap.gone.size() - gone);
+  if (snap.gone.empty()) writer.Reserve(snap.stale_count);
   // Then stale entities in slot order, each after its parent chain.
-  const auto slot_of = [&](EntityId e) { return state_.at(e).slot; };
   while (snap.gone.empty() && (all_now || writer.Fits(kEntryBytes))) {
     if (snap.chain.empty()) {
       if (snap.stale_count == 0) break;
@@ -552,24 +486,23 @@ std::shared_ptr<const Outgoing> Replicator::NextSnapshotPart(Subscription& s) {
       // Past it: if it changes again, it waits for the next pass.
       snap.cursor = slot + 1;
       // The slot, and its ancestors the subscriber lacks, the root-most last.
-      snap.chain.push_back(static_cast<uint32_t>(slot));
-      for (EntityId p = state_.at(slot_entity_[slot]).parent;
-           p != kNoEntity && !snap.known.test(slot_of(p)) &&
+      snap.chain.push_back(static_cast<Slot>(slot));
+      for (Slot p = state_.parent(static_cast<Slot>(slot));
+           p != PublishedState::kNoSlot && !snap.known.test(p) &&
            (s.whole_world || InView(s, p));
-           p = state_.at(p).parent) {
-        snap.chain.push_back(slot_of(p));
+           p = state_.parent(p)) {
+        snap.chain.push_back(p);
       }
-      snap.chain_epoch = structure_epoch_;
+      snap.chain_epoch = state_.structure_epoch();
     }
-    const uint32_t slot = snap.chain.back();
+    const Slot slot = snap.chain.back();
     snap.chain.pop_back();
-    const EntityId e = slot_entity_[slot];
-    const Published& p = state_.at(e);
+    const EntityId e = state_.entity(slot);
     if (snap.known.set(slot)) {
-      writer.Created(e, p.parent, p.world);
+      writer.Created(e, state_.parent_entity(slot), state_.world(slot));
     } else {
-      writer.Reparented(e, p.parent);
-      writer.Moved(e, p.world);
+      writer.Reparented(e, state_.parent_entity(slot));
+      writer.Moved(e, state_.world(slot));
     }
     if (snap.stale.reset(slot)) --snap.stale_count;
     ++snap.pass_sent;
@@ -588,11 +521,24 @@ std::shared_ptr<const Outgoing> Replicator::NextSnapshotPart(Subscription& s) {
   return TakePart(s);
 }
 
-void Replicator::SortByDepth(std::vector<EntityId>& entities) const {
-  std::stable_sort(entities.begin(), entities.end(),
-                   [&](EntityId a, EntityId b) {
-                     return state_.at(a).depth < state_.at(b).depth;
-                   });
+std::vector<Replicator::Slot> Replicator::SlotsByDepth(
+    absl::Span<const EntityId> entities) const {
+  // Depths looked up once each, not once per comparison.
+  std::vector<std::pair<uint32_t, Slot>> by_depth;
+  by_depth.reserve(entities.size());
+  for (EntityId e : entities) {
+    const Slot slot = state_.Find(e);
+    if (slot != PublishedState::kNoSlot) {
+      by_depth.emplace_back(state_.depth(slot), slot);
+    }
+  }
+  std::stable_sort(
+      by_depth.begin(), by_depth.end(),
+      [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<Slot> slots;
+  slots.reserve(by_depth.size());
+  for (const auto& [depth, slot] : by_depth) slots.push_back(slot);
+  return slots;
 }
 
 void Replicator::Unsubscribe(SubscriptionId id) {
@@ -608,6 +554,20 @@ void Replicator::Unsubscribe(SubscriptionId id) {
 
 std::shared_ptr<const Outgoing> Replicator::Next(SubscriptionId id,
                                                  absl::Time now) {
+  bool must_make = false;
+  return Take(id, now, /*make=*/true, &must_make);
+}
+
+std::shared_ptr<const Outgoing> Replicator::NextIfMade(SubscriptionId id,
+                                                       absl::Time now,
+                                                       bool* must_make) {
+  *must_make = false;
+  return Take(id, now, /*make=*/false, must_make);
+}
+
+std::shared_ptr<const Outgoing> Replicator::Take(SubscriptionId id,
+                                                 absl::Time now, bool make,
+                                                 bool* must_make) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = subs_.find(id);
   if (it == subs_.end()) return nullptr;
@@ -620,23 +580,36 @@ std::shared_ptr<const Outgoing> Replicator::Next(SubscriptionId id,
       s.ready_frames = 0;
       s.ready_entities = 0;
       s.frames_with_changes = 0;
-    } else if (s.ready.back()->message().frame() <= frame_) {
-      Fold(s);  // Several frames: one message with the latest of each.
-    } else {
+    } else if (s.ready.back()->message().frame() > frame_) {
       // The last frame is not in the published state yet (Publish serves
       // shared parts first): it is woken again once it is.
       return nullptr;
+    } else if (!make) {
+      *must_make = true;
+      return nullptr;
+    } else {
+      Fold(s);  // Several frames: one message with the latest of each.
     }
   }
   if (!s.parts.empty()) return TakePart(s);
+  const bool due = s.snapshot != nullptr ||
+                   ((s.resync || !s.pending.empty()) && now >= s.next_allowed);
+  if (!due) return nullptr;
+  if (!make) {
+    *must_make = true;
+    return nullptr;
+  }
   if (s.snapshot) return NextSnapshotPart(s);
-  if (s.resync && now >= s.next_allowed) {
+  if (s.resync) {
     s.resync = false;
     BuildSnapshot(s);
     return NextSnapshotPart(s);
   }
-  if (s.pending.empty() || now < s.next_allowed) return nullptr;
+  return NextPendingPart(s, now);
+}
 
+std::shared_ptr<const Outgoing> Replicator::NextPendingPart(Subscription& s,
+                                                            absl::Time now) {
   // Everything pending, from the latest published state, in the order the
   // proto promises across parts.
   std::vector<EntityId> destroyed, entered, reparented, moved;
@@ -651,17 +624,21 @@ std::shared_ptr<const Outgoing> Replicator::Next(SubscriptionId id,
     }
   }
   s.pending.clear();
-  SortByDepth(entered);
-  SortByDepth(reparented);
   v1::FrameUpdateWriter writer(frame_, frame_time_, s.options.part_budget_bytes,
                                /*snapshot=*/false);
   writer.Destroyed(destroyed);
-  for (EntityId e : entered) {
-    const Published& p = state_.at(e);
-    writer.Created(e, p.parent, p.world);
+  for (Slot slot : SlotsByDepth(entered)) {
+    writer.Created(state_.entity(slot), state_.parent_entity(slot),
+                   state_.world(slot));
   }
-  for (EntityId e : reparented) writer.Reparented(e, state_.at(e).parent);
-  for (EntityId e : moved) writer.Moved(e, state_.at(e).world);
+  for (Slot slot : SlotsByDepth(reparented)) {
+    writer.Reparented(state_.entity(slot), state_.parent_entity(slot));
+  }
+  for (EntityId e : moved) {
+    if (const Slot slot = state_.Find(e); slot != PublishedState::kNoSlot) {
+      writer.Moved(e, state_.world(slot));
+    }
+  }
   const uint64_t skipped =
       s.frames_with_changes > 0 ? s.frames_with_changes - 1 : 0;
   s.frames_skipped += skipped;

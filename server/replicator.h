@@ -1,7 +1,8 @@
 // Copyright 2026 The xform Authors.
 //
-// Replicator holds one world's published state (every entity's parent and
-// world matrix as of the last published frame) and its subscribers. Publishing
+// Replicator holds one world's published state (PublishedState: every
+// entity's parent and world matrix as of the last published frame) and its
+// subscribers. Publishing
 // a frame folds the frame's changes into each subscriber's pending set; a
 // subscriber that is ready takes one message built from the latest published
 // values of its pending entities. So a slow subscriber skips frames but
@@ -40,7 +41,11 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "server/published_state.h"
+#include "server/slot_bits.h"
 #include "xform/net_changes.h"
 #include "xform/v1/xform.pb.h"
 #include "xform/world.h"
@@ -68,16 +73,23 @@ class Outgoing {
  public:
   explicit Outgoing(v1::FrameUpdate message) : message_(std::move(message)) {}
   const v1::FrameUpdate& message() const { return message_; }
-  const std::string& encoded() const {
-    std::call_once(encode_once_,
-                   [this] { message_.SerializeToString(&encoded_); });
-    return encoded_;
+  // Into a buffer that is not zeroed first: a part is megabytes, and
+  // std::string would clear them only to overwrite them.
+  absl::string_view encoded() const {
+    std::call_once(encode_once_, [this] {
+      size_ = message_.ByteSizeLong();
+      encoded_ = std::make_unique_for_overwrite<char[]>(size_);
+      message_.SerializeWithCachedSizesToArray(
+          reinterpret_cast<uint8_t*>(encoded_.get()));
+    });
+    return {encoded_.get(), size_};
   }
 
  private:
   v1::FrameUpdate message_;
   mutable std::once_flag encode_once_;
-  mutable std::string encoded_;
+  mutable std::unique_ptr<char[]> encoded_;
+  mutable size_t size_ = 0;
 };
 
 // A subscriber's messages hold at most this many bytes of entries by
@@ -133,6 +145,12 @@ class Replicator {
   // up, or rate limited until a later Flush()). Subscribers that are caught up
   // with the whole world share one message per frame, built once.
   std::shared_ptr<const Outgoing> Next(SubscriptionId id, absl::Time now);
+  // Next(), if the message is made already (a frame's shared part, the rest
+  // of a split message): O(1). When one is due that must be made (a snapshot
+  // part, pending changes: O(part) work), returns null and sets *must_make,
+  // so the caller can make it with Next() on a thread of its choosing.
+  std::shared_ptr<const Outgoing> NextIfMade(SubscriptionId id, absl::Time now,
+                                             bool* must_make);
 
   // Polls every subscription's sink: rate-limited messages now due, stuck
   // writes past their deadline. Returns at once, polling nothing, when the
@@ -148,47 +166,7 @@ class Replicator {
   std::vector<SubscriberStats> Stats() const;
 
  private:
-  struct Published {
-    EntityId parent = kNoEntity;
-    // Levels below a root, kept as the frame's changes come in: orders
-    // entities parents-first in O(k log k), with no walks up the tree.
-    uint32_t depth = 0;
-    // The entity's place in slot_entity_, fixed while it lives: what a
-    // streamed snapshot's bits are indexed by.
-    uint32_t slot = 0;
-    Matrix3x4 world;
-  };
-  // One bit per slot.
-  class SlotBits {
-   public:
-    bool test(size_t slot) const {
-      return slot < size_ && (words_[slot / 64] >> (slot % 64)) & 1;
-    }
-    // Both return whether the bit changed.
-    bool set(size_t slot);
-    bool reset(size_t slot);
-    // Every slot in [0, size) set.
-    void SetAll(size_t size);
-    // The first set slot at or after `from`; size() if none.
-    size_t Find(size_t from) const;
-    size_t size() const { return size_; }
-
-   private:
-    std::vector<uint64_t> words_;
-    size_t size_ = 0;
-  };
-  // A snapshot being streamed. Each message scans on from
-  // `cursor` for stale slots and sends their entities as they are now:
-  // created (after the ancestors in its view the subscriber lacks), or, when
-  // the subscriber has it already, re-parented and moved. Publish marks what
-  // a frame changes in the view stale, and queues what the subscriber had and
-  // is destroyed or left the view.
-  // What changes behind the cursor waits for the next pass; a pass that would
-  // be short, or would not shrink, is sent at once instead (see
-  // NextSnapshotPart). The last part goes when nothing is stale or gone: the
-  // subscriber's copy, built from all the parts in order, is then the
-  // published state at that part's frame. O(slots / 4) bytes, plus a parent
-  // chain while one is sent.
+  using Slot = PublishedState::Slot;
   struct StreamedSnapshot {
     SlotBits known;  // The subscriber has the slot's entity.
     SlotBits stale;  // The slot's entity must be sent (again).
@@ -199,7 +177,7 @@ class Replicator {
     // A parent chain not yet sent (slots, the root-most last), valid while
     // no entity is destroyed or re-parented: a chain deeper than one message
     // is walked once, not once per message.
-    std::vector<uint32_t> chain;
+    std::vector<Slot> chain;
     uint64_t chain_epoch = 0;
     uint32_t part = 0;
     uint64_t skipped_before = 0;  // Frames missed before it began.
@@ -209,9 +187,10 @@ class Replicator {
     bool whole_world = true;
     absl::flat_hash_set<EntityId> listed;
     absl::flat_hash_set<EntityId> roots;
-    // The entities in the subtrees of `roots`, kept as frames come in, so
-    // membership is a lookup and not a walk to the root. O(view) memory.
-    absl::flat_hash_set<EntityId> in_subtree;
+    // The slots in the subtrees of `roots`, kept as frames come in, so
+    // membership is a bit test and not a walk to the root. Bits up to the
+    // highest member's slot: at most the world's slots / 8 bytes.
+    SlotBits in_subtree;
     std::shared_ptr<UpdateSink> sink;
     // Messages committed to, sent before anything else: snapshot chunks, and
     // the rest of a frame whose first part went out.
@@ -243,39 +222,80 @@ class Replicator {
     std::unique_ptr<StreamedSnapshot> snapshot;
   };
 
+  // Echo suppression: by client id, the entities whose move in a frame was
+  // only that client's own direct write.
+  using Echoes =
+      absl::flat_hash_map<std::string, absl::flat_hash_set<EntityId>>;
+  // Filtered views, and whether each entity the frame touches (its lists,
+  // and everything below the re-parented) was in each view before it.
+  struct ViewsBefore {
+    std::vector<Subscription*> filtered;
+    std::vector<EntityId> touched;           // Sorted.
+    std::vector<std::vector<bool>> in_view;  // [filtered][touched]
+  };
+
+  // Publish's steps, in order. The first runs under its own lock, and the
+  // sinks it wakes are woken before the rest.
+  // 1. Caught-up whole-world subscribers take the frame's shared parts, made
+  //    from the changes alone. Returns whom it served.
+  absl::flat_hash_set<SubscriptionId> ServeCaughtUp(
+      const FrameChanges& changes, absl::Time time,
+      std::vector<std::shared_ptr<UpdateSink>>& wake);
+  static bool IsEcho(const Echoes& echoes, const std::string& client,
+                     EntityId e);
+  // 2. What the filtered views held before the frame.
+  ViewsBefore RecordViewsBefore(const FrameChanges& changes) const;
+  // 3. state_.TakeIn(changes), then whose own writes moved what.
+  Echoes FindEchoes(const FrameWriters& writers) const;
+  // 4. The other whole-world subscribers fold the frame into their pending
+  //    changes.
+  void FoldIntoWholeWorld(const FrameChanges& changes,
+                          const absl::flat_hash_set<SubscriptionId>& served,
+                          const Echoes& echoes);
+  // 5. Filtered views follow the frame, noting what entered, left, or
+  //    changed in them.
+  void UpdateFilteredViews(const FrameChanges& changes, ViewsBefore& before,
+                           const Echoes& echoes);
+  // 6. Counts the frame for those it changed, and finds whom to wake.
+  void CloseFrame(const absl::flat_hash_set<SubscriptionId>& served,
+                  std::vector<std::shared_ptr<UpdateSink>>& wake);
+
   // The parts every caught-up whole-world subscriber gets for a frame.
   static std::vector<std::shared_ptr<const Outgoing>> FrameParts(
       const FrameChanges& changes, absl::Time time, size_t max_bytes);
   // Takes the next of the parts committed to, noting the frame sent.
   static std::shared_ptr<const Outgoing> TakePart(Subscription& s);
-  // Whether `e` is in a filtered subscription's view (as of its last update).
+  // Whether the live slot's entity is in a filtered subscription's view (as
+  // of its last update); InView(s, e) is false for an entity not alive.
+  bool InView(const Subscription& s, Slot slot) const;
   bool InView(const Subscription& s, EntityId e) const;
   // The entities whose move in this frame was only `client`'s own direct
   // write: set by it, and by no other writer, nor below one that another
   // writer set. O(entities moved), whatever the depth.
-  absl::flat_hash_set<EntityId> Echoes(const std::string& client,
-                                       const FrameWriters& writers) const;
-  // The published state takes in a frame's changes.
-  void TakeIn(const FrameChanges& changes);
-  // Visits `e` and everything below it in the published state.
-  template <typename F>
-  void ForEachInSubtree(EntityId e, F&& f) const;
+  absl::flat_hash_set<EntityId> EchoesOf(const std::string& client,
+                                         const FrameWriters& writers) const;
   // Folds an event into the subscriber's pending events, or, while its
-  // snapshot streams, into the snapshot's bits.
-  void Note(Subscription& s, EntityId e, NetChange change) const;
-  void NoteInSnapshot(StreamedSnapshot& snap, EntityId e,
-                      NetChange change) const;
+  // snapshot streams, into the snapshot's bits: at e's slot this frame (see
+  // PublishedState::FindThisFrame), looked up unless given.
+  void Note(Subscription& s, EntityId e, NetChange change,
+            Slot slot = PublishedState::kNoSlot) const;
+  void NoteInSnapshot(StreamedSnapshot& snap, EntityId e, NetChange change,
+                      Slot slot) const;
   // Turns untaken shared parts back into pending events.
   void Fold(Subscription& s) const;
-  void RemoveChild(EntityId parent, EntityId child);
+  // Next() and NextIfMade().
+  std::shared_ptr<const Outgoing> Take(SubscriptionId id, absl::Time now,
+                                       bool make, bool* must_make);
   // Starts streaming the subscriber's view (and rebuilds a subtree view's
   // membership, in O(view)).
   void BuildSnapshot(Subscription& s);
   // The streamed snapshot's next part.
   std::shared_ptr<const Outgoing> NextSnapshotPart(Subscription& s);
-  uint32_t NewSlot(EntityId e);
-  // Parents-first order: by depth in the published state.
-  void SortByDepth(std::vector<EntityId>& entities) const;
+  // Everything pending, from the published state, as parts.
+  std::shared_ptr<const Outgoing> NextPendingPart(Subscription& s,
+                                                  absl::Time now);
+  // The live entities' slots, parents first: by depth in the published state.
+  std::vector<Slot> SlotsByDepth(absl::Span<const EntityId> entities) const;
 
   // Guards everything below. A std::mutex rather than absl::Mutex: Debian's
   // Abseil is built without ThreadSanitizer annotations, so TSan cannot see
@@ -283,17 +303,7 @@ class Replicator {
   // The private helpers above expect it held.
   const size_t max_pending_;
   mutable std::mutex mu_;
-  absl::flat_hash_map<EntityId, Published> state_;
-  // Entities by slot (kNoEntity: free), and the free slots.
-  std::vector<EntityId> slot_entity_;
-  std::vector<uint32_t> free_slots_;
-  // The slots the last TakeIn freed, by entity.
-  absl::flat_hash_map<EntityId, uint32_t> freed_slot_of_;
-  // Counts frames that destroyed or re-parented entities: a saved parent
-  // chain is valid only within one.
-  uint64_t structure_epoch_ = 0;
-  // Children by parent in the published state; kNoEntity holds the roots.
-  absl::flat_hash_map<EntityId, std::vector<EntityId>> children_;
+  PublishedState state_;
   uint64_t frame_ = 0;
   absl::Time frame_time_;
   SubscriptionId next_id_ = 1;

@@ -252,6 +252,9 @@ namespace {
 // ---------------------------------------------------------------------------
 // Subscribe: one write in flight; the next message is pulled from the
 // replicator when the write completes or when the replicator wakes the sink.
+// A message made already is written at once, from whichever thread that is;
+// one that must be made is made on the BuildPool, never on gRPC's threads
+// or the ticker.
 //
 // gRPC may run a reaction (OnWriteDone, OnCancel, even OnDone) inline in the
 // thread that calls StartWrite, Finish or TryCancel, so those calls are made
@@ -279,16 +282,17 @@ void ReleaseOutgoing(void* keep) {
 }
 
 class SubscribeReactor final
-    : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+    : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
+      public std::enable_shared_from_this<SubscribeReactor> {
  public:
   // Starts the stream; the reactor owns itself until OnDone().
   static void Start(grpc::CallbackServerContext* context,
                     std::shared_ptr<HostedWorld> world,
                     SubscriptionOptions options, absl::Duration write_timeout,
-                    std::atomic<int>& calls,
+                    BuildPool& pool, std::atomic<int>& calls,
                     grpc::ServerWriteReactor<grpc::ByteBuffer>** out) {
-    auto reactor = std::shared_ptr<SubscribeReactor>(
-        new SubscribeReactor(context, std::move(world), write_timeout, calls));
+    auto reactor = std::shared_ptr<SubscribeReactor>(new SubscribeReactor(
+        context, std::move(world), write_timeout, pool, calls));
     reactor->rate_limited_ = options.max_rate_hz > 0;
     reactor->self_ = reactor;
     *out = reactor.get();
@@ -300,13 +304,25 @@ class SubscribeReactor final
   }
 
   // One delivery (see replicator.h): starts the next write if none is in
-  // flight and a message is due.
-  void TrySend(absl::Time now) {
+  // flight and a message is due, or has the pool make it (`make` is for the
+  // pool's own call).
+  void TrySend(absl::Time now, bool make = false) {
     {
       absl::MutexLock lock(&mu_);
+      if (make) making_ = false;
       if (writing_ || finishing_ || id_ == 0) return;
-      update_ = world_->replicator().Next(id_, now);
-      if (update_ == nullptr) return;
+      bool must_make = false;
+      update_ = make ? world_->replicator().Next(id_, now)
+                     : world_->replicator().NextIfMade(id_, now, &must_make);
+      if (update_ == nullptr) {
+        if (must_make && !making_) {
+          making_ = true;
+          pool_.Post([self = shared_from_this()] {
+            self->TrySend(absl::Now(), /*make=*/true);
+          });
+        }
+        return;
+      }
       writing_ = true;
       write_started_ = now;
       // A rate-limited subscriber folds frames by its own choice.
@@ -320,7 +336,7 @@ class SubscribeReactor final
     }
     // The slice references the shared encoding and keeps it alive for as long
     // as gRPC holds the bytes, which may outlast this write.
-    const std::string& bytes = update_->encoded();
+    const absl::string_view bytes = update_->encoded();
     grpc::Slice slice(const_cast<char*>(bytes.data()), bytes.size(),
                       &ReleaseOutgoing,
                       new std::shared_ptr<const Outgoing>(update_));
@@ -392,15 +408,18 @@ class SubscribeReactor final
  private:
   SubscribeReactor(grpc::CallbackServerContext* context,
                    std::shared_ptr<HostedWorld> world,
-                   absl::Duration write_timeout, std::atomic<int>& calls)
+                   absl::Duration write_timeout, BuildPool& pool,
+                   std::atomic<int>& calls)
       : context_(context),
         world_(std::move(world)),
         write_timeout_(write_timeout),
+        pool_(pool),
         hold_(calls) {}
 
   grpc::CallbackServerContext* const context_;
   const std::shared_ptr<HostedWorld> world_;
   const absl::Duration write_timeout_;
+  BuildPool& pool_;
   const CallHold hold_;
   std::shared_ptr<SubscribeReactor> self_;
   bool rate_limited_ = false;  // Set once, before any other thread sees it.
@@ -413,6 +432,7 @@ class SubscribeReactor final
   std::shared_ptr<const Outgoing> update_;
   grpc::ByteBuffer buffer_;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool making_ ABSL_GUARDED_BY(mu_) = false;  // Posted to the pool.
   bool finishing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
@@ -448,7 +468,8 @@ class RefusedStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 XformService::XformService(WorldHost& host, ServiceOptions options)
     : host_(host),
       options_(options),
-      writers_(std::make_unique<WriterRegistry>()) {}
+      writers_(std::make_unique<WriterRegistry>()),
+      build_pool_(std::make_unique<BuildPool>(options.build_threads)) {}
 
 XformService::~XformService() = default;
 
@@ -584,7 +605,8 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* XformService::Subscribe(
       std::min<size_t>(limits.max_message_bytes / 2, kDefaultPartBudgetBytes);
   grpc::ServerWriteReactor<grpc::ByteBuffer>* reactor = nullptr;
   SubscribeReactor::Start(context, *std::move(world), std::move(options),
-                          options_.write_timeout, active_calls_, &reactor);
+                          options_.write_timeout, *build_pool_, active_calls_,
+                          &reactor);
   return reactor;
 }
 

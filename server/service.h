@@ -4,7 +4,8 @@
 // gRPC's callback API. Unary calls finish inline; each stream is one small
 // reactor (ApplyStream: one batch in flight; Subscribe: one write in flight,
 // pulling its next message from the world's Replicator when the previous
-// write completes or the replicator wakes it). No thread per stream.
+// write completes or the replicator wakes it). No thread per stream; a few
+// threads (BuildPool) make the messages that take work.
 
 #ifndef XFORM_SERVER_SERVICE_H_
 #define XFORM_SERVER_SERVICE_H_
@@ -14,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "server/build_pool.h"
 #include "server/world_host.h"
 #include "xform/v1/xform.grpc.pb.h"
 
@@ -22,6 +24,8 @@ namespace xform::server {
 struct ServiceOptions {
   // A subscriber write outstanding this long cancels its stream.
   absl::Duration write_timeout = absl::Seconds(10);
+  // Threads that make subscribers' messages (see build_pool.h).
+  int build_threads = 2;
 };
 
 class WriterRegistry;
@@ -76,6 +80,9 @@ class XformService final : public RawXformService {
   const ServiceOptions options_;
   std::unique_ptr<WriterRegistry> writers_;
   std::atomic<int> active_calls_ = 0;
+  // Last, so destroyed first: a task it drops may hold a stream, which
+  // counts itself in active_calls_.
+  std::unique_ptr<BuildPool> build_pool_;
 };
 
 // absl and gRPC share status code numbering.

@@ -3,6 +3,7 @@
 #include "server/world_host.h"
 
 #include <malloc.h>
+#include <pthread.h>
 
 #include <algorithm>
 #include <cctype>
@@ -152,7 +153,10 @@ v1::WorldInfo HostedWorld::Info() const {
 
 WorldHost::WorldHost(Limits limits, double default_tick_hz)
     : limits_(limits), default_tick_hz_(default_tick_hz) {
-  ticker_ = std::thread([this] { TickLoop(); });
+  ticker_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "xform-ticker");  // For top and perf.
+    TickLoop();
+  });
 }
 
 WorldHost::~WorldHost() {

@@ -68,6 +68,9 @@ ABSL_FLAG(int, max_streams_per_connection, 1'024,
           "Most concurrent calls on one connection");
 ABSL_FLAG(int, write_timeout_ms, 10'000,
           "A subscriber write stuck this long cancels its stream");
+ABSL_FLAG(int, build_threads, 2,
+          "Threads that make subscribers' snapshot parts and pending "
+          "changes, apart from gRPC's threads (1 to 64)");
 ABSL_FLAG(int, shutdown_grace_ms, 5'000,
           "How long shutdown waits for calls before cancelling them");
 ABSL_FLAG(bool, demo, false,
@@ -184,6 +187,9 @@ std::vector<std::string> FlagErrors() {
   }
   check(absl::GetFlag(FLAGS_write_timeout_ms) > 0,
         "--write_timeout_ms must be at least 1");
+  check(absl::GetFlag(FLAGS_build_threads) >= 1 &&
+            absl::GetFlag(FLAGS_build_threads) <= 64,
+        "--build_threads must be 1 to 64");
   check(absl::GetFlag(FLAGS_max_connections) >= 0,
         "--max_connections must not be negative");
   check(absl::GetFlag(FLAGS_max_streams_per_connection) > 0,
@@ -219,11 +225,16 @@ int Main() {
   }
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   RaiseFileLimit();
-  // Blocks of 1 MB and more (a world's hash tables, big messages) get
+  // Blocks of 8 MB and more (a big world's columns and hash tables) get
   // mappings of their own, returned whole when freed. Without this glibc
   // raises the threshold to the largest block freed so far, and a deleted
-  // world's tables stay in the heap.
-  mallopt(M_MMAP_THRESHOLD, 1 << 20);
+  // world's tables stay in the heap. Smaller blocks (messages of up to a few
+  // MB, made and freed many times a second while snapshots stream) come
+  // from the heap, which keeps up to 64 MB free rather than handing pages
+  // back to be faulted in again for the next message; a world's deletion
+  // trims it explicitly (see HostedWorld).
+  mallopt(M_MMAP_THRESHOLD, 8 << 20);
+  mallopt(M_TRIM_THRESHOLD, 64 << 20);
 
   Limits limits;
   limits.max_worlds = absl::GetFlag(FLAGS_max_worlds);
@@ -238,6 +249,7 @@ int Main() {
   ServiceOptions options;
   options.write_timeout =
       absl::Milliseconds(absl::GetFlag(FLAGS_write_timeout_ms));
+  options.build_threads = absl::GetFlag(FLAGS_build_threads);
   XformService service(host, options);
 
   grpc::EnableDefaultHealthCheckService(true);

@@ -16,6 +16,19 @@ FrameUpdateWriter::FrameUpdateWriter(uint64_t frame, absl::Time time,
       snapshot_(snapshot),
       first_part_(first_part) {}
 
+void FrameUpdateWriter::Reserve(size_t n) {
+  if (parts_.empty()) Start();
+  n = std::min(n, room() / kEntryBytes);
+  FrameUpdate& u = Part();
+  const auto more = [](auto* field, size_t count) {
+    field->Reserve(field->size() + static_cast<int>(count));
+  };
+  more(u.mutable_created(), n);
+  more(u.mutable_created_parent(), n);
+  more(u.mutable_moved(), n);
+  more(u.mutable_moved_world(), 12 * n);
+}
+
 void FrameUpdateWriter::Destroyed(absl::Span<const EntityId> entities) {
   while (!entities.empty()) {
     const size_t n = Fit(kIdBytes, entities.size());

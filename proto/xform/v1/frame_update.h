@@ -47,6 +47,11 @@ class FrameUpdateWriter {
     return parts_.empty() ? max_bytes_ : max_bytes_ - used_;
   }
 
+  // A hint: `n` creations (or re-parent-and-moves) follow, as many as fit
+  // in the current part made room for at once, so that its arrays are not
+  // grown, and copied, a doubling at a time.
+  void Reserve(size_t n);
+
   void Destroyed(absl::Span<const EntityId> entities);
   // A created entity comes with its world matrix, in the same part.
   void Created(EntityId e, EntityId parent, const Matrix3x4& world);

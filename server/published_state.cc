@@ -1,0 +1,125 @@
+// Copyright 2026 The xform Authors.
+
+#include "server/published_state.h"
+
+#include "absl/container/flat_hash_set.h"
+
+namespace xform::server {
+
+PublishedState::Slot PublishedState::FindThisFrame(EntityId e) const {
+  if (const Slot s = Find(e); s != kNoSlot) return s;
+  auto it = freed_.find(e);
+  return it == freed_.end() ? kNoSlot : it->second;
+}
+
+SlotBits PublishedState::LiveSlots() const {
+  SlotBits live;
+  live.SetAll(entity_.size());
+  for (Slot s : free_slots_) live.reset(s);
+  return live;
+}
+
+PublishedState::Slot PublishedState::NewSlot(EntityId e) {
+  Slot s;
+  if (!free_slots_.empty()) {
+    s = free_slots_.back();
+    free_slots_.pop_back();
+    entity_[s] = e;
+  } else {
+    s = slot_end();
+    entity_.push_back(e);
+    parent_.push_back(kNoSlot);
+    first_child_.push_back(kNoSlot);
+    next_sibling_.push_back(kNoSlot);
+    prev_sibling_.push_back(kNoSlot);
+    depth_.push_back(0);
+    world_.emplace_back();
+  }
+  parent_[s] = first_child_[s] = next_sibling_[s] = prev_sibling_[s] = kNoSlot;
+  depth_[s] = 0;
+  return s;
+}
+
+void PublishedState::Link(Slot s, Slot parent) {
+  parent_[s] = parent;
+  prev_sibling_[s] = kNoSlot;
+  next_sibling_[s] = kNoSlot;
+  if (parent == kNoSlot) return;
+  const Slot first = first_child_[parent];
+  next_sibling_[s] = first;
+  if (first != kNoSlot) prev_sibling_[first] = s;
+  first_child_[parent] = s;
+}
+
+void PublishedState::Unlink(Slot s) {
+  const Slot prev = prev_sibling_[s];
+  const Slot next = next_sibling_[s];
+  if (prev != kNoSlot) {
+    next_sibling_[prev] = next;
+  } else if (parent_[s] != kNoSlot) {
+    first_child_[parent_[s]] = next;
+  }
+  if (next != kNoSlot) prev_sibling_[next] = prev;
+  parent_[s] = prev_sibling_[s] = next_sibling_[s] = kNoSlot;
+}
+
+void PublishedState::TakeIn(const FrameChanges& changes) {
+  // In the order FrameChanges gives: destroyed, created (parents first),
+  // re-parented (parents first), then the matrices.
+  if (!changes.destroyed.empty() || !changes.reparented.empty()) {
+    ++structure_epoch_;
+  }
+  freed_.clear();
+  for (EntityId e : changes.destroyed) {
+    auto it = slot_of_.find(e);
+    if (it == slot_of_.end()) continue;
+    const Slot s = it->second;
+    freed_[e] = s;
+    // Its children are destroyed or re-parented by this frame too, each
+    // unlinked from it then.
+    Unlink(s);
+    entity_[s] = kNoEntity;
+    slot_of_.erase(it);
+  }
+  for (size_t k = 0; k < changes.created.size(); ++k) {
+    const EntityId parent = changes.created_parent[k];
+    const Slot p = parent == kNoEntity ? kNoSlot : slot_of_.at(parent);
+    const Slot s = NewSlot(changes.created[k]);
+    slot_of_[changes.created[k]] = s;
+    depth_[s] = p == kNoSlot ? 0 : depth_[p] + 1;
+    Link(s, p);
+  }
+  // Freed slots are taken from the next frame on (see the header).
+  for (const auto& [e, s] : freed_) free_slots_.push_back(s);
+  for (size_t k = 0; k < changes.reparented.size(); ++k) {
+    const Slot s = slot_of_.at(changes.reparented[k]);
+    const EntityId parent = changes.reparented_parent[k];
+    Unlink(s);
+    Link(s, parent == kNoEntity ? kNoSlot : slot_of_.at(parent));
+  }
+  // A re-parented subtree's depths follow its root's. Parents first, and a
+  // subtree inside one renumbered already is not walked again: O(entities
+  // below).
+  absl::flat_hash_set<Slot> unwalked;
+  for (EntityId root : changes.reparented) unwalked.insert(slot_of_.at(root));
+  for (EntityId root : changes.reparented) {
+    const Slot r = slot_of_.at(root);
+    if (!unwalked.contains(r)) continue;
+    ForEachInSubtree(r, [&](Slot s) {
+      depth_[s] = parent_[s] == kNoSlot ? 0 : depth_[parent_[s]] + 1;
+      unwalked.erase(s);
+    });
+  }
+  for (size_t k = 0; k < changes.moved.size(); ++k) {
+    // As scattered over the world as the writes were: overlap the misses.
+    constexpr size_t kAhead = internal::kPrefetchAhead;
+    if (k + kAhead < changes.moved.size()) {
+      slot_of_.prefetch(changes.moved[k + kAhead]);
+    }
+    if (auto it = slot_of_.find(changes.moved[k]); it != slot_of_.end()) {
+      world_[it->second] = changes.MovedWorld(k);
+    }
+  }
+}
+
+}  // namespace xform::server

@@ -1,0 +1,132 @@
+// Copyright 2026 The xform Authors.
+//
+// PublishedState is one world as its subscribers were last told it: each
+// live entity's parent, depth below its root, and world matrix, as of the
+// last published frame.
+//
+// Entities are kept by *slot*: an index fixed for as long as the entity
+// lives, into columns (entity, parent, depth, matrix, children links). What a
+// subscriber tracks per entity of its view (a streamed snapshot's bits, a
+// subtree view's members) is then a bit per slot (SlotBits), and a pass over
+// the world reads the columns in slot order with no hash lookups; the one
+// lookup, an entity's slot, is made once per change.
+//
+// A slot freed by a frame is not reused before the next frame is taken in,
+// so what a subscriber recorded at a destroyed entity's slot is still that
+// entity's while the frame that destroyed it is published (FindThisFrame).
+//
+// Costs (k = entities a frame lists, m = entities below the re-parented):
+//   TakeIn             O(k + m)
+//   Find               O(1)
+//   ForEachInSubtree   O(subtree): follows the children links, no allocation
+//   VisitSubtree       O(slots visited)
+//   LiveSlots          O(slots / 64 + free slots)
+// Memory: about 100 bytes per slot ever used at once.
+//
+// Not thread-safe: the Replicator guards it.
+
+#ifndef XFORM_SERVER_PUBLISHED_STATE_H_
+#define XFORM_SERVER_PUBLISHED_STATE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "server/slot_bits.h"
+#include "xform/transform.h"
+#include "xform/world.h"
+
+namespace xform::server {
+
+class PublishedState {
+ public:
+  using Slot = uint32_t;
+  static constexpr Slot kNoSlot = ~Slot{0};
+
+  // Takes in the frame `changes` closes (see xform::FrameChanges).
+  void TakeIn(const FrameChanges& changes);
+
+  // Live entities.
+  size_t size() const { return slot_of_.size(); }
+  bool contains(EntityId e) const { return slot_of_.contains(e); }
+  // The live entity's slot, or kNoSlot.
+  Slot Find(EntityId e) const {
+    auto it = slot_of_.find(e);
+    return it == slot_of_.end() ? kNoSlot : it->second;
+  }
+  // Find(e), or the slot `e` held if the last frame taken in destroyed it.
+  Slot FindThisFrame(EntityId e) const;
+
+  // By slot. entity() is kNoEntity for a free slot; parent() is kNoSlot for a
+  // root.
+  Slot slot_end() const { return static_cast<Slot>(entity_.size()); }
+  EntityId entity(Slot s) const { return entity_[s]; }
+  Slot parent(Slot s) const { return parent_[s]; }
+  EntityId parent_entity(Slot s) const {
+    return parent_[s] == kNoSlot ? kNoEntity : entity_[parent_[s]];
+  }
+  uint32_t depth(Slot s) const { return depth_[s]; }
+  const Matrix3x4& world(Slot s) const { return world_[s]; }
+
+  // Every live slot.
+  SlotBits LiveSlots() const;
+
+  // Calls f(slot) for `root` and everything below it, parents first.
+  template <typename F>
+  void ForEachInSubtree(Slot root, F&& f) const {
+    VisitSubtree(root, [&](Slot s) {
+      f(s);
+      return true;
+    });
+  }
+  // The same, but below a slot only when visit(slot) returns true: walks
+  // that mark what they visit skip what an earlier walk marked.
+  template <typename F>
+  void VisitSubtree(Slot root, F&& visit) const;
+
+  // Counts frames that destroyed or re-parented entities: a parent chain
+  // read from the state stays valid while this does not change.
+  uint64_t structure_epoch() const { return structure_epoch_; }
+
+ private:
+  Slot NewSlot(EntityId e);
+  // Puts `s` first among `parent`'s children (nowhere for a root).
+  void Link(Slot s, Slot parent);
+  // Takes `s` out of its parent's children.
+  void Unlink(Slot s);
+
+  absl::flat_hash_map<EntityId, Slot> slot_of_;
+  // The slots the last TakeIn freed, by entity; free from the next one on.
+  absl::flat_hash_map<EntityId, Slot> freed_;
+  std::vector<Slot> free_slots_;
+  // The columns, by slot. Children are a doubly linked list per parent, so
+  // a link or destroy is O(1) however many siblings there are.
+  std::vector<EntityId> entity_;
+  std::vector<Slot> parent_;
+  std::vector<Slot> first_child_;
+  std::vector<Slot> next_sibling_;
+  std::vector<Slot> prev_sibling_;
+  std::vector<uint32_t> depth_;
+  std::vector<Matrix3x4> world_;
+  uint64_t structure_epoch_ = 0;
+};
+
+template <typename F>
+void PublishedState::VisitSubtree(Slot root, F&& visit) const {
+  Slot s = root;
+  while (true) {
+    if (visit(s) && first_child_[s] != kNoSlot) {
+      s = first_child_[s];
+      continue;
+    }
+    // Up to the nearest ancestor (within the subtree) with a next sibling.
+    while (s != root && next_sibling_[s] == kNoSlot) s = parent_[s];
+    if (s == root) return;
+    s = next_sibling_[s];
+  }
+}
+
+}  // namespace xform::server
+
+#endif  // XFORM_SERVER_PUBLISHED_STATE_H_

@@ -1,0 +1,74 @@
+// Copyright 2026 The xform Authors.
+//
+// SlotBits is a set of published-state slots (see PublishedState) as one bit
+// per slot: what a subscriber tracks per entity of its view costs slots / 8
+// bytes, and a pass over it finds the next member a word at a time.
+//
+// Not thread-safe: it belongs to one subscription, under the Replicator's
+// lock.
+
+#ifndef XFORM_SERVER_SLOT_BITS_H_
+#define XFORM_SERVER_SLOT_BITS_H_
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace xform::server {
+
+class SlotBits {
+ public:
+  bool test(size_t slot) const {
+    return slot < size_ && (words_[slot / 64] >> (slot % 64)) & 1;
+  }
+  // Both return whether the bit changed. set() grows the set as needed.
+  bool set(size_t slot) {
+    if (slot >= size_) {
+      size_ = slot + 1;
+      words_.resize((size_ + 63) / 64);
+    }
+    uint64_t& word = words_[slot / 64];
+    const uint64_t bit = uint64_t{1} << (slot % 64);
+    const bool changed = !(word & bit);
+    word |= bit;
+    return changed;
+  }
+  bool reset(size_t slot) {
+    if (slot >= size_) return false;
+    uint64_t& word = words_[slot / 64];
+    const uint64_t bit = uint64_t{1} << (slot % 64);
+    const bool changed = word & bit;
+    word &= ~bit;
+    return changed;
+  }
+  // Every slot in [0, size) set.
+  void SetAll(size_t size) {
+    size_ = size;
+    words_.assign((size + 63) / 64, ~uint64_t{0});
+    if (size % 64 != 0) words_.back() = (uint64_t{1} << (size % 64)) - 1;
+  }
+  void clear() {
+    words_.clear();
+    size_ = 0;
+  }
+  // The first set slot at or after `from`; size() if none.
+  size_t Find(size_t from) const {
+    for (size_t w = from / 64; w < words_.size(); ++w) {
+      uint64_t word = words_[w];
+      if (w == from / 64) word &= ~uint64_t{0} << (from % 64);
+      if (word != 0) return w * 64 + std::countr_zero(word);
+    }
+    return size_;
+  }
+  // One past the highest slot ever set (or SetAll's size).
+  size_t size() const { return size_; }
+
+ private:
+  std::vector<uint64_t> words_;
+  size_t size_ = 0;
+};
+
+}  // namespace xform::server
+
+#endif  // XFORM_SERVER_SLOT_BITS_H_
