@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -155,6 +156,61 @@ double GapWatch::MaxPublishedGapMs() {
 double GapWatch::MaxGapMs() {
   absl::MutexLock lock(&mu_);
   return absl::ToDoubleMilliseconds(gap_);
+}
+
+GapWatchProcess::GapWatchProcess(const std::string& address) {
+  int to[2], from[2];
+  if (pipe(to) != 0 || pipe(from) != 0) return;
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, to[0], STDIN_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, from[1], STDOUT_FILENO);
+  for (int fd : {to[0], to[1], from[0], from[1]}) {
+    posix_spawn_file_actions_addclose(&actions, fd);
+  }
+  std::string binary = XFORM_GAP_WATCH_PATH;
+  std::string flag = "--server=" + address;
+  char* argv[] = {binary.data(), flag.data(), nullptr};
+  if (posix_spawn(&pid_, binary.c_str(), &actions, nullptr, argv, environ) !=
+      0) {
+    std::fprintf(stderr, "cannot start %s\n", binary.c_str());
+    pid_ = 0;
+  }
+  posix_spawn_file_actions_destroy(&actions);
+  close(to[0]);
+  close(from[1]);
+  to_ = fdopen(to[1], "w");
+  from_ = fdopen(from[0], "r");
+  if (Say("ready?") != "ready") {
+    std::fprintf(stderr, "%s did not come up\n", binary.c_str());
+  }
+}
+
+GapWatchProcess::~GapWatchProcess() {
+  if (to_) fclose(to_);  // The watcher ends at the end of its input.
+  if (from_) fclose(from_);
+  if (pid_ != 0) waitpid(pid_, nullptr, 0);
+}
+
+std::string GapWatchProcess::Say(const std::string& command) {
+  if (!to_ || !from_) return "";
+  std::fprintf(to_, "%s\n", command.c_str());
+  std::fflush(to_);
+  char line[256];
+  if (!std::fgets(line, sizeof line, from_)) return "";
+  std::string answer(line);
+  while (!answer.empty() && answer.back() == '\n') answer.pop_back();
+  return answer;
+}
+
+void GapWatchProcess::Reset() { Say("reset"); }
+
+GapWatchProcess::Figures GapWatchProcess::Ask() {
+  Figures figures;
+  const std::string answer = Say("report");
+  std::sscanf(answer.c_str(), "%lf %lf %lf", &figures.gap_ms,
+              &figures.published_gap_ms, &figures.write_ms);
+  return figures;
 }
 
 }  // namespace xform::bench

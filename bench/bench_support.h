@@ -86,6 +86,35 @@ class GapWatch {
   absl::Time last_published_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 };
 
+// GapWatch in a process of its own (xform_gap_watch), so that what it sees
+// is the server's doing: in the benchmark's process its stream would share
+// gRPC's client threads with the benchmark's big streams, and measure them.
+class GapWatchProcess {
+ public:
+  explicit GapWatchProcess(const std::string& address);
+  ~GapWatchProcess();
+  GapWatchProcess(const GapWatchProcess&) = delete;
+  GapWatchProcess& operator=(const GapWatchProcess&) = delete;
+
+  // As GapWatch's.
+  void Reset();
+  double MaxGapMs() { return Ask().gap_ms; }
+  double MaxPublishedGapMs() { return Ask().published_gap_ms; }
+  double MaxWriteMs() { return Ask().write_ms; }
+
+ private:
+  struct Figures {
+    double gap_ms = -1, published_gap_ms = -1, write_ms = -1;
+  };
+  Figures Ask();
+  // One command line to the watcher, and its answer line.
+  std::string Say(const std::string& command);
+
+  pid_t pid_ = 0;
+  FILE* to_ = nullptr;
+  FILE* from_ = nullptr;
+};
+
 }  // namespace xform::bench
 
 #endif  // XFORM_BENCH_BENCH_SUPPORT_H_

@@ -45,7 +45,7 @@ namespace {
 using xform::bench::AddTrs;
 using xform::bench::Call;
 using xform::bench::Channel;
-using xform::bench::GapWatch;
+using xform::bench::GapWatchProcess;
 using xform::v1::FrameUpdate;
 
 // A subscription read on its own thread, counting the entities it holds and
@@ -135,7 +135,7 @@ class Bench {
 
   // Runs `op` on the deep and the flat world and times each.
   template <typename Op>
-  Row Case(const std::string& name, GapWatch& watch, Op&& op) {
+  Row Case(const std::string& name, GapWatchProcess& watch, Op&& op) {
     Row row{name};
     for (bool deep : {true, false}) {
       watch.Reset();
@@ -164,7 +164,7 @@ int Main() {
        "--write_timeout_ms=600000"});
   if (!server.ok()) return 1;
   Bench bench(address);
-  GapWatch watch(address);
+  GapWatchProcess watch(address);
   const auto world = [](bool deep) { return deep ? "deep" : "flat"; };
   std::vector<Row> rows;
 

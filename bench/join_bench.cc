@@ -150,7 +150,7 @@ int Main() {
   xform::bench::ServerProcess server(absl::GetFlag(FLAGS_xformd), address, {});
   if (!server.ok()) return 1;
   auto stub = xform::v1::Xform::NewStub(Channel(address));
-  xform::bench::GapWatch watch(address);
+  xform::bench::GapWatchProcess watch(address);
   xform::bench::CreateWorld(*stub, "big", xform::v1::FRAME_MODE_TICK, 60);
   for (int first = 1; first <= n; first += 100'000) {
     xform::v1::ApplyRequest build;
