@@ -260,6 +260,9 @@ class Replicator {
   void CloseFrame(const absl::flat_hash_set<SubscriptionId>& served,
                   std::vector<std::shared_ptr<UpdateSink>>& wake);
 
+  // A writer's parts, each to be shared by the streams that send it.
+  static std::vector<std::shared_ptr<const Outgoing>> Share(
+      std::vector<v1::FrameUpdate> parts);
   // The parts every caught-up whole-world subscriber gets for a frame.
   static std::vector<std::shared_ptr<const Outgoing>> FrameParts(
       const FrameChanges& changes, absl::Time time, size_t max_bytes);

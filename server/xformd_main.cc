@@ -228,13 +228,12 @@ int Main() {
   // Blocks of 8 MB and more (a big world's columns and hash tables) get
   // mappings of their own, returned whole when freed. Without this glibc
   // raises the threshold to the largest block freed so far, and a deleted
-  // world's tables stay in the heap. Smaller blocks (messages of up to a few
-  // MB, made and freed many times a second while snapshots stream) come
-  // from the heap, which keeps up to 64 MB free rather than handing pages
-  // back to be faulted in again for the next message; a world's deletion
-  // trims it explicitly (see HostedWorld).
+  // world's tables stay in the heap. Messages (up to a few MB, made and freed
+  // many times a second while snapshots stream) come from the heap rather
+  // than a fresh mapping each, faulted in page by page. Keeping more of the
+  // heap free (M_TRIM_THRESHOLD 64 MB) was faster still, but then a deleted
+  // 1M world left 80 MB behind (XformdProcessTest).
   mallopt(M_MMAP_THRESHOLD, 8 << 20);
-  mallopt(M_TRIM_THRESHOLD, 64 << 20);
 
   Limits limits;
   limits.max_worlds = absl::GetFlag(FLAGS_max_worlds);
