@@ -3,12 +3,11 @@
 // Replicator's streamed snapshots (StreamedSnapshot in replicator.h): how one
 // starts, how frames mark it, and how each next part is made.
 
-#include "server/replicator.h"
-
 #include <algorithm>
 #include <memory>
 #include <vector>
 
+#include "server/replicator.h"
 #include "xform/v1/frame_update.h"
 
 namespace xform::server {
