@@ -64,7 +64,12 @@ absl::flat_hash_set<EntityId> Replicator::EchoesOf(
   }
   absl::flat_hash_set<EntityId> echoes;
   for (const auto& [e, writer] : writers) {
-    if (writer == client && !foreign.test(state_.Find(e))) echoes.insert(e);
+    if (writer != client) continue;
+    // Destroyed since (no slot): nothing of it is sent, echo or not.
+    const Slot slot = state_.Find(e);
+    if (slot == PublishedState::kNoSlot || !foreign.test(slot)) {
+      echoes.insert(e);
+    }
   }
   return echoes;
 }
