@@ -362,11 +362,12 @@ std::vector<std::shared_ptr<const Outgoing>> Replicator::FrameParts(
 }
 
 std::vector<std::shared_ptr<const Outgoing>> Replicator::Share(
-    std::vector<v1::FrameUpdate> parts) {
+    std::vector<v1::FrameUpdate> parts,
+    const std::shared_ptr<const void>& hold) {
   std::vector<std::shared_ptr<const Outgoing>> out;
   out.reserve(parts.size());
   for (v1::FrameUpdate& part : parts) {
-    out.push_back(std::make_shared<const Outgoing>(std::move(part)));
+    out.push_back(std::make_shared<const Outgoing>(std::move(part), hold));
   }
   return out;
 }

@@ -44,6 +44,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "server/burst_budget.h"
 #include "server/published_state.h"
 #include "server/slot_bits.h"
 #include "xform/net_changes.h"
@@ -69,9 +70,12 @@ using FrameWriters = absl::flat_hash_map<EntityId, std::string>;
 
 // One outgoing message. Streams that send the same frame share one of these,
 // and so its encoding, made once on first use and then only referenced.
+// `hold` is kept as long as the message is (a BurstBudget claim).
 class Outgoing {
  public:
-  explicit Outgoing(v1::FrameUpdate message) : message_(std::move(message)) {}
+  explicit Outgoing(v1::FrameUpdate message,
+                    std::shared_ptr<const void> hold = nullptr)
+      : message_(std::move(message)), hold_(std::move(hold)) {}
   const v1::FrameUpdate& message() const { return message_; }
   // Into a buffer that is not zeroed first: a part is megabytes, and
   // std::string would clear them only to overwrite them.
@@ -87,6 +91,7 @@ class Outgoing {
 
  private:
   v1::FrameUpdate message_;
+  const std::shared_ptr<const void> hold_;
   mutable std::once_flag encode_once_;
   mutable std::unique_ptr<char[]> encoded_;
   mutable size_t size_ = 0;
@@ -124,9 +129,13 @@ class Replicator {
   // A subscriber with more than `max_pending` entities' changes folded and
   // unsent (it stopped reading, or reads far slower than the world changes)
   // drops them and is resent its view whole, as a snapshot, when it reads
-  // again: a laggard costs O(max_pending), never O(world).
-  explicit Replicator(size_t max_pending = 65'536)
-      : max_pending_(max_pending) {}
+  // again: a laggard costs O(max_pending), never O(world). A streamed
+  // snapshot makes at most max_pending entities' parts ahead of its stream,
+  // or, to end while the world changes faster than it streams, what changed
+  // behind its scan, within `burst_budget` (none: never more).
+  explicit Replicator(size_t max_pending = 65'536,
+                      std::shared_ptr<BurstBudget> burst_budget = nullptr)
+      : max_pending_(max_pending), burst_budget_(std::move(burst_budget)) {}
   Replicator(const Replicator&) = delete;
   Replicator& operator=(const Replicator&) = delete;
 
@@ -172,7 +181,6 @@ class Replicator {
     SlotBits stale;  // The slot's entity must be sent (again).
     size_t stale_count = 0;
     size_t cursor = 0;
-    size_t pass_sent = 0;        // Entities sent in this pass.
     std::vector<EntityId> gone;  // Destroyed, and the subscriber had them.
     // A parent chain not yet sent (slots, the root-most last), valid while
     // no entity is destroyed or re-parented: a chain deeper than one message
@@ -262,7 +270,8 @@ class Replicator {
 
   // A writer's parts, each to be shared by the streams that send it.
   static std::vector<std::shared_ptr<const Outgoing>> Share(
-      std::vector<v1::FrameUpdate> parts);
+      std::vector<v1::FrameUpdate> parts,
+      const std::shared_ptr<const void>& hold = nullptr);
   // The parts every caught-up whole-world subscriber gets for a frame.
   static std::vector<std::shared_ptr<const Outgoing>> FrameParts(
       const FrameChanges& changes, absl::Time time, size_t max_bytes);
@@ -305,6 +314,7 @@ class Replicator {
   // absl::Mutex's ordering, and this class is what the TSan build checks.
   // The private helpers above expect it held.
   const size_t max_pending_;
+  const std::shared_ptr<BurstBudget> burst_budget_;
   mutable std::mutex mu_;
   PublishedState state_;
   uint64_t frame_ = 0;

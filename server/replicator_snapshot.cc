@@ -19,6 +19,8 @@ namespace {
 constexpr size_t kSnapshotPartBytes = 1 << 20;
 constexpr size_t kIdBytes = v1::FrameUpdateWriter::kIdBytes;
 constexpr size_t kEntryBytes = v1::FrameUpdateWriter::kEntryBytes;
+// What a burst's entity holds until sent: as a message, then encoded too.
+constexpr size_t kBurstEntryBytes = 2 * kEntryBytes;
 
 }  // namespace
 
@@ -73,17 +75,23 @@ std::shared_ptr<const Outgoing> Replicator::NextSnapshotPart(Subscription& s) {
   StreamedSnapshot& snap = *s.snapshot;
   if (snap.chain_epoch != state_.structure_epoch()) snap.chain.clear();
   // A pass over the slots is done. What changed behind it is sent in another
-  // pass, unless that is little (max_pending at most) or not much less than
-  // this pass sent: then all of it now, under this one lock. So a snapshot of
-  // a world changing faster than the stream carries still ends, at a cost no
-  // greater than what changed while it streamed.
+  // pass, a part at a time, unless it is at most max_pending entities, or
+  // the burst budget grants it room: then all of it now, under this one
+  // lock, so the last part leaves the copy at one frame. So a subscriber
+  // makes at most max_pending entities' parts ahead of its stream, and
+  // bursts bigger than that (a world changing faster than the stream
+  // carries: the burst is what changed behind the scan) hold at most the
+  // budget between them, server-wide, and take turns.
   bool all_now = false;
+  std::shared_ptr<const void> claim;
   if (snap.chain.empty() && snap.stale_count > 0 &&
       snap.stale.Find(snap.cursor) == snap.stale.size()) {
-    all_now = snap.stale_count <= max_pending_ ||
-              2 * snap.stale_count > snap.pass_sent;
+    all_now = snap.stale_count <= max_pending_;
+    if (!all_now && burst_budget_ != nullptr) {
+      claim = burst_budget_->TryClaim(snap.stale_count * kBurstEntryBytes);
+      all_now = claim != nullptr;
+    }
     snap.cursor = 0;
-    snap.pass_sent = 0;
   }
   v1::FrameUpdateWriter writer(
       frame_, frame_time_,
@@ -124,12 +132,11 @@ std::shared_ptr<const Outgoing> Replicator::NextSnapshotPart(Subscription& s) {
       writer.Moved(e, state_.world(slot));
     }
     if (snap.stale.reset(slot)) --snap.stale_count;
-    ++snap.pass_sent;
   }
   const bool done = snap.stale_count == 0 && snap.gone.empty();
   // Frames published while it streamed are in it, not skipped.
   const uint64_t skipped = snap.skipped_before;
-  auto parts = Share(writer.Finish(skipped, /*last=*/done));
+  auto parts = Share(writer.Finish(skipped, /*last=*/done), claim);
   snap.part += static_cast<uint32_t>(parts.size());
   if (done) {
     s.frames_skipped += skipped;

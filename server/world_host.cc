@@ -41,13 +41,14 @@ std::string Quoted(absl::string_view name) {
 // ---------------------------------------------------------------------------
 
 HostedWorld::HostedWorld(std::string name, v1::FrameMode mode, double tick_hz,
-                         size_t max_pending)
+                         size_t max_pending,
+                         std::shared_ptr<BurstBudget> burst_budget)
     : name_(std::move(name)),
       mode_(mode),
       tick_hz_(tick_hz),
       tick_(mode == v1::FRAME_MODE_TICK ? absl::Seconds(1.0 / tick_hz)
                                         : absl::InfiniteDuration()),
-      replicator_(max_pending) {}
+      replicator_(max_pending, std::move(burst_budget)) {}
 
 HostedWorld::MemoryReturn::~MemoryReturn() { malloc_trim(0); }
 
@@ -152,7 +153,9 @@ v1::WorldInfo HostedWorld::Info() const {
 // ---------------------------------------------------------------------------
 
 WorldHost::WorldHost(Limits limits, double default_tick_hz)
-    : limits_(limits), default_tick_hz_(default_tick_hz) {
+    : limits_(limits),
+      burst_budget_(std::make_shared<BurstBudget>(limits.snapshot_burst_bytes)),
+      default_tick_hz_(default_tick_hz) {
   ticker_ = std::thread([this] {
     pthread_setname_np(pthread_self(), "xform-ticker");  // For top and perf.
     TickLoop();
@@ -196,8 +199,8 @@ absl::StatusOr<std::shared_ptr<HostedWorld>> WorldHost::Create(
     return absl::ResourceExhaustedError(absl::StrCat(
         "the server holds its limit of ", limits_.max_worlds, " worlds"));
   }
-  auto world = std::make_shared<HostedWorld>(request.name(), mode, tick_hz,
-                                             limits_.max_pending);
+  auto world = std::make_shared<HostedWorld>(
+      request.name(), mode, tick_hz, limits_.max_pending, burst_budget_);
   worlds_[request.name()] = world;
   return world;
 }

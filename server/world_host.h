@@ -24,6 +24,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "server/burst_budget.h"
 #include "server/replicator.h"
 #include "xform/message_size.h"
 #include "xform/v1/wire.h"
@@ -53,13 +54,18 @@ struct Limits {
   // Changed entities a subscriber may have unsent before it is resent its
   // view whole instead (see Replicator).
   size_t max_pending = 65'536;
+  // What streamed snapshots may hold in parts made ahead of their streams,
+  // server-wide, to end while their world changes faster than they stream
+  // (see BurstBudget).
+  size_t snapshot_burst_bytes = 128 << 20;
   size_t max_message_bytes = kDefaultMaxMessageBytes;
 };
 
 class HostedWorld {
  public:
   HostedWorld(std::string name, v1::FrameMode mode, double tick_hz,
-              size_t max_pending = 65'536);
+              size_t max_pending = 65'536,
+              std::shared_ptr<BurstBudget> burst_budget = nullptr);
 
   const std::string& name() const { return name_; }
   v1::FrameMode mode() const { return mode_; }
@@ -124,6 +130,7 @@ class WorldHost {
   void TickLoop();
 
   const Limits limits_;
+  const std::shared_ptr<BurstBudget> burst_budget_;
   const double default_tick_hz_;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<HostedWorld>> worlds_

@@ -49,6 +49,10 @@ ABSL_FLAG(uint64_t, max_filter_ids, 65'536,
 ABSL_FLAG(uint64_t, max_pending, 65'536,
           "Changed entities a subscriber may have unsent before it is resent "
           "its view whole (a snapshot) instead: bounds a laggard's memory");
+ABSL_FLAG(uint64_t, snapshot_burst_mb, 128,
+          "MiB that streamed snapshots may hold, server-wide, in parts made "
+          "ahead of their streams so as to end while their world changes "
+          "faster than they stream; past it they take turns");
 ABSL_FLAG(uint64_t, max_message_bytes, xform::kDefaultMaxMessageBytes,
           "Largest message in or out; larger requests get RESOURCE_EXHAUSTED");
 ABSL_FLAG(uint64_t, memory_quota_mb, 192,
@@ -167,9 +171,12 @@ std::vector<std::string> FlagErrors() {
         {absl::GetFlag(FLAGS_max_subscribers), "--max_subscribers"},
         {absl::GetFlag(FLAGS_max_filter_ids), "--max_filter_ids"},
         {absl::GetFlag(FLAGS_max_pending), "--max_pending"},
+        {absl::GetFlag(FLAGS_snapshot_burst_mb), "--snapshot_burst_mb"},
         {absl::GetFlag(FLAGS_memory_quota_mb), "--memory_quota_mb"}}) {
     check(value > 0, absl::StrCat(name, " must be at least 1"));
   }
+  check(absl::GetFlag(FLAGS_snapshot_burst_mb) <= (uint64_t{1} << 20),
+        "--snapshot_burst_mb must be at most 1048576 (1 TiB)");
   const uint64_t max_message = absl::GetFlag(FLAGS_max_message_bytes);
   check(max_message >= 4096 && max_message <= (uint64_t{1} << 30),
         "--max_message_bytes must be in [4096, 1 GiB]");
@@ -243,6 +250,7 @@ int Main() {
   limits.max_subscribers = absl::GetFlag(FLAGS_max_subscribers);
   limits.max_filter_ids = absl::GetFlag(FLAGS_max_filter_ids);
   limits.max_pending = absl::GetFlag(FLAGS_max_pending);
+  limits.snapshot_burst_bytes = absl::GetFlag(FLAGS_snapshot_burst_mb) << 20;
   limits.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   WorldHost host(limits, absl::GetFlag(FLAGS_tick_hz));
   ServiceOptions options;
