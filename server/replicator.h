@@ -54,8 +54,8 @@
 namespace xform::server {
 
 // The subscriber's side: told when a message may be ready to take, polled
-// regularly (for rate limits and stuck writes), and told when its stream must
-// end (world deleted, server shutting down).
+// regularly (for rate limits: a message held back may now be due), and told
+// when its stream must end (world deleted, server shutting down).
 class UpdateSink {
  public:
   virtual ~UpdateSink() = default;
@@ -161,9 +161,9 @@ class Replicator {
   std::shared_ptr<const Outgoing> NextIfMade(SubscriptionId id, absl::Time now,
                                              bool* must_make);
 
-  // Polls every subscription's sink: rate-limited messages now due, stuck
-  // writes past their deadline. Returns at once, polling nothing, when the
-  // replicator is busy (publishing): the caller polls again soon.
+  // Polls every subscription's sink, for rate-limited messages now due.
+  // Returns at once, polling nothing, when the replicator is busy
+  // (publishing): the caller polls again soon.
   void Flush(absl::Time now);
   // Ends every subscription's stream with `status`.
   void EndAll(const absl::Status& status);

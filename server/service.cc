@@ -283,19 +283,21 @@ void ReleaseOutgoing(void* keep) {
 
 class SubscribeReactor final
     : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
+      public WriteWatchdog::Stream,
       public std::enable_shared_from_this<SubscribeReactor> {
  public:
   // Starts the stream; the reactor owns itself until OnDone().
   static void Start(grpc::CallbackServerContext* context,
                     std::shared_ptr<HostedWorld> world,
-                    SubscriptionOptions options, absl::Duration write_timeout,
+                    SubscriptionOptions options, WriteWatchdog& watchdog,
                     BuildPool& pool, std::atomic<int>& calls,
                     grpc::ServerWriteReactor<grpc::ByteBuffer>** out) {
-    auto reactor = std::shared_ptr<SubscribeReactor>(new SubscribeReactor(
-        context, std::move(world), write_timeout, pool, calls));
+    auto reactor = std::shared_ptr<SubscribeReactor>(
+        new SubscribeReactor(context, std::move(world), pool, calls));
     reactor->rate_limited_ = options.max_rate_hz > 0;
     reactor->self_ = reactor;
     *out = reactor.get();
+    watchdog.Watch(reactor);
     reactor->id_ = reactor->world_->replicator().Subscribe(
         std::move(options), std::make_shared<StreamSink>(reactor));
     Log('I', "world '", reactor->world_->name(), "': subscriber ", reactor->id_,
@@ -344,12 +346,10 @@ class SubscribeReactor final
     StartWrite(&buffer_);  // buffer_ is not touched again until OnWriteDone.
   }
 
-  // A write stuck past the deadline cancels the stream.
-  void CheckStuck(absl::Time now) {
+  void CancelIfStuck(absl::Time now, absl::Duration timeout) override {
     {
       absl::MutexLock lock(&mu_);
-      if (!writing_ || cancelled_ || now - write_started_ <= write_timeout_)
-        return;
+      if (!writing_ || cancelled_ || now - write_started_ <= timeout) return;
       cancelled_ = true;
       Log('W', "world '", world_->name(), "': subscriber ", id_,
           " write stuck for ", absl::FormatDuration(now - write_started_),
@@ -407,18 +407,15 @@ class SubscribeReactor final
 
  private:
   SubscribeReactor(grpc::CallbackServerContext* context,
-                   std::shared_ptr<HostedWorld> world,
-                   absl::Duration write_timeout, BuildPool& pool,
+                   std::shared_ptr<HostedWorld> world, BuildPool& pool,
                    std::atomic<int>& calls)
       : context_(context),
         world_(std::move(world)),
-        write_timeout_(write_timeout),
         pool_(pool),
         hold_(calls) {}
 
   grpc::CallbackServerContext* const context_;
   const std::shared_ptr<HostedWorld> world_;
-  const absl::Duration write_timeout_;
   BuildPool& pool_;
   const CallHold hold_;
   std::shared_ptr<SubscribeReactor> self_;
@@ -446,10 +443,7 @@ void StreamSink::Wake() {
 }
 
 void StreamSink::Poll(absl::Time now) {
-  if (auto reactor = reactor_.lock()) {
-    reactor->CheckStuck(now);
-    reactor->TrySend(now);
-  }
+  if (auto reactor = reactor_.lock()) reactor->TrySend(now);
 }
 
 void StreamSink::End(const absl::Status& status) {
@@ -469,6 +463,7 @@ XformService::XformService(WorldHost& host, ServiceOptions options)
     : host_(host),
       options_(options),
       writers_(std::make_unique<WriterRegistry>()),
+      watchdog_(std::make_unique<WriteWatchdog>(options.write_timeout)),
       build_pool_(std::make_unique<BuildPool>(options.build_threads)) {}
 
 XformService::~XformService() = default;
@@ -605,8 +600,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* XformService::Subscribe(
       std::min<size_t>(limits.max_message_bytes / 2, kDefaultPartBudgetBytes);
   grpc::ServerWriteReactor<grpc::ByteBuffer>* reactor = nullptr;
   SubscribeReactor::Start(context, *std::move(world), std::move(options),
-                          options_.write_timeout, *build_pool_, active_calls_,
-                          &reactor);
+                          *watchdog_, *build_pool_, active_calls_, &reactor);
   return reactor;
 }
 

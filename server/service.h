@@ -17,12 +17,14 @@
 #include "absl/time/time.h"
 #include "server/build_pool.h"
 #include "server/world_host.h"
+#include "server/write_watchdog.h"
 #include "xform/v1/xform.grpc.pb.h"
 
 namespace xform::server {
 
 struct ServiceOptions {
-  // A subscriber write outstanding this long cancels its stream.
+  // A subscriber write outstanding this long cancels its stream (see
+  // write_watchdog.h).
   absl::Duration write_timeout = absl::Seconds(10);
   // Threads that make subscribers' messages (see build_pool.h).
   int build_threads = 2;
@@ -80,6 +82,7 @@ class XformService final : public RawXformService {
   const ServiceOptions options_;
   std::unique_ptr<WriterRegistry> writers_;
   std::atomic<int> active_calls_ = 0;
+  std::unique_ptr<WriteWatchdog> watchdog_;
   // Last, so destroyed first: a task it drops may hold a stream, which
   // counts itself in active_calls_.
   std::unique_ptr<BuildPool> build_pool_;

@@ -1,0 +1,59 @@
+// Copyright 2026 The xform Authors.
+
+#include "server/write_watchdog.h"
+
+#include <pthread.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/time/clock.h"
+
+namespace xform::server {
+
+WriteWatchdog::WriteWatchdog(absl::Duration timeout)
+    : timeout_(timeout),
+      period_(
+          std::clamp(timeout / 10, absl::Milliseconds(10), absl::Seconds(1))) {
+  thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "xform-watchdog");  // For top and perf.
+    Loop();
+  });
+}
+
+WriteWatchdog::~WriteWatchdog() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  thread_.join();
+}
+
+void WriteWatchdog::Watch(std::weak_ptr<Stream> stream) {
+  absl::MutexLock lock(&mu_);
+  streams_.push_back(std::move(stream));
+}
+
+void WriteWatchdog::Loop() {
+  std::vector<std::shared_ptr<Stream>> live;
+  for (;;) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (mu_.AwaitWithTimeout(absl::Condition(&stopping_), period_)) return;
+      // Streams that went are dropped; the live ones are held while checked,
+      // outside the lock, since cancelling may run a stream's reactions.
+      live.clear();
+      std::erase_if(streams_, [&](const std::weak_ptr<Stream>& weak) {
+        std::shared_ptr<Stream> stream = weak.lock();
+        if (stream == nullptr) return true;
+        live.push_back(std::move(stream));
+        return false;
+      });
+    }
+    const absl::Time now = absl::Now();
+    for (const auto& stream : live) stream->CancelIfStuck(now, timeout_);
+    live.clear();  // Not held while waiting: a stream's end is not delayed.
+  }
+}
+
+}  // namespace xform::server
