@@ -165,6 +165,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
   // Reconnect quickly after a server restart: mirrors depend on it.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  if (options.own_connection)
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   auto channel = std::make_unique<Channel>();
   channel->channel =
       grpc::CreateCustomChannel(options.address, credentials, args);

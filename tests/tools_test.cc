@@ -178,5 +178,26 @@ TEST_F(ToolsTest, XformLoadReportsEveryMode) {
   }
 }
 
+// --frame_mode=driven: every batch closes a frame, so a frame is exactly one
+// batch's moves, folded frames included (as xform_replication_bench, which
+// this replaced, measured).
+TEST_F(ToolsTest, XformLoadDrivenFramesAreOneBatchEach) {
+  Ran ran = RunShell(absl::StrCat(
+      XFORM_LOAD_PATH, " --server=", server_.address(),
+      // Enough leaves that none moves twice (a move to the pose it has is
+      // no move).
+      " --mode=stream --frame_mode=driven --shape=wide --entities=20000",
+      " --move=100 --hz=30 --subscribers=2 --writers=1 --seconds=1.5 --json"));
+  ASSERT_EQ(ran.exit_code, 0) << ran.err;
+  const Json report = Json::parse(ran.out);
+  EXPECT_EQ(report["frame_mode"], "driven");
+  const Json& mode = report["modes"][0];
+  EXPECT_GT(mode["frames_per_s"].get<double>(), 10);
+  for (const Json& sub : mode["subscribers"]) {
+    EXPECT_GT(sub["frames"].get<int>(), 10);
+    EXPECT_EQ(sub["updates"].get<int>(), 100 * sub["frames"].get<int>());
+  }
+}
+
 }  // namespace
 }  // namespace xform

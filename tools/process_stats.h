@@ -1,11 +1,11 @@
 // Copyright 2026 The xform Authors.
 //
-// What the measuring tools (xform-load, xform_replication_bench) read about
-// a run: latency percentiles and another process's CPU time and memory, from
-// /proc. Linux only; internal to the tools, not installed.
+// What the measuring tools (xform-load, the benchmarks) read about a run:
+// latency percentiles and another process's CPU time and memory, from /proc.
+// Linux only; internal to the tools, not installed.
 
-#ifndef XFORM_CLIENT_PROCESS_STATS_H_
-#define XFORM_CLIENT_PROCESS_STATS_H_
+#ifndef XFORM_TOOLS_PROCESS_STATS_H_
+#define XFORM_TOOLS_PROCESS_STATS_H_
 
 #include <sys/types.h>
 
@@ -24,4 +24,4 @@ double RssMegabytes(pid_t pid);
 
 }  // namespace xform::tools
 
-#endif  // XFORM_CLIENT_PROCESS_STATS_H_
+#endif  // XFORM_TOOLS_PROCESS_STATS_H_

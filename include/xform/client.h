@@ -61,6 +61,10 @@ struct ClientOptions {
   // Names this client to the server's echo suppression: its batches carry
   // it, and a Mirror subscribing with no_echo set is not sent them back.
   std::string client_id;
+  // A TCP connection of its own. Otherwise gRPC shares one between the
+  // Clients of a process with the same address and options, and their calls
+  // queue on it together.
+  bool own_connection = false;
 };
 
 enum class FrameMode {

@@ -1,0 +1,193 @@
+// Copyright 2026 The xform Authors.
+
+#include "tools/load/load_run.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "tools/load/transports.h"
+#include "tools/process_stats.h"
+
+namespace xform::load {
+
+using ::xform::tools::CpuSeconds;
+using ::xform::tools::RssMegabytes;
+
+LoadRun::LoadRun(Config config) : config_(std::move(config)) {
+  options_.address = config_.address;
+  options_.max_message_bytes = kLoadMaxMessageBytes;
+  options_.deadline = absl::Seconds(120);
+  options_.connect_timeout = absl::Seconds(20);
+}
+
+absl::Status LoadRun::Build() {
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options_);
+  if (!client.ok()) return client.status();
+  client_ = *std::move(client);
+  client_->DeleteWorld(config_.world).IgnoreError();
+  if (absl::StatusOr<WorldInfo> made = client_->CreateWorld(
+          config_.world,
+          config_.driven
+              ? WorldOptions{.mode = FrameMode::kDriven}
+              : WorldOptions{.mode = FrameMode::kTick, .tick_hz = config_.hz});
+      !made.ok()) {
+    return made.status();
+  }
+  const std::vector<CreateOp> scene =
+      MakeScene(config_.shape, config_.entities);
+  for (const CreateOp& op : scene) ids_.push_back(op.entity);
+  movable_ = Leaves(scene);
+  const absl::Time start = absl::Now();
+  constexpr size_t kBatch = 50'000;  // About 3 MB a request.
+  for (size_t first = 0; first < scene.size(); first += kBatch) {
+    std::vector<Command> batch(
+        scene.begin() + first,
+        scene.begin() + std::min(scene.size(), first + kBatch));
+    if (absl::StatusOr<uint64_t> frame = client_->Apply(config_.world, batch);
+        !frame.ok()) {
+      return frame.status();
+    }
+  }
+  // A driven world publishes the scene only when a frame is closed.
+  if (config_.driven) {
+    if (absl::StatusOr<uint64_t> frame = client_->EndFrame(config_.world);
+        !frame.ok()) {
+      return frame.status();
+    }
+  }
+  Progress(absl::StrFormat(
+      "built %s world of %d entities (%d movable leaves) "
+      "in %.1f s",
+      SceneShapeName(config_.shape), config_.entities, movable_.size(),
+      absl::ToDoubleSeconds(absl::Now() - start)));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ModeResult> LoadRun::Run(const std::string& mode,
+                                        pid_t redis_pid, int redis_port) {
+  acks_.Clear();
+  std::unique_ptr<RedisRelay> relay;
+  if (mode == "redis") {
+    relay = StartRedisRelay(options_, config_.world, redis_port);
+    if (!relay->ok()) {
+      return absl::UnavailableError("cannot reach redis-server");
+    }
+  }
+  std::vector<std::unique_ptr<Subscriber>> subs;
+  for (int s = 0; s < config_.subscribers; ++s) {
+    const bool stalls = config_.stall_s > 0 && s == 0;
+    if (mode == "stream") {
+      subs.push_back(StartStreamSubscriber(options_, config_.world, stalls));
+    } else if (mode == "poll") {
+      subs.push_back(StartPollSubscriber(options_, config_.world, ids_,
+                                         config_.hz, acks_, stalls));
+    } else {
+      subs.push_back(StartRedisSubscriber(redis_port, stalls));
+    }
+  }
+  const absl::Time ready_by = absl::Now() + absl::Seconds(120);
+  auto ready = [&] {
+    if (relay && !relay->Ready()) return false;
+    for (auto& s : subs) {
+      if (!s->Ready()) return false;
+    }
+    return true;
+  };
+  while (!ready()) {
+    if (absl::Now() > ready_by) {
+      return absl::DeadlineExceededError("subscribers did not get ready");
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+
+  const absl::Time start = absl::Now();
+  const absl::Duration duration = absl::Seconds(config_.seconds);
+  for (auto& s : subs) {
+    s->recorder().StartMeasuring(start + duration / 3,
+                                 absl::Seconds(config_.stall_s));
+  }
+  const double cpu_before =
+      config_.server_pid ? CpuSeconds(config_.server_pid) : 0;
+  const double redis_before = redis_pid ? CpuSeconds(redis_pid) : 0;
+  std::atomic<uint64_t> frames_written{0};
+  std::vector<std::thread> writers;
+  writers.reserve(config_.writers);
+  for (int w = 0; w < config_.writers; ++w) {
+    writers.emplace_back(
+        [&, w] { Write(w, start + duration, &frames_written); });
+  }
+  for (absl::Time tick = start + absl::Seconds(1); tick < start + duration;
+       tick += absl::Seconds(1)) {
+    absl::SleepFor(tick - absl::Now());
+    uint64_t messages = 0;
+    for (auto& s : subs) messages += s->recorder().messages();
+    Progress(
+        absl::StrFormat("[%s %2.0f/%.0f s] %u batches written, %u "
+                        "messages received",
+                        mode, absl::ToDoubleSeconds(tick - start),
+                        config_.seconds, frames_written.load(), messages));
+  }
+  for (std::thread& t : writers) t.join();
+  const absl::Duration elapsed = absl::Now() - start;
+  absl::SleepFor(absl::Milliseconds(500));  // The last frames arrive.
+
+  ModeResult result;
+  result.mode = mode;
+  const double frames = static_cast<double>(frames_written.load()) /
+                        static_cast<double>(config_.writers);
+  result.frames_per_s = frames / absl::ToDoubleSeconds(elapsed);
+  for (auto& s : subs) {
+    s->recorder().StopMeasuring();
+    result.subscribers.push_back(s->recorder().Take());
+  }
+  if (config_.server_pid) {
+    result.server_cpu_ms_per_frame =
+        1000 * (CpuSeconds(config_.server_pid) - cpu_before) / frames;
+    result.server_rss_mb = RssMegabytes(config_.server_pid);
+  }
+  if (redis_pid) {
+    result.redis_cpu_ms_per_frame =
+        1000 * (CpuSeconds(redis_pid) - redis_before) / frames;
+  }
+  return result;
+}
+
+void LoadRun::Write(int w, absl::Time end, std::atomic<uint64_t>* written) {
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options_);
+  if (!client.ok()) return;
+  absl::StatusOr<std::unique_ptr<BatchWriter>> writer =
+      (*client)->OpenWriter(config_.world);
+  if (!writer.ok()) return;
+  std::vector<EntityId> mine;
+  for (size_t i = w; i < movable_.size(); i += config_.writers) {
+    mine.push_back(movable_[i]);
+  }
+  const size_t per_frame = std::min<size_t>(
+      mine.size(), (config_.move + config_.writers - 1) / config_.writers);
+  std::mt19937 rng(1234 + w);
+  std::vector<Transform> poses(64);
+  for (Transform& t : poses) t = RandomTransform(rng);
+  std::vector<Command> batch(per_frame);
+  const absl::Duration period = absl::Seconds(1 / config_.hz);
+  size_t cursor = 0;
+  for (absl::Time next = absl::Now(); next < end; next += period) {
+    for (Command& c : batch) {
+      c = SetLocalOp{mine[cursor % mine.size()], poses[rng() % poses.size()]};
+      ++cursor;
+    }
+    if (!(*writer)->Write(batch, {.end_frame = config_.driven}).ok()) return;
+    acks_.Add(absl::Now(), batch.size());
+    ++*written;
+    absl::SleepFor(next + period - absl::Now());
+  }
+}
+
+void Progress(const std::string& line) {
+  std::fprintf(stderr, "%s\n", line.c_str());
+}
+
+}  // namespace xform::load

@@ -1,0 +1,85 @@
+// Copyright 2026 The xform Authors.
+//
+// LoadRun: one xform-load run against one xformd. Build() makes the world of
+// the configured shape and size; each Run(mode) then starts the subscribers
+// of that mode (see transports.h), waits until they hold the world, has the
+// writers move entities at the frame rate for the configured time, and
+// returns what every subscriber received with the server's CPU and memory.
+
+#ifndef XFORM_TOOLS_LOAD_LOAD_RUN_H_
+#define XFORM_TOOLS_LOAD_LOAD_RUN_H_
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "tools/load/measure.h"
+#include "tools/scenes.h"
+#include "xform/client.h"
+
+namespace xform::load {
+
+// xform-load's worlds go to 4M entities: the xformd it spawns, and its own
+// channels, take messages this large.
+inline constexpr int kLoadMaxMessageBytes = 256 << 20;
+
+struct Config {
+  std::string address;
+  std::string world;
+  SceneShape shape;
+  int entities;
+  int writers;
+  int move;  // Entities moved a frame, over all writers.
+  double hz;
+  // A driven world, each batch closing a frame (so a frame is exactly one
+  // writer's moves), instead of a world ticking at hz.
+  bool driven = false;
+  int subscribers;
+  double stall_s;  // One subscriber stops reading this long, a third in.
+  double seconds;
+  pid_t server_pid;  // 0: the server is not local; no CPU or RSS.
+};
+
+struct ModeResult {
+  std::string mode;
+  double frames_per_s = 0;  // Written.
+  std::vector<Received> subscribers;
+  double server_cpu_ms_per_frame = 0;
+  double server_rss_mb = 0;
+  double redis_cpu_ms_per_frame = 0;
+};
+
+class LoadRun {
+ public:
+  explicit LoadRun(Config config);
+
+  absl::Status Build();
+  // `mode` is stream, poll or redis (then redis-server runs on redis_port,
+  // as redis_pid, which may be 0 when not local).
+  absl::StatusOr<ModeResult> Run(const std::string& mode, pid_t redis_pid,
+                                 int redis_port);
+
+ private:
+  // Writer w moves its share of the movable entities, a new set each frame,
+  // over its own streaming connection, at the frame rate.
+  void Write(int w, absl::Time end, std::atomic<uint64_t>* written);
+
+  const Config config_;
+  ClientOptions options_;
+  std::unique_ptr<Client> client_;
+  std::vector<EntityId> ids_;
+  std::vector<EntityId> movable_;
+  AckLog acks_;
+};
+
+// A progress line on stderr.
+void Progress(const std::string& line);
+
+}  // namespace xform::load
+
+#endif  // XFORM_TOOLS_LOAD_LOAD_RUN_H_

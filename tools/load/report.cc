@@ -1,0 +1,120 @@
+// Copyright 2026 The xform Authors.
+
+#include "tools/load/report.h"
+
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
+#include "tools/process_stats.h"
+
+namespace xform::load {
+namespace {
+
+using Json = nlohmann::json;
+using ::xform::tools::Percentile;
+
+Json ToJson(const ModeResult& r) {
+  Json subs = Json::array();
+  for (const Received& s : r.subscribers) {
+    Json j = {{"messages", s.messages},
+              {"frames", s.frames},
+              {"updates", s.updates},
+              {"bytes", s.bytes},
+              {"latency_p50_ms", Percentile(s.latency_ms, 0.5)},
+              {"latency_p99_ms", Percentile(s.latency_ms, 0.99)},
+              {"latency_max_ms", Percentile(s.latency_ms, 1.0)},
+              {"disconnects", s.disconnects}};
+    if (s.stalled) {
+      j["stalled"] = {{"first_after_stall_age_ms", s.first_after_stall_ms},
+                      {"catch_up_ms", s.catch_up_ms},
+                      {"messages_until_current", s.backlog_messages}};
+    }
+    subs.push_back(j);
+  }
+  return {{"mode", r.mode},
+          {"frames_per_s", r.frames_per_s},
+          {"server_cpu_ms_per_frame", r.server_cpu_ms_per_frame},
+          {"server_rss_mb", r.server_rss_mb},
+          {"redis_cpu_ms_per_frame", r.redis_cpu_ms_per_frame},
+          {"subscribers", subs}};
+}
+
+}  // namespace
+
+void PrintTable(const Config& c, const std::vector<ModeResult>& results) {
+  absl::PrintF(
+      "\n%s world (%s), %d entities; %d writer(s) moving %d per frame at "
+      "%.0f Hz; %d subscriber(s)%s; %.0f s per mode\n\n",
+      SceneShapeName(c.shape), c.driven ? "driven" : "tick", c.entities,
+      c.writers, c.move, c.hz, c.subscribers,
+      c.stall_s > 0
+          ? absl::StrFormat(", one stalling %.1f s", c.stall_s).c_str()
+          : "",
+      c.seconds);
+  absl::PrintF(
+      "| mode | frames/s written | updates/s per subscriber | latency p50 | "
+      "p99 | max | bytes/update | server CPU/frame | server RSS | stalled "
+      "subscriber |\n|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const ModeResult& r : results) {
+    std::vector<double> latency;
+    double updates = 0;
+    uint64_t bytes = 0, count = 0;
+    std::string stalled = "-";
+    for (const Received& s : r.subscribers) {
+      updates += static_cast<double>(s.updates);
+      bytes += s.bytes;
+      count += s.updates;
+      if (s.stalled) {
+        stalled = absl::StrFormat(
+            "first data %.0f ms old; current after %.0f ms, %u messages%s",
+            s.first_after_stall_ms, s.catch_up_ms, s.backlog_messages,
+            s.disconnects ? absl::StrCat("; dropped ", s.disconnects, "x")
+                          : "");
+      } else {
+        latency.insert(latency.end(), s.latency_ms.begin(), s.latency_ms.end());
+      }
+    }
+    const double per_sub =
+        updates / static_cast<double>(r.subscribers.size()) / c.seconds;
+    absl::PrintF(
+        "| %s | %.1f | %.0f | %.2f ms | %.2f ms | %.2f ms | %.1f | %s | %s | "
+        "%s |\n",
+        r.mode, r.frames_per_s, per_sub, Percentile(latency, 0.5),
+        Percentile(latency, 0.99), Percentile(latency, 1.0),
+        count ? static_cast<double>(bytes) / static_cast<double>(count) : 0.0,
+        r.server_cpu_ms_per_frame > 0
+            ? absl::StrFormat("%.2f ms%s", r.server_cpu_ms_per_frame,
+                              r.redis_cpu_ms_per_frame > 0
+                                  ? absl::StrFormat(" + redis %.2f ms",
+                                                    r.redis_cpu_ms_per_frame)
+                                  : "")
+                  .c_str()
+            : "n/a",
+        r.server_rss_mb > 0
+            ? absl::StrFormat("%.0f MB", r.server_rss_mb).c_str()
+            : "n/a",
+        stalled);
+  }
+  std::fflush(stdout);
+}
+
+std::string ReportJson(const Config& config,
+                       const std::vector<ModeResult>& results) {
+  Json all = Json::array();
+  for (const ModeResult& r : results) all.push_back(ToJson(r));
+  return Json{{"shape", SceneShapeName(config.shape)},
+              {"entities", config.entities},
+              {"writers", config.writers},
+              {"move", config.move},
+              {"hz", config.hz},
+              {"frame_mode", config.driven ? "driven" : "tick"},
+              {"subscribers", config.subscribers},
+              {"stall_s", config.stall_s},
+              {"seconds", config.seconds},
+              {"modes", all}}
+      .dump(2);
+}
+
+}  // namespace xform::load

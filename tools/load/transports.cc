@@ -1,0 +1,259 @@
+// Copyright 2026 The xform Authors.
+
+#include "tools/load/transports.h"
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include "absl/time/clock.h"
+#include "hiredis/hiredis.h"
+#include "xform/mirror.h"
+#include "xform/v1/wire.h"
+
+namespace xform::load {
+namespace {
+
+// xform's way: a Mirror; its thread records each message (and stalls).
+class StreamSubscriber final : public Subscriber {
+ public:
+  StreamSubscriber(const ClientOptions& options, const std::string& world,
+                   bool stalls)
+      : Subscriber(stalls) {
+    absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
+    if (!client.ok()) return;  // Never ready: the run times out and says so.
+    client_ = *std::move(client);
+    MirrorOptions mirror;
+    mirror.world = world;
+    mirror.on_update = [this](const MirrorUpdate& u) {
+      if (u.snapshot) return;
+      recorder_.MaybeStall();
+      // Its age when the consumer gets to it: after a stall, not on arrival.
+      const double age = absl::ToDoubleMilliseconds(absl::Now() - u.published);
+      recorder_.Record({&age, 1}, 1 + u.frames_skipped, u.moved.size(),
+                       u.bytes);
+    };
+    mirror_ = *Mirror::Start(*client_, std::move(mirror));
+  }
+  bool Ready() override { return mirror_ != nullptr && mirror_->synced(); }
+
+ private:
+  std::unique_ptr<Client> client_;
+  std::unique_ptr<Mirror> mirror_;
+};
+
+// The polling baseline: the whole world, every frame, in chunks well under
+// the message limit.
+class PollSubscriber final : public Subscriber {
+ public:
+  PollSubscriber(const ClientOptions& options, const std::string& world,
+                 const std::vector<EntityId>& ids, double hz, AckLog& acks,
+                 bool stalls)
+      : Subscriber(stalls),
+        world_(world),
+        ids_(ids),
+        acks_(acks),
+        period_(absl::Seconds(1 / hz)) {
+    // Its own connection, not shared with the others'.
+    ClientOptions own = options;
+    own.own_connection = true;
+    absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(own);
+    if (!client.ok()) return;  // Never ready: the run times out and says so.
+    client_ = *std::move(client);
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~PollSubscriber() override {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  bool Ready() override { return polled_once_; }
+
+ private:
+  // 104 bytes an entity in a ReadResponse: about 3 MB a call.
+  static constexpr size_t kChunk = 30'000;
+
+  void Run() {
+    absl::Time last_start = absl::Now();
+    for (absl::Time next = absl::Now(); !stop_; next += period_) {
+      recorder_.MaybeStall();
+      const absl::Time start = absl::Now();
+      uint64_t bytes = 0;
+      bool ok = true;
+      for (size_t first = 0; first < ids_.size() && ok; first += kChunk) {
+        const size_t count = std::min(kChunk, ids_.size() - first);
+        absl::StatusOr<std::vector<EntityState>> states =
+            client_->Read(world_, {ids_.data() + first, count});
+        ok = states.ok();
+        if (ok) bytes += states->size() * v1::kReadBytesPerEntity;
+      }
+      if (!ok) {
+        recorder_.Disconnected();
+        absl::SleepFor(period_);
+        continue;
+      }
+      const absl::Time now = absl::Now();
+      std::vector<double> ages;
+      const uint64_t updates = acks_.AgesBetween(last_start, start, now, &ages);
+      recorder_.Record(ages, 1, updates, bytes);
+      last_start = start;
+      polled_once_ = true;
+      // A poll slower than a frame polls again at once.
+      if (now < next + period_)
+        absl::SleepFor(next + period_ - now);
+      else
+        next = now - period_;
+    }
+  }
+
+  const std::string world_;
+  const std::vector<EntityId>& ids_;
+  AckLog& acks_;
+  const absl::Duration period_;
+  std::unique_ptr<Client> client_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> polled_once_{false};
+};
+
+// Redis payload: publish time (int64 ns), count, ids, 12 floats each.
+constexpr char kChannel[] = "xform-load";
+
+class RedisSubscriber final : public Subscriber {
+ public:
+  RedisSubscriber(int port, bool stalls) : Subscriber(stalls), port_(port) {
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~RedisSubscriber() override {
+    stop_ = true;
+    thread_.join();
+  }
+  bool Ready() override { return subscribed_; }
+
+ private:
+  void Run() {
+    while (!stop_) {
+      const timeval timeout = {0, 200'000};
+      redisContext* redis =
+          redisConnectWithTimeout("127.0.0.1", port_, timeout);
+      if (redis == nullptr || redis->err) {
+        if (redis != nullptr) redisFree(redis);
+        absl::SleepFor(absl::Milliseconds(100));
+        continue;
+      }
+      redisSetTimeout(redis, timeout);
+      freeReplyObject(redisCommand(redis, "SUBSCRIBE %s", kChannel));
+      subscribed_ = true;
+      while (!stop_) {
+        recorder_.MaybeStall();
+        void* raw = nullptr;
+        if (redisGetReply(redis, &raw) != REDIS_OK) {
+          if (redis->err == REDIS_ERR_IO && errno == EAGAIN) {
+            redis->err = 0;  // A read timeout: look at stop_, read again.
+            continue;
+          }
+          recorder_.Disconnected();  // Redis dropped us (buffer limit).
+          break;
+        }
+        auto* reply = static_cast<redisReply*>(raw);
+        if (reply->type == REDIS_REPLY_ARRAY && reply->elements == 3 &&
+            reply->element[2]->type == REDIS_REPLY_STRING) {
+          Handle(reply->element[2]->str, reply->element[2]->len);
+        }
+        freeReplyObject(reply);
+      }
+      redisFree(redis);
+    }
+  }
+
+  void Handle(const char* data, size_t size) {
+    int64_t published_ns = 0;
+    uint32_t count = 0;
+    if (size < 12) return;
+    std::memcpy(&published_ns, data, 8);
+    std::memcpy(&count, data + 8, 4);
+    // A renderer would copy the matrices out; so does this.
+    matrices_.resize(count);
+    const char* floats = data + 12 + 8 * size_t{count};
+    if (floats + 48 * size_t{count} > data + size) return;
+    std::memcpy(matrices_.data(), floats, 48 * size_t{count});
+    const double age = absl::ToDoubleMilliseconds(
+        absl::Now() - absl::FromUnixNanos(published_ns));
+    recorder_.Record({&age, 1}, 1, count, size);
+  }
+
+  const int port_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> subscribed_{false};
+  std::vector<Matrix3x4> matrices_;
+};
+
+// Mirrors the world once and publishes each frame's moves to Redis.
+class RedisRelayImpl final : public RedisRelay {
+ public:
+  RedisRelayImpl(const ClientOptions& options, const std::string& world,
+                 int port)
+      : redis_(redisConnect("127.0.0.1", port)) {
+    absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
+    if (!client.ok()) return;
+    client_ = *std::move(client);
+    MirrorOptions mirror;
+    mirror.world = world;
+    mirror.on_update = [this](const MirrorUpdate& u) {
+      if (u.snapshot) return;
+      const uint32_t count = static_cast<uint32_t>(u.moved.size());
+      const int64_t now = absl::ToUnixNanos(absl::Now());
+      payload_.resize(12 + 56 * size_t{count});
+      std::memcpy(payload_.data(), &now, 8);
+      std::memcpy(payload_.data() + 8, &count, 4);
+      std::memcpy(payload_.data() + 12, u.moved.data(), 8 * size_t{count});
+      std::memcpy(payload_.data() + 12 + 8 * size_t{count},
+                  u.moved_world.data(), 48 * size_t{count});
+      freeReplyObject(redisCommand(redis_, "PUBLISH %s %b", kChannel,
+                                   payload_.data(), payload_.size()));
+    };
+    mirror_ = *Mirror::Start(*client_, std::move(mirror));
+  }
+  ~RedisRelayImpl() override {
+    mirror_.reset();  // Stops the callbacks before the connection goes.
+    redisFree(redis_);
+  }
+  bool ok() const override { return redis_ != nullptr && redis_->err == 0; }
+  bool Ready() const override {
+    return mirror_ != nullptr && mirror_->synced();
+  }
+
+ private:
+  redisContext* redis_;
+  std::unique_ptr<Client> client_;
+  std::unique_ptr<Mirror> mirror_;
+  std::vector<char> payload_;
+};
+
+}  // namespace
+
+std::unique_ptr<Subscriber> StartStreamSubscriber(const ClientOptions& options,
+                                                  const std::string& world,
+                                                  bool stalls) {
+  return std::make_unique<StreamSubscriber>(options, world, stalls);
+}
+
+std::unique_ptr<Subscriber> StartPollSubscriber(
+    const ClientOptions& options, const std::string& world,
+    const std::vector<EntityId>& ids, double hz, AckLog& acks, bool stalls) {
+  return std::make_unique<PollSubscriber>(options, world, ids, hz, acks,
+                                          stalls);
+}
+
+std::unique_ptr<Subscriber> StartRedisSubscriber(int redis_port, bool stalls) {
+  return std::make_unique<RedisSubscriber>(redis_port, stalls);
+}
+
+std::unique_ptr<RedisRelay> StartRedisRelay(const ClientOptions& options,
+                                            const std::string& world,
+                                            int redis_port) {
+  return std::make_unique<RedisRelayImpl>(options, world, redis_port);
+}
+
+}  // namespace xform::load

@@ -1,0 +1,60 @@
+// Copyright 2026 The xform Authors.
+//
+// The ways xform-load's subscribers get a world's frames, one class each:
+//   stream  xform's own: a Mirror over a Subscribe stream, sent only what
+//           moved.
+//   poll    the whole world read every frame (Client::Read, in chunks).
+//   redis   a relay mirrors the world once and PUBLISHes each frame's moves
+//           (the same 56 bytes an entity) to a local redis-server; each
+//           subscriber SUBSCRIBEs with hiredis and copies them out.
+// Each receives on threads of its own into its Recorder, and stalls when the
+// Recorder says so.
+
+#ifndef XFORM_TOOLS_LOAD_TRANSPORTS_H_
+#define XFORM_TOOLS_LOAD_TRANSPORTS_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tools/load/measure.h"
+#include "xform/client.h"
+
+namespace xform::load {
+
+class Subscriber {
+ public:
+  explicit Subscriber(bool stalls) : recorder_(stalls) {}
+  virtual ~Subscriber() = default;
+  // True once it holds the world and is receiving.
+  virtual bool Ready() = 0;
+  Recorder& recorder() { return recorder_; }
+
+ protected:
+  Recorder recorder_;
+};
+
+std::unique_ptr<Subscriber> StartStreamSubscriber(const ClientOptions& options,
+                                                  const std::string& world,
+                                                  bool stalls);
+// Reads `ids` (which must outlive it) every 1 / hz s; `acks` tells it how old
+// the writes it sees are.
+std::unique_ptr<Subscriber> StartPollSubscriber(
+    const ClientOptions& options, const std::string& world,
+    const std::vector<EntityId>& ids, double hz, AckLog& acks, bool stalls);
+std::unique_ptr<Subscriber> StartRedisSubscriber(int redis_port, bool stalls);
+
+// Mirrors the world and publishes each frame's moves to redis-server.
+class RedisRelay {
+ public:
+  virtual ~RedisRelay() = default;
+  virtual bool ok() const = 0;     // redis-server is reachable.
+  virtual bool Ready() const = 0;  // And the world is mirrored.
+};
+std::unique_ptr<RedisRelay> StartRedisRelay(const ClientOptions& options,
+                                            const std::string& world,
+                                            int redis_port);
+
+}  // namespace xform::load
+
+#endif  // XFORM_TOOLS_LOAD_TRANSPORTS_H_
