@@ -26,6 +26,8 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "glm/gtc/quaternion.hpp"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server.h"
@@ -34,6 +36,8 @@
 #include "server/log.h"
 #include "server/service.h"
 #include "server/transport.h"
+#include "xform/v1/wire.h"
+#include "xform/world.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:50051", "HOST:PORT to serve on");
 ABSL_FLAG(double, tick_hz, 60,
@@ -84,16 +88,10 @@ ABSL_FLAG(bool, demo, false,
 namespace xform::server {
 namespace {
 
-void AddCreate(uint64_t entity, uint64_t parent, const float (&local)[10],
-               v1::CreateCommand* create) {
-  create->add_entity(entity);
-  create->add_parent(parent);
-  for (float f : local) create->add_local(f);
-}
-
 // The demo world: 100 trees of 100 entities, each entity under a random
 // earlier one of its tree. Every tick turns the roots of 10 trees, so each
-// published frame moves about 1,000 entities.
+// published frame moves about 1,000 entities. Written as core commands and
+// sent through the wire conversions, as a client's would be.
 void RunDemo(WorldHost& host, const absl::Notification& stop) {
   v1::CreateWorldRequest create_world;
   create_world.set_name("demo");
@@ -105,50 +103,46 @@ void RunDemo(WorldHost& host, const absl::Notification& stop) {
     Log('E', "demo: ", world.status().ToString());
     return;
   }
+  const auto apply = [&](absl::Span<const Command> batch) {
+    v1::ApplyRequest request;
+    request.set_world("demo");
+    v1::AppendCommands(batch, &request);
+    absl::StatusOr<uint64_t> frame = (*world)->Apply(request, host.limits());
+    if (!frame.ok()) Log('E', "demo: ", frame.status().ToString());
+    return frame.ok();
+  };
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(-1, 1);
-  v1::ApplyRequest scene;
-  scene.set_world("demo");
-  v1::CreateCommand* create = scene.add_commands()->mutable_create();
-  for (uint64_t tree = 0; tree < 100; ++tree) {
-    for (uint64_t k = 0; k < 100; ++k) {
-      const uint64_t id = tree * 100 + k + 1;
-      const uint64_t parent =
-          k == 0 ? 0
-                 : tree * 100 + 1 +
-                       std::uniform_int_distribution<uint64_t>(0, k - 1)(rng);
-      const float local[10] = {10 * u(rng), 10 * u(rng), 10 * u(rng), 0, 0,
-                               0,           1,           1,           1, 1};
-      AddCreate(id, parent, local, create);
+  std::vector<Command> scene;
+  for (EntityId tree = 0; tree < 100; ++tree) {
+    for (EntityId k = 0; k < 100; ++k) {
+      CreateOp create;
+      create.entity = tree * 100 + k + 1;
+      if (k > 0) {
+        create.parent = tree * 100 + 1 +
+                        std::uniform_int_distribution<EntityId>(0, k - 1)(rng);
+      }
+      create.local.position = {10 * u(rng), 10 * u(rng), 10 * u(rng)};
+      scene.emplace_back(create);
     }
   }
-  if (absl::StatusOr<uint64_t> s = (*world)->Apply(scene, host.limits());
-      !s.ok()) {
-    Log('E', "demo: ", s.status().ToString());
-    return;
-  }
+  if (!apply(scene)) return;
   Log('I',
       "demo: world 'demo' has 10000 entities in 100 trees; moving 10 trees per "
       "tick");
+  std::vector<Command> move;
   for (uint64_t step = 0;
        !stop.WaitForNotificationWithTimeout(absl::Milliseconds(33)); ++step) {
-    v1::ApplyRequest move;
-    move.set_world("demo");
-    v1::SetLocalCommand* set = move.add_commands()->mutable_set_local();
-    for (uint64_t tree = step % 10; tree < 100; tree += 10) {
-      const float angle = 0.05f * static_cast<float>(step);
-      set->add_entity(tree * 100 + 1);
-      for (float f :
-           {static_cast<float>(tree), 0.0f, 0.0f, 0.0f, std::sin(angle / 2),
-            0.0f, std::cos(angle / 2), 1.0f, 1.0f, 1.0f}) {
-        set->add_local(f);
-      }
+    move.clear();
+    const float angle = 0.05f * static_cast<float>(step);
+    for (EntityId tree = step % 10; tree < 100; tree += 10) {
+      SetLocalOp set;
+      set.entity = tree * 100 + 1;
+      set.local.position = {static_cast<float>(tree), 0, 0};
+      set.local.rotation = glm::angleAxis(angle, glm::vec3(0, 1, 0));
+      move.emplace_back(set);
     }
-    if (absl::StatusOr<uint64_t> s = (*world)->Apply(move, host.limits());
-        !s.ok()) {
-      Log('E', "demo: ", s.status().ToString());
-      return;
-    }
+    if (!apply(move)) return;
   }
 }
 
