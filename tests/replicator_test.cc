@@ -402,42 +402,85 @@ TEST_F(ReplicatorTest, SnapshotsStreamWhileTheWorldChanges) {
   }
 }
 
+// 30 chains of 100 entities, published through a replicator frame by frame,
+// each frame's published state kept to check snapshots against; every move
+// moves all of them (the chains' roots). Snapshot parts of 2000 bytes (about
+// 27 entities) make a pass over it about 108 parts.
+class MovingChains {
+ public:
+  static constexpr EntityId kEntities = 3000;
+  static constexpr int kPartsAPass = kEntities * 72 / 2000;
+
+  explicit MovingChains(Replicator& replicator) : replicator_(replicator) {
+    std::vector<CreateOp> ops;
+    for (EntityId e = 1; e <= kEntities; ++e) {
+      ops.push_back({e, e % 100 == 1 ? 0 : e - 1, At(1)});
+    }
+    EXPECT_TRUE(world_.CreateMany(ops).ok());
+    Publish();
+  }
+
+  Replicator::SubscriptionId Subscribe() {
+    SubscriptionOptions options;
+    options.part_budget_bytes = 2000;
+    return replicator_.Subscribe(options, std::make_shared<CountingSink>());
+  }
+  void MoveAllAndPublish() {
+    x_ += 1;
+    for (EntityId root = 1; root <= kEntities; root += 100) {
+      EXPECT_TRUE(world_.SetLocal(root, At(x_)).ok());
+    }
+    Publish();
+  }
+  uint64_t frame() const { return changes_.frame; }
+  const State& published(uint64_t frame) const { return published_.at(frame); }
+
+ private:
+  void Publish() {
+    world_.EndFrame(&changes_);
+    replicator_.Publish(changes_, absl::Now());
+    published_[changes_.frame] = Snapshot(world_);
+  }
+
+  Replicator& replicator_;
+  World world_;
+  FrameChanges changes_;
+  std::map<uint64_t, State> published_;
+  float x_ = 1;
+};
+
+// Takes the subscriber's next part into `mirror`; true at snapshot_done,
+// where the mirror must be the published state of the part's frame.
+bool TakeSnapshotPart(Replicator& replicator, Replicator::SubscriptionId id,
+                      const MovingChains& chains, State* mirror,
+                      std::shared_ptr<const Outgoing>* taken = nullptr) {
+  auto update = replicator.Next(id, absl::Now());
+  EXPECT_TRUE(update != nullptr);
+  if (update == nullptr) return true;
+  ApplyStrictly(update->message(), mirror);
+  const bool done = update->message().snapshot_done();
+  if (done) {
+    EXPECT_EQ(*mirror, chains.published(update->message().frame()));
+  }
+  if (taken) *taken = std::move(update);
+  return done;
+}
+
 // A world that changes everything between any two parts (faster than the
 // stream carries it) still gets its snapshot finished when that is at most
 // max_pending entities: what changed behind the first pass goes at once.
-TEST_F(ReplicatorTest, SnapshotsEndEvenWhenEverythingMovesEveryFrame) {
-  std::vector<CreateOp> ops;
-  for (EntityId e = 1; e <= 3000; ++e) {
-    ops.push_back({e, e % 100 == 1 ? 0 : e - 1, At(1)});  // 30 chains.
-  }
-  ASSERT_TRUE(world_.CreateMany(ops).ok());
-  Publish();
-  std::map<uint64_t, State> published = {
-      {world_.frame() - 1, Snapshot(world_)}};
-  SubscriptionOptions options;
-  options.part_budget_bytes = 2000;
-  const auto id =
-      replicator_.Subscribe(options, std::make_shared<CountingSink>());
+TEST(ReplicatorSnapshotTest, SnapshotsEndEvenWhenEverythingMovesEveryFrame) {
+  Replicator replicator;
+  MovingChains chains(replicator);
+  const auto id = chains.Subscribe();
   State mirror;
-  int parts = 0;
-  for (float x = 2;; ++x) {
-    auto update = replicator_.Next(id, absl::Now());
-    ASSERT_TRUE(update != nullptr);
-    ++parts;
-    ApplyStrictly(update->message(), &mirror);
-    if (update->message().snapshot_done()) {
-      EXPECT_EQ(mirror, published.at(update->message().frame()));
-      break;
-    }
+  int parts = 1;
+  for (; !TakeSnapshotPart(replicator, id, chains, &mirror); ++parts) {
     ASSERT_LT(parts, 1000) << "the snapshot does not end";
-    for (EntityId root = 1; root <= 3000; root += 100) {
-      ASSERT_TRUE(world_.SetLocal(root, At(x)).ok());
-    }
-    Publish();
-    published[world_.frame() - 1] = Snapshot(world_);
+    chains.MoveAllAndPublish();
   }
   // One pass, then everything at once: about twice a still world's parts.
-  EXPECT_LT(parts, 2 * (3000 * 72 / 2000) + 10);
+  EXPECT_LT(parts, 2 * MovingChains::kPartsAPass + 10);
 }
 
 // A snapshot's parts are made one at a time, each from the frame it is
@@ -446,117 +489,58 @@ TEST_F(ReplicatorTest, SnapshotsEndEvenWhenEverythingMovesEveryFrame) {
 // that did not shrink was sent whole at once: with 50 subscribers joining a
 // 1M world moving 5,000 entities a frame, 38 parts each, 1.9 GB.)
 TEST(ReplicatorSnapshotTest, NoMoreThanMaxPendingIsMadeAhead) {
-  World world;
-  std::vector<CreateOp> ops;
-  for (EntityId e = 1; e <= 3000; ++e) {
-    ops.push_back({e, e % 100 == 1 ? 0 : e - 1, At(1)});  // 30 chains.
-  }
-  ASSERT_TRUE(world.CreateMany(ops).ok());
   Replicator replicator(/*max_pending=*/100);
-  FrameChanges changes;
-  std::map<uint64_t, State> published;
-  const auto publish = [&] {
-    world.EndFrame(&changes);
-    replicator.Publish(changes, absl::Now());
-    published[changes.frame] = Snapshot(world);
-  };
-  publish();
-  SubscriptionOptions options;
-  options.part_budget_bytes = 2000;  // About 27 entities a part.
-  const auto id =
-      replicator.Subscribe(options, std::make_shared<CountingSink>());
+  MovingChains chains(replicator);
+  const auto id = chains.Subscribe();
   State mirror;
   // Everything moves between any two parts: passes, never all at once.
-  int parts = 0;
-  for (float x = 2; x < 400; ++x, ++parts) {
-    auto update = replicator.Next(id, absl::Now());
-    ASSERT_TRUE(update != nullptr);
-    ApplyStrictly(update->message(), &mirror);
-    ASSERT_FALSE(update->message().snapshot_done());
-    EXPECT_EQ(update->message().frame(), changes.frame) << "made ahead";
-    for (EntityId root = 1; root <= 3000; root += 100) {
-      ASSERT_TRUE(world.SetLocal(root, At(x)).ok());
-    }
-    publish();
+  for (int parts = 0; parts < 400; ++parts) {
+    std::shared_ptr<const Outgoing> part;
+    ASSERT_FALSE(TakeSnapshotPart(replicator, id, chains, &mirror, &part));
+    EXPECT_EQ(part->message().frame(), chains.frame()) << "made ahead";
+    chains.MoveAllAndPublish();
   }
-  EXPECT_GT(parts, 2 * (3000 * 72 / 2000));
-  // Still, it ends within a pass, at one frame.
-  for (;; ++parts) {
-    auto update = replicator.Next(id, absl::Now());
-    ASSERT_TRUE(update != nullptr);
-    ApplyStrictly(update->message(), &mirror);
-    if (update->message().snapshot_done()) {
-      EXPECT_EQ(mirror, published.at(update->message().frame()));
-      break;
-    }
+  // Once the world stands still, it ends within two passes, at one frame.
+  int parts = 1;
+  for (; !TakeSnapshotPart(replicator, id, chains, &mirror); ++parts) {
     ASSERT_LT(parts, 1000) << "the snapshot does not end";
   }
+  EXPECT_LE(parts, 2 * MovingChains::kPartsAPass + 2);
 }
 
 // Bursts past max_pending, which let a snapshot end while everything moves,
 // take turns within the server's burst budget: one waits (making passes)
 // while another's parts are held, and goes when they are sent.
 TEST(ReplicatorSnapshotTest, BurstsTakeTurnsWithinTheBudget) {
-  World world;
-  std::vector<CreateOp> ops;
-  for (EntityId e = 1; e <= 3000; ++e) {
-    ops.push_back({e, e % 100 == 1 ? 0 : e - 1, At(1)});  // 30 chains.
-  }
-  ASSERT_TRUE(world.CreateMany(ops).ok());
   // Room for one burst of the whole world (2 x 72 bytes an entity).
-  auto budget = std::make_shared<BurstBudget>(3000 * 144 + 1000);
+  auto budget =
+      std::make_shared<BurstBudget>(MovingChains::kEntities * 144 + 1000);
   Replicator replicator(/*max_pending=*/100, budget);
-  FrameChanges changes;
-  std::map<uint64_t, State> published;
-  float x = 1;
-  const auto move_all_and_publish = [&] {
-    x += 1;
-    for (EntityId root = 1; root <= 3000; root += 100) {
-      ASSERT_TRUE(world.SetLocal(root, At(x)).ok());
-    }
-    world.EndFrame(&changes);
-    replicator.Publish(changes, absl::Now());
-    published[changes.frame] = Snapshot(world);
-  };
-  move_all_and_publish();
-  SubscriptionOptions options;
-  options.part_budget_bytes = 2000;  // About 27 entities a part.
-  const auto a =
-      replicator.Subscribe(options, std::make_shared<CountingSink>());
-  const auto b =
-      replicator.Subscribe(options, std::make_shared<CountingSink>());
+  MovingChains chains(replicator);
+  const auto a = chains.Subscribe();
+  const auto b = chains.Subscribe();
   State mirror_a, mirror_b;
   std::vector<std::shared_ptr<const Outgoing>> held;  // a's, unsent.
   bool a_done = false, b_done = false;
   int b_parts_while_held = 0;
   for (int round = 0; round < 2000 && !b_done; ++round) {
     if (!a_done) {
-      auto update = replicator.Next(a, absl::Now());
-      ASSERT_TRUE(update != nullptr);
-      ApplyStrictly(update->message(), &mirror_a);
-      a_done = update->message().snapshot_done();
-      if (a_done) {
-        EXPECT_EQ(mirror_a, published.at(update->message().frame()));
-      }
-      held.push_back(std::move(update));
+      std::shared_ptr<const Outgoing> part;
+      a_done = TakeSnapshotPart(replicator, a, chains, &mirror_a, &part);
+      held.push_back(std::move(part));
     } else if (!held.empty() && b_parts_while_held >= 400) {
       EXPECT_GT(budget->claimed(), 0u);
       held.clear();  // a's parts are sent: its claim goes back.
       EXPECT_EQ(budget->claimed(), 0u);
     }
-    auto update = replicator.Next(b, absl::Now());
-    ASSERT_TRUE(update != nullptr);
-    ApplyStrictly(update->message(), &mirror_b);
+    std::shared_ptr<const Outgoing> part;
+    b_done = TakeSnapshotPart(replicator, b, chains, &mirror_b, &part);
     if (!held.empty() && a_done) {
       ++b_parts_while_held;
-      ASSERT_FALSE(update->message().snapshot_done()) << "burst over budget";
-      EXPECT_EQ(update->message().frame(), changes.frame) << "made ahead";
+      ASSERT_FALSE(b_done) << "burst over budget";
+      EXPECT_EQ(part->message().frame(), chains.frame()) << "made ahead";
     }
-    if (update->message().snapshot_done()) {
-      b_done = true;
-      EXPECT_EQ(mirror_b, published.at(update->message().frame()));
-    }
-    move_all_and_publish();
+    chains.MoveAllAndPublish();
   }
   EXPECT_TRUE(a_done);
   EXPECT_GE(b_parts_while_held, 400);
