@@ -254,7 +254,7 @@ namespace {
 // replicator when the write completes or when the replicator wakes the sink.
 // A message made already is written at once, from whichever thread that is;
 // one that must be made is made on the BuildPool, never on gRPC's threads
-// or the ticker.
+// or a world's ticker.
 //
 // gRPC may run a reaction (OnWriteDone, OnCancel, even OnDone) inline in the
 // thread that calls StartWrite, Finish or TryCancel, so those calls are made

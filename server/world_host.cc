@@ -14,11 +14,9 @@
 namespace xform::server {
 namespace {
 
-// How often the ticker polls subscribers (rate limits, stuck writes).
+// How often the poller polls subscribers (rate limits).
 constexpr absl::Duration kPollInterval = absl::Milliseconds(5);
-// How soon the ticker tries again to publish a world that was busy.
-constexpr absl::Duration kBusyRetry = absl::Milliseconds(1);
-// How long after a delete the ticker trims the heap again.
+// How long after a delete the poller trims the heap again.
 constexpr absl::Duration kTrimDelay = absl::Seconds(1);
 
 bool ValidName(absl::string_view name) {
@@ -123,13 +121,6 @@ void HostedWorld::Publish() {
   PublishLocked();
 }
 
-bool HostedWorld::TryPublish() {
-  if (!mu_.TryLock()) return false;
-  PublishLocked();
-  mu_.Unlock();
-  return true;
-}
-
 void HostedWorld::PublishLocked() {
   world_.EndFrame(&changes_);
   replicator_.Publish(changes_, absl::Now(), writers_);
@@ -152,22 +143,62 @@ v1::WorldInfo HostedWorld::Info() const {
 
 // ---------------------------------------------------------------------------
 
+// A tick world's own thread, publishing it every tick. Its publication waits
+// for what holds that world (a big batch, a snapshot burst under its
+// replicator's lock) and for nothing else; a tick that falls behind is
+// dropped, not replayed in a burst.
+class WorldHost::Ticker {
+ public:
+  explicit Ticker(std::shared_ptr<HostedWorld> world)
+      : world_(std::move(world)), thread_([this] { Run(); }) {}
+  Ticker(const Ticker&) = delete;
+  Ticker& operator=(const Ticker&) = delete;
+  ~Ticker() {
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+    }
+    thread_.join();
+  }
+
+ private:
+  void Run() {
+    pthread_setname_np(pthread_self(), "xform-tick");  // For top and perf.
+    for (absl::Time next = absl::Now() + world_->tick();;) {
+      {
+        absl::MutexLock lock(&mu_);
+        if (mu_.AwaitWithDeadline(absl::Condition(&stopping_), next)) return;
+      }
+      world_->Publish();
+      next = std::max(next + world_->tick(), absl::Now());
+    }
+  }
+
+  const std::shared_ptr<HostedWorld> world_;
+  absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;  // Last: it runs as soon as it is made.
+};
+
 WorldHost::WorldHost(Limits limits, double default_tick_hz)
     : limits_(limits),
       burst_budget_(std::make_shared<BurstBudget>(limits.snapshot_burst_bytes)),
       default_tick_hz_(default_tick_hz) {
-  ticker_ = std::thread([this] {
-    pthread_setname_np(pthread_self(), "xform-ticker");  // For top and perf.
-    TickLoop();
+  poller_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "xform-poller");  // For top and perf.
+    PollLoop();
   });
 }
 
 WorldHost::~WorldHost() {
+  absl::flat_hash_map<std::string, std::unique_ptr<Ticker>> tickers;
   {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
+    tickers.swap(tickers_);
   }
-  ticker_.join();
+  tickers.clear();  // Joined outside the lock.
+  poller_.join();
 }
 
 absl::StatusOr<std::shared_ptr<HostedWorld>> WorldHost::Create(
@@ -202,6 +233,9 @@ absl::StatusOr<std::shared_ptr<HostedWorld>> WorldHost::Create(
   auto world = std::make_shared<HostedWorld>(
       request.name(), mode, tick_hz, limits_.max_pending, burst_budget_);
   worlds_[request.name()] = world;
+  if (mode == v1::FRAME_MODE_TICK) {
+    tickers_[request.name()] = std::make_unique<Ticker>(world);
+  }
   return world;
 }
 
@@ -226,6 +260,7 @@ std::vector<std::shared_ptr<HostedWorld>> WorldHost::List() const {
 
 absl::Status WorldHost::Delete(absl::string_view name) {
   std::shared_ptr<HostedWorld> world;
+  std::unique_ptr<Ticker> ticker;
   {
     absl::MutexLock lock(&mu_);
     auto it = worlds_.find(name);
@@ -234,8 +269,13 @@ absl::Status WorldHost::Delete(absl::string_view name) {
     }
     world = std::move(it->second);
     worlds_.erase(it);
+    if (auto t = tickers_.find(name); t != tickers_.end()) {
+      ticker = std::move(t->second);
+      tickers_.erase(t);
+    }
     trim_due_ = absl::Now() + kTrimDelay;
   }
+  ticker.reset();  // Stops its publishing (after a publish under way).
   world->replicator().EndAll(absl::NotFoundError(
       absl::StrCat("world ", Quoted(name), " was deleted")));
   return absl::OkStatus();
@@ -245,33 +285,10 @@ void WorldHost::EndAllStreams(const absl::Status& status) {
   for (const auto& world : List()) world->replicator().EndAll(status);
 }
 
-void WorldHost::TickLoop() {
-  // Keyed by the world itself (held here), so a deleted world's entry goes
-  // with it and a new world never inherits another's schedule.
-  absl::flat_hash_map<std::shared_ptr<HostedWorld>, absl::Time> next_tick;
-  absl::Time next_poll = absl::Now();
+void WorldHost::PollLoop() {
   for (;;) {
     const absl::Time now = absl::Now();
-    absl::Time wake = now + kPollInterval;
-    const std::vector<std::shared_ptr<HostedWorld>> worlds = List();
-    absl::erase_if(next_tick, [&](const auto& entry) {
-      return std::find(worlds.begin(), worlds.end(), entry.first) ==
-             worlds.end();
-    });
-    for (const auto& world : worlds) {
-      if (world->mode() == v1::FRAME_MODE_TICK) {
-        auto [it, inserted] = next_tick.try_emplace(world, now + world->tick());
-        // A world busy with a big batch is not waited for (that would stall
-        // every other world's ticks): it publishes on the next poll after.
-        if (now >= it->second && world->TryPublish()) {
-          // A tick that falls behind is dropped, not replayed in a burst.
-          it->second = std::max(it->second + world->tick(), now);
-        }
-        wake = std::min(wake, std::max(it->second, now + kBusyRetry));
-      }
-      if (now >= next_poll) world->replicator().Flush(now);
-    }
-    if (now >= next_poll) next_poll = now + kPollInterval;
+    for (const auto& world : List()) world->replicator().Flush(now);
     bool trim = false;
     {
       absl::MutexLock lock(&mu_);
@@ -282,7 +299,10 @@ void WorldHost::TickLoop() {
     }
     if (trim) malloc_trim(0);
     absl::MutexLock lock(&mu_);
-    if (mu_.AwaitWithDeadline(absl::Condition(&stopping_), wake)) return;
+    if (mu_.AwaitWithDeadline(absl::Condition(&stopping_),
+                              now + kPollInterval)) {
+      return;
+    }
   }
 }
 

@@ -3,8 +3,9 @@
 // WorldHost owns the server's worlds by name. A HostedWorld is one core World
 // behind a writer lock, plus the Replicator that serves its subscribers. Writes
 // apply at once (a read after a write sees it); frames are published on the
-// world's tick, by one ticker thread for all worlds, or when a write batch
-// says end_frame (driven mode). Protobuf is converted to core types here, at
+// world's tick, by a thread of the world's own (so what holds one world never
+// delays another's frames), or when a write batch says end_frame (driven
+// mode). Protobuf is converted to core types here, at
 // the edge; the gRPC service on top only moves messages and statuses.
 
 #ifndef XFORM_SERVER_WORLD_HOST_H_
@@ -34,7 +35,8 @@
 namespace xform::server {
 
 // The tick rates a world may have: below the floor a tick world would hold
-// writes unpublished for minutes; above the ceiling the ticker cannot keep up.
+// writes unpublished for minutes; above the ceiling a world's ticker cannot
+// keep up.
 inline constexpr double kMinTickHz = 0.01;
 inline constexpr double kMaxTickHz = 1000;
 
@@ -78,8 +80,6 @@ class HostedWorld {
                     v1::ReadResponse* response) const;
   // Closes the current frame and hands its changes to the replicator.
   void Publish();
-  // As Publish(), unless a batch holds the world: then false, at once.
-  bool TryPublish();
   v1::WorldInfo Info() const;
 
   Replicator& replicator() { return replicator_; }
@@ -127,7 +127,10 @@ class WorldHost {
   void EndAllStreams(const absl::Status& status);
 
  private:
-  void TickLoop();
+  class Ticker;
+  // Polls every world's subscribers every 5 ms (rate-limited messages now
+  // due), and trims the heap after a delete.
+  void PollLoop();
 
   const Limits limits_;
   const std::shared_ptr<BurstBudget> burst_budget_;
@@ -136,11 +139,14 @@ class WorldHost {
   absl::flat_hash_map<std::string, std::shared_ptr<HostedWorld>> worlds_
       ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  // When the ticker gives freed memory back to the OS once more after a
+  // When the poller gives freed memory back to the OS once more after a
   // delete: what the deleting connections' buffers held is freed only after
   // the world itself (see HostedWorld::MemoryReturn).
   absl::Time trim_due_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
-  std::thread ticker_;
+  // Each tick world's publishing thread (see Ticker), by name.
+  absl::flat_hash_map<std::string, std::unique_ptr<Ticker>> tickers_
+      ABSL_GUARDED_BY(mu_);
+  std::thread poller_;
 };
 
 }  // namespace xform::server

@@ -3,11 +3,11 @@
 // WriteWatchdog: finds subscriber streams whose write has been outstanding
 // past --write_timeout_ms and has them cancel, from a thread of its own.
 //
-// It is not driven by a world's ticker: the ticker also publishes, and skips
-// a world whose replicator is busy, so a check riding on it could come late
-// exactly when the server is loaded. Here every watched stream is checked
-// every period (a tenth of the timeout, within [10 ms, 1 s]), so a stuck
-// write is cancelled within timeout + period. Cost: O(streams) a period,
+// It is not driven by the poll of worlds' subscribers (Replicator::Flush),
+// which skips a world whose replicator is busy, so a check riding on it
+// could come late exactly when the server is loaded. Here every watched stream
+// is checked every period (a tenth of the timeout, within [10 ms, 1 s]), so a
+// stuck write is cancelled within timeout + period. Cost: O(streams) a period,
 // with no world's lock taken.
 //
 // Thread-safe.
