@@ -315,7 +315,7 @@ void Replicator::CloseFrame(const absl::flat_hash_set<SubscriptionId>& served,
     }
     // A streaming snapshot is not woken: its stream asks for each next part
     // as the last is written, and waking it would make the part here, on the
-    // publishing thread (for tick worlds, the one ticker).
+    // publishing thread (for tick worlds, the world's ticker).
     if (s->snapshot) continue;
     if (served.contains(id)) {
       if (s->ready_frames > 1) wake.push_back(s->sink);  // See Next().
@@ -531,7 +531,7 @@ std::shared_ptr<const Outgoing> Replicator::NextPendingPart(Subscription& s,
 void Replicator::Flush(absl::Time now) {
   std::vector<std::shared_ptr<UpdateSink>> sinks;
   {
-    // The one ticker polls every world: one busy publishing a huge frame is
+    // One poller polls every world: one busy publishing a huge frame is
     // polled next time rather than holding up the others.
     std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
     if (!lock.owns_lock()) return;

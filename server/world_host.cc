@@ -143,62 +143,41 @@ v1::WorldInfo HostedWorld::Info() const {
 
 // ---------------------------------------------------------------------------
 
+namespace {
+
 // A tick world's own thread, publishing it every tick. Its publication waits
 // for what holds that world (a big batch, a snapshot burst under its
 // replicator's lock) and for nothing else; a tick that falls behind is
 // dropped, not replayed in a burst.
-class WorldHost::Ticker {
- public:
-  explicit Ticker(std::shared_ptr<HostedWorld> world)
-      : world_(std::move(world)), thread_([this] { Run(); }) {}
-  Ticker(const Ticker&) = delete;
-  Ticker& operator=(const Ticker&) = delete;
-  ~Ticker() {
-    {
-      absl::MutexLock lock(&mu_);
-      stopping_ = true;
-    }
-    thread_.join();
-  }
+std::unique_ptr<PeriodicThread> StartTicker(
+    std::shared_ptr<HostedWorld> world) {
+  const absl::Time first = absl::Now() + world->tick();
+  return std::make_unique<PeriodicThread>(
+      "xform-tick", first, [world = std::move(world), next = first]() mutable {
+        world->Publish();
+        next = std::max(next + world->tick(), absl::Now());
+        return next;
+      });
+}
 
- private:
-  void Run() {
-    pthread_setname_np(pthread_self(), "xform-tick");  // For top and perf.
-    for (absl::Time next = absl::Now() + world_->tick();;) {
-      {
-        absl::MutexLock lock(&mu_);
-        if (mu_.AwaitWithDeadline(absl::Condition(&stopping_), next)) return;
-      }
-      world_->Publish();
-      next = std::max(next + world_->tick(), absl::Now());
-    }
-  }
-
-  const std::shared_ptr<HostedWorld> world_;
-  absl::Mutex mu_;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread thread_;  // Last: it runs as soon as it is made.
-};
+}  // namespace
 
 WorldHost::WorldHost(Limits limits, double default_tick_hz)
     : limits_(limits),
       burst_budget_(std::make_shared<BurstBudget>(limits.snapshot_burst_bytes)),
       default_tick_hz_(default_tick_hz) {
-  poller_ = std::thread([this] {
-    pthread_setname_np(pthread_self(), "xform-poller");  // For top and perf.
-    PollLoop();
-  });
+  poller_ = std::make_unique<PeriodicThread>("xform-poller", absl::Now(),
+                                             [this] { return PollOnce(); });
 }
 
 WorldHost::~WorldHost() {
-  absl::flat_hash_map<std::string, std::unique_ptr<Ticker>> tickers;
+  absl::flat_hash_map<std::string, std::unique_ptr<PeriodicThread>> tickers;
   {
     absl::MutexLock lock(&mu_);
-    stopping_ = true;
     tickers.swap(tickers_);
   }
   tickers.clear();  // Joined outside the lock.
-  poller_.join();
+  poller_.reset();
 }
 
 absl::StatusOr<std::shared_ptr<HostedWorld>> WorldHost::Create(
@@ -234,7 +213,7 @@ absl::StatusOr<std::shared_ptr<HostedWorld>> WorldHost::Create(
       request.name(), mode, tick_hz, limits_.max_pending, burst_budget_);
   worlds_[request.name()] = world;
   if (mode == v1::FRAME_MODE_TICK) {
-    tickers_[request.name()] = std::make_unique<Ticker>(world);
+    tickers_[request.name()] = StartTicker(world);
   }
   return world;
 }
@@ -260,7 +239,7 @@ std::vector<std::shared_ptr<HostedWorld>> WorldHost::List() const {
 
 absl::Status WorldHost::Delete(absl::string_view name) {
   std::shared_ptr<HostedWorld> world;
-  std::unique_ptr<Ticker> ticker;
+  std::unique_ptr<PeriodicThread> ticker;
   {
     absl::MutexLock lock(&mu_);
     auto it = worlds_.find(name);
@@ -285,25 +264,19 @@ void WorldHost::EndAllStreams(const absl::Status& status) {
   for (const auto& world : List()) world->replicator().EndAll(status);
 }
 
-void WorldHost::PollLoop() {
-  for (;;) {
-    const absl::Time now = absl::Now();
-    for (const auto& world : List()) world->replicator().Flush(now);
-    bool trim = false;
-    {
-      absl::MutexLock lock(&mu_);
-      if (now >= trim_due_) {
-        trim_due_ = absl::InfiniteFuture();
-        trim = true;
-      }
-    }
-    if (trim) malloc_trim(0);
+absl::Time WorldHost::PollOnce() {
+  const absl::Time now = absl::Now();
+  for (const auto& world : List()) world->replicator().Flush(now);
+  bool trim = false;
+  {
     absl::MutexLock lock(&mu_);
-    if (mu_.AwaitWithDeadline(absl::Condition(&stopping_),
-                              now + kPollInterval)) {
-      return;
+    if (now >= trim_due_) {
+      trim_due_ = absl::InfiniteFuture();
+      trim = true;
     }
   }
+  if (trim) malloc_trim(0);
+  return now + kPollInterval;
 }
 
 }  // namespace xform::server

@@ -26,6 +26,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/burst_budget.h"
+#include "server/periodic_thread.h"
 #include "server/replicator.h"
 #include "xform/message_size.h"
 #include "xform/v1/wire.h"
@@ -127,10 +128,9 @@ class WorldHost {
   void EndAllStreams(const absl::Status& status);
 
  private:
-  class Ticker;
-  // Polls every world's subscribers every 5 ms (rate-limited messages now
-  // due), and trims the heap after a delete.
-  void PollLoop();
+  // Polls every world's subscribers (rate-limited messages now due), and
+  // trims the heap after a delete; returns when to poll again (5 ms).
+  absl::Time PollOnce();
 
   const Limits limits_;
   const std::shared_ptr<BurstBudget> burst_budget_;
@@ -138,15 +138,14 @@ class WorldHost {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<HostedWorld>> worlds_
       ABSL_GUARDED_BY(mu_);
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   // When the poller gives freed memory back to the OS once more after a
   // delete: what the deleting connections' buffers held is freed only after
   // the world itself (see HostedWorld::MemoryReturn).
   absl::Time trim_due_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
-  // Each tick world's publishing thread (see Ticker), by name.
-  absl::flat_hash_map<std::string, std::unique_ptr<Ticker>> tickers_
+  // Each tick world's publishing thread (StartTicker in the .cc), by name.
+  absl::flat_hash_map<std::string, std::unique_ptr<PeriodicThread>> tickers_
       ABSL_GUARDED_BY(mu_);
-  std::thread poller_;
+  std::unique_ptr<PeriodicThread> poller_;
 };
 
 }  // namespace xform::server

@@ -2,8 +2,6 @@
 
 #include "server/write_watchdog.h"
 
-#include <pthread.h>
-
 #include <algorithm>
 #include <utility>
 
@@ -14,46 +12,34 @@ namespace xform::server {
 WriteWatchdog::WriteWatchdog(absl::Duration timeout)
     : timeout_(timeout),
       period_(
-          std::clamp(timeout / 10, absl::Milliseconds(10), absl::Seconds(1))) {
-  thread_ = std::thread([this] {
-    pthread_setname_np(pthread_self(), "xform-watchdog");  // For top and perf.
-    Loop();
-  });
-}
+          std::clamp(timeout / 10, absl::Milliseconds(10), absl::Seconds(1))),
+      thread_("xform-watchdog", absl::Now() + period_,
+              [this] { return CheckAll(); }) {}
 
-WriteWatchdog::~WriteWatchdog() {
-  {
-    absl::MutexLock lock(&mu_);
-    stopping_ = true;
-  }
-  thread_.join();
-}
+WriteWatchdog::~WriteWatchdog() = default;
 
 void WriteWatchdog::Watch(std::weak_ptr<Stream> stream) {
   absl::MutexLock lock(&mu_);
   streams_.push_back(std::move(stream));
 }
 
-void WriteWatchdog::Loop() {
+absl::Time WriteWatchdog::CheckAll() {
+  // Streams that went are dropped; the live ones are held while checked,
+  // outside the lock, since cancelling may run a stream's reactions.
   std::vector<std::shared_ptr<Stream>> live;
-  for (;;) {
-    {
-      absl::MutexLock lock(&mu_);
-      if (mu_.AwaitWithTimeout(absl::Condition(&stopping_), period_)) return;
-      // Streams that went are dropped; the live ones are held while checked,
-      // outside the lock, since cancelling may run a stream's reactions.
-      live.clear();
-      std::erase_if(streams_, [&](const std::weak_ptr<Stream>& weak) {
-        std::shared_ptr<Stream> stream = weak.lock();
-        if (stream == nullptr) return true;
-        live.push_back(std::move(stream));
-        return false;
-      });
-    }
-    const absl::Time now = absl::Now();
-    for (const auto& stream : live) stream->CancelIfStuck(now, timeout_);
-    live.clear();  // Not held while waiting: a stream's end is not delayed.
+  {
+    absl::MutexLock lock(&mu_);
+    std::erase_if(streams_, [&](const std::weak_ptr<Stream>& weak) {
+      std::shared_ptr<Stream> stream = weak.lock();
+      if (stream == nullptr) return true;
+      live.push_back(std::move(stream));
+      return false;
+    });
   }
+  const absl::Time now = absl::Now();
+  for (const auto& stream : live) stream->CancelIfStuck(now, timeout_);
+  return now +
+         period_;  // Not held while waiting: a stream's end is not delayed.
 }
 
 }  // namespace xform::server

@@ -16,12 +16,12 @@
 #define XFORM_SERVER_WRITE_WATCHDOG_H_
 
 #include <memory>
-#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "server/periodic_thread.h"
 
 namespace xform::server {
 
@@ -48,14 +48,14 @@ class WriteWatchdog {
   void Watch(std::weak_ptr<Stream> stream);
 
  private:
-  void Loop();
+  // Checks every watched stream; returns when to check again.
+  absl::Time CheckAll();
 
   const absl::Duration timeout_;
   const absl::Duration period_;
   absl::Mutex mu_;
   std::vector<std::weak_ptr<Stream>> streams_ ABSL_GUARDED_BY(mu_);
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread thread_;
+  PeriodicThread thread_;  // Last: it checks as soon as it is made.
 };
 
 }  // namespace xform::server
