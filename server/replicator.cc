@@ -375,7 +375,7 @@ std::vector<std::shared_ptr<const Outgoing>> Replicator::Share(
 std::shared_ptr<const Outgoing> Replicator::TakePart(Subscription& s) {
   std::shared_ptr<const Outgoing> part = std::move(s.parts.front());
   s.parts.pop_front();
-  if (part->message().last_part()) s.last_frame_sent = part->message().frame();
+  if (part->header().last_part) s.last_frame_sent = part->header().frame;
   return part;
 }
 
@@ -444,7 +444,7 @@ std::shared_ptr<const Outgoing> Replicator::NextIfMade(SubscriptionId id,
 std::shared_ptr<const Outgoing> Replicator::Take(SubscriptionId id,
                                                  absl::Time now, bool make,
                                                  bool* must_make) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   auto it = subs_.find(id);
   if (it == subs_.end()) return nullptr;
   Subscription& s = *it->second;
@@ -456,7 +456,7 @@ std::shared_ptr<const Outgoing> Replicator::Take(SubscriptionId id,
       s.ready_frames = 0;
       s.ready_entities = 0;
       s.frames_with_changes = 0;
-    } else if (s.ready.back()->message().frame() > frame_) {
+    } else if (s.ready.back()->header().frame > frame_) {
       // The last frame is not in the published state yet (Publish serves
       // shared parts first): it is woken again once it is.
       return nullptr;
@@ -467,7 +467,14 @@ std::shared_ptr<const Outgoing> Replicator::Take(SubscriptionId id,
       Fold(s);  // Several frames: one message with the latest of each.
     }
   }
-  if (!s.parts.empty()) return TakePart(s);
+  if (!s.parts.empty()) {
+    // A part made later is made by whoever encodes it: not gRPC's threads.
+    if (!make && s.parts.front()->made_later()) {
+      *must_make = true;
+      return nullptr;
+    }
+    return TakePart(s);
+  }
   const bool due = s.snapshot != nullptr ||
                    ((s.resync || !s.pending.empty()) && now >= s.next_allowed);
   if (!due) return nullptr;
@@ -475,13 +482,26 @@ std::shared_ptr<const Outgoing> Replicator::Take(SubscriptionId id,
     *must_make = true;
     return nullptr;
   }
-  if (s.snapshot) return NextSnapshotPart(s);
+  if (!s.snapshot && !s.resync) return NextPendingPart(s, now);
   if (s.resync) {
     s.resync = false;
     BuildSnapshot(s);
-    return NextSnapshotPart(s);
   }
-  return NextPendingPart(s, now);
+  // A burst's copy is made outside the lock; the world may outgrow it
+  // meanwhile, so a second is offered, and then it grows under the lock.
+  Subscription* sub = &s;
+  for (int round = 0;; ++round) {
+    size_t copy_wanted = 0;
+    auto part = NextSnapshotPart(*sub, round < 2 ? &copy_wanted : nullptr);
+    if (copy_wanted == 0) return part;
+    lock.unlock();
+    std::shared_ptr<BurstCopy> copy = MakeBurstCopy(copy_wanted);
+    lock.lock();
+    it = subs_.find(id);
+    if (it == subs_.end() || it->second->snapshot == nullptr) return nullptr;
+    sub = it->second.get();
+    sub->snapshot->burst_copy = std::move(copy);
+  }
 }
 
 std::shared_ptr<const Outgoing> Replicator::NextPendingPart(Subscription& s,

@@ -19,10 +19,81 @@ namespace {
 constexpr size_t kSnapshotPartBytes = 1 << 20;
 constexpr size_t kIdBytes = v1::FrameUpdateWriter::kIdBytes;
 constexpr size_t kEntryBytes = v1::FrameUpdateWriter::kEntryBytes;
-// What a burst's entity holds until sent: as a message, then encoded too.
-constexpr size_t kBurstEntryBytes = 2 * kEntryBytes;
+// What a burst's entity holds until sent (BurstCopy's columns).
+constexpr size_t kBurstEntryBytes =
+    2 * sizeof(EntityId) + sizeof(Matrix3x4) + 1;
 
 }  // namespace
+
+// A burst's entries as of the frame it was taken at, copied out of the
+// published state; its parts are made from it outside the lock.
+struct Replicator::BurstCopy {
+  uint64_t frame = 0;
+  absl::Time time;
+  uint32_t first_part = 0;
+  uint64_t frames_skipped = 0;
+  size_t entries_a_part = 0;
+  // By entry: created to the subscriber (or re-sent: re-parented and moved).
+  // Sized (and so their pages touched) ahead, and cut to `size` once full.
+  size_t size = 0;
+  std::vector<EntityId> entity;
+  std::vector<EntityId> parent;
+  std::vector<Matrix3x4> world;
+  std::vector<bool> created;
+  std::shared_ptr<const void> claim;
+
+  explicit BurstCopy(size_t room)
+      : entity(room), parent(room), world(room), created(room) {}
+  size_t room() const { return entity.size() - size; }
+  void Add(EntityId e, EntityId p, const Matrix3x4& m, bool is_new) {
+    if (room() == 0) {  // Grown here only if the world outgrew the slack.
+      const size_t more = std::max<size_t>(1024, entity.size() / 2);
+      entity.resize(entity.size() + more);
+      parent.resize(entity.size());
+      world.resize(entity.size());
+      created.resize(entity.size());
+    }
+    entity[size] = e;
+    parent[size] = p;
+    world[size] = m;
+    created[size] = is_new;
+    ++size;
+  }
+  void Cut() {
+    entity.resize(size);
+    parent.resize(size);
+    world.resize(size);
+    created.resize(size);
+  }
+
+  size_t parts() const {  // At least one, to carry snapshot_done.
+    return std::max<size_t>(1, (size + entries_a_part - 1) / entries_a_part);
+  }
+  // Part k: entries_a_part entries (the last, what is left), in one message.
+  v1::FrameUpdate MakePart(size_t k) const {
+    const size_t begin = k * entries_a_part;
+    const size_t end = std::min(size, begin + entries_a_part);
+    v1::FrameUpdateWriter writer(frame, time, entries_a_part * kEntryBytes,
+                                 /*snapshot=*/true,
+                                 first_part + static_cast<uint32_t>(k));
+    writer.Reserve(end - begin);
+    for (size_t i = begin; i < end; ++i) {
+      if (created[i]) {
+        writer.Created(entity[i], parent[i], world[i]);
+      } else {
+        writer.Reparented(entity[i], parent[i]);
+        writer.Moved(entity[i], world[i]);
+      }
+    }
+    std::vector<v1::FrameUpdate> parts =
+        writer.Finish(frames_skipped, /*last=*/k + 1 == this->parts());
+    return std::move(parts.front());  // Sized to be one.
+  }
+};
+
+std::shared_ptr<Replicator::BurstCopy> Replicator::MakeBurstCopy(size_t room) {
+  return std::make_shared<BurstCopy>(room);
+}
 
 void Replicator::NoteInSnapshot(StreamedSnapshot& snap, EntityId e,
                                 NetChange change, Slot slot) const {
@@ -71,59 +142,76 @@ void Replicator::BuildSnapshot(Subscription& s) {
   s.snapshot = std::move(snap);
 }
 
-std::shared_ptr<const Outgoing> Replicator::NextSnapshotPart(Subscription& s) {
+Replicator::Slot Replicator::NextStale(const Subscription& s,
+                                       StreamedSnapshot& snap) const {
+  if (snap.chain.empty()) {
+    if (snap.stale_count == 0) return PublishedState::kNoSlot;
+    const size_t slot = snap.stale.Find(snap.cursor);
+    if (slot == snap.stale.size()) return PublishedState::kNoSlot;
+    // Past it: if it changes again, it waits for the next pass.
+    snap.cursor = slot + 1;
+    // The slot, and its ancestors the subscriber lacks, the root-most last.
+    snap.chain.push_back(static_cast<Slot>(slot));
+    for (Slot p = state_.parent(static_cast<Slot>(slot));
+         p != PublishedState::kNoSlot && !snap.known.test(p) &&
+         (s.whole_world || InView(s, p));
+         p = state_.parent(p)) {
+      snap.chain.push_back(p);
+    }
+    snap.chain_epoch = state_.structure_epoch();
+  }
+  const Slot slot = snap.chain.back();
+  snap.chain.pop_back();
+  if (snap.stale.reset(slot)) --snap.stale_count;
+  return slot;
+}
+
+std::shared_ptr<const Outgoing> Replicator::NextSnapshotPart(
+    Subscription& s, size_t* copy_wanted) {
   StreamedSnapshot& snap = *s.snapshot;
   if (snap.chain_epoch != state_.structure_epoch()) snap.chain.clear();
+  const size_t part_bytes =
+      std::min(s.options.part_budget_bytes, kSnapshotPartBytes);
   // A pass over the slots is done. What changed behind it is sent in another
   // pass, a part at a time, unless it is at most max_pending entities, or
-  // the burst budget grants it room: then all of it now, under this one
-  // lock, so the last part leaves the copy at one frame. So a subscriber
-  // makes at most max_pending entities' parts ahead of its stream, and
-  // bursts bigger than that (a world changing faster than the stream
-  // carries: the burst is what changed behind the scan) hold at most the
-  // budget between them, server-wide, and take turns.
-  bool all_now = false;
-  std::shared_ptr<const void> claim;
-  if (snap.chain.empty() && snap.stale_count > 0 &&
+  // the burst budget grants it room: then all of it now, so the last part
+  // leaves the copy at one frame. So a subscriber makes at most max_pending
+  // entities' parts ahead of its stream, and bursts bigger than that (a
+  // world changing faster than the stream carries: the burst is what changed
+  // behind the scan) hold at most the budget between them, server-wide, and
+  // take turns.
+  if (!snap.burst_due && snap.chain.empty() && snap.stale_count > 0 &&
       snap.stale.Find(snap.cursor) == snap.stale.size()) {
-    all_now = snap.stale_count <= max_pending_;
-    if (!all_now && burst_budget_ != nullptr) {
-      claim = burst_budget_->TryClaim(snap.stale_count * kBurstEntryBytes);
-      all_now = claim != nullptr;
-    }
     snap.cursor = 0;
+    snap.burst_due = snap.stale_count <= max_pending_;
+    if (!snap.burst_due && burst_budget_ != nullptr) {
+      snap.burst_claim =
+          burst_budget_->TryClaim(snap.stale_count * kBurstEntryBytes);
+      snap.burst_due = snap.burst_claim != nullptr;
+    }
   }
-  v1::FrameUpdateWriter writer(
-      frame_, frame_time_,
-      std::min(s.options.part_budget_bytes, kSnapshotPartBytes),
-      /*snapshot=*/true, snap.part);
+  if (snap.burst_due) {
+    // Its copy's memory is touched first, outside the lock (see Take): on
+    // some machines, faulting in tens of MB costs more than copying them.
+    if (copy_wanted != nullptr &&
+        (snap.burst_copy == nullptr ||
+         snap.burst_copy->room() < snap.stale_count)) {
+      *copy_wanted = snap.stale_count + snap.stale_count / 4 + 1024;
+      return nullptr;
+    }
+    return Burst(s, part_bytes);
+  }
+  v1::FrameUpdateWriter writer(frame_, frame_time_, part_bytes,
+                               /*snapshot=*/true, snap.part);
   // What the subscriber had and is gone, first, as the proto orders a part.
-  const size_t gone =
-      all_now ? snap.gone.size()
-              : std::min(snap.gone.size(), writer.room() / kIdBytes);
+  const size_t gone = std::min(snap.gone.size(), writer.room() / kIdBytes);
   writer.Destroyed({snap.gone.data() + snap.gone.size() - gone, gone});
   snap.gone.resize(snap.gone.size() - gone);
   if (snap.gone.empty()) writer.Reserve(snap.stale_count);
   // Then stale entities in slot order, each after its parent chain.
-  while (snap.gone.empty() && (all_now || writer.Fits(kEntryBytes))) {
-    if (snap.chain.empty()) {
-      if (snap.stale_count == 0) break;
-      const size_t slot = snap.stale.Find(snap.cursor);
-      if (slot == snap.stale.size()) break;  // The pass is done.
-      // Past it: if it changes again, it waits for the next pass.
-      snap.cursor = slot + 1;
-      // The slot, and its ancestors the subscriber lacks, the root-most last.
-      snap.chain.push_back(static_cast<Slot>(slot));
-      for (Slot p = state_.parent(static_cast<Slot>(slot));
-           p != PublishedState::kNoSlot && !snap.known.test(p) &&
-           (s.whole_world || InView(s, p));
-           p = state_.parent(p)) {
-        snap.chain.push_back(p);
-      }
-      snap.chain_epoch = state_.structure_epoch();
-    }
-    const Slot slot = snap.chain.back();
-    snap.chain.pop_back();
+  while (snap.gone.empty() && writer.Fits(kEntryBytes)) {
+    const Slot slot = NextStale(s, snap);
+    if (slot == PublishedState::kNoSlot) break;  // The pass is done.
     const EntityId e = state_.entity(slot);
     if (snap.known.set(slot)) {
       writer.Created(e, state_.parent_entity(slot), state_.world(slot));
@@ -131,20 +219,65 @@ std::shared_ptr<const Outgoing> Replicator::NextSnapshotPart(Subscription& s) {
       writer.Reparented(e, state_.parent_entity(slot));
       writer.Moved(e, state_.world(slot));
     }
-    if (snap.stale.reset(slot)) --snap.stale_count;
   }
   const bool done = snap.stale_count == 0 && snap.gone.empty();
-  // Frames published while it streamed are in it, not skipped.
-  const uint64_t skipped = snap.skipped_before;
-  auto parts = Share(writer.Finish(skipped, /*last=*/done), claim);
-  snap.part += static_cast<uint32_t>(parts.size());
-  if (done) {
-    s.frames_skipped += skipped;
-    s.frames_with_changes = 0;
-    s.snapshot.reset();
+  for (auto& part : Share(writer.Finish(snap.skipped_before, /*last=*/done))) {
+    s.parts.push_back(std::move(part));
+    ++snap.part;
   }
-  for (auto& part : parts) s.parts.push_back(std::move(part));
+  if (done) EndSnapshot(s);
   return TakePart(s);
+}
+
+std::shared_ptr<const Outgoing> Replicator::Burst(Subscription& s,
+                                                  size_t part_bytes) {
+  StreamedSnapshot& snap = *s.snapshot;
+  // What is gone, first, made now: ids only, and rare.
+  if (!snap.gone.empty()) {
+    v1::FrameUpdateWriter writer(frame_, frame_time_, part_bytes,
+                                 /*snapshot=*/true, snap.part);
+    writer.Destroyed(snap.gone);
+    snap.gone.clear();
+    for (auto& part : Share(writer.Finish(0, /*last=*/false))) {
+      s.parts.push_back(std::move(part));
+      ++snap.part;
+    }
+  }
+  // The rest, copied: a pass over the stale slots, as NextSnapshotPart's.
+  std::shared_ptr<BurstCopy> copy = std::move(snap.burst_copy);
+  if (copy == nullptr) copy = MakeBurstCopy(snap.stale_count);
+  copy->frame = frame_;
+  copy->time = frame_time_;
+  copy->first_part = snap.part;
+  copy->frames_skipped = snap.skipped_before;
+  copy->entries_a_part = std::max<size_t>(1, part_bytes / kEntryBytes);
+  copy->claim = std::move(snap.burst_claim);
+  for (Slot slot = NextStale(s, snap); slot != PublishedState::kNoSlot;
+       slot = NextStale(s, snap)) {
+    copy->Add(state_.entity(slot), state_.parent_entity(slot),
+              state_.world(slot), snap.known.set(slot));
+  }
+  copy->Cut();
+  const size_t parts = copy->parts();
+  for (size_t k = 0; k < parts; ++k) {
+    const Outgoing::Header header = {
+        .frame = frame_,
+        .frames_skipped = k + 1 == parts ? snap.skipped_before : 0,
+        .last_part = k + 1 == parts};
+    std::shared_ptr<const BurstCopy> from = copy;
+    s.parts.push_back(std::make_shared<const Outgoing>(
+        header, [from, k] { return from->MakePart(k); }));
+  }
+  snap.part += static_cast<uint32_t>(parts);
+  EndSnapshot(s);
+  return TakePart(s);
+}
+
+void Replicator::EndSnapshot(Subscription& s) {
+  // Frames published while it streamed are in it, not skipped.
+  s.frames_skipped += s.snapshot->skipped_before;
+  s.frames_with_changes = 0;
+  s.snapshot.reset();
 }
 
 }  // namespace xform::server

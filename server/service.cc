@@ -328,11 +328,11 @@ class SubscribeReactor final
       writing_ = true;
       write_started_ = now;
       // A rate-limited subscriber folds frames by its own choice.
-      if (update_->message().frames_skipped() > 0 && !rate_limited_ &&
+      if (update_->header().frames_skipped > 0 && !rate_limited_ &&
           !warned_slow_) {
         warned_slow_ = true;  // Once per stream: a slow link is not news twice.
         Log('W', "world '", world_->name(), "': subscriber ", id_,
-            " is slow, skipped ", update_->message().frames_skipped(),
+            " is slow, skipped ", update_->header().frames_skipped,
             " frame(s)");
       }
     }

@@ -1,0 +1,156 @@
+// Copyright 2026 The xform Authors.
+//
+// The Replicator's costs under its lock, which is the world's: whatever one
+// call holds it for, the world's publication and its other subscribers wait.
+//
+// BM_SnapshotBurst: a whole-world snapshot of a world that changes faster
+// than the stream carries it (every entity moves between any two parts).
+// The first pass goes a part at a time; what changed behind it then goes at
+// once, as a burst the BurstBudget granted, so the snapshot ends at one
+// frame. The reported time is the longest another caller waited for the
+// world's lock meanwhile (a LockProbe's), which is the burst's hold;
+// `longest_next_ms` the longest Next() call (the burst's, including work
+// outside the lock), and `burst_entities` its size.
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "benchmark/benchmark.h"
+#include "server/burst_budget.h"
+#include "server/replicator.h"
+#include "xform/world.h"
+
+namespace xform::server {
+namespace {
+
+constexpr EntityId kChainLength = 100;
+
+class NullSink : public UpdateSink {
+ public:
+  void Wake() override {}
+  void Poll(absl::Time) override {}
+  void End(const absl::Status&) override {}
+};
+
+Transform At(float x) {
+  Transform t;
+  t.position.x = x;
+  return t;
+}
+
+// Times another caller's waits for the replicator's lock (Replicator::
+// frame() takes it and does nothing else), only while allowed: so the
+// longest wait it sees is the longest hold by what runs meanwhile.
+class LockProbe {
+ public:
+  explicit LockProbe(const Replicator& replicator)
+      : replicator_(replicator), thread_([this] { Run(); }) {}
+  ~LockProbe() {
+    stop_ = true;
+    thread_.join();
+  }
+  // Probing on, or off once the probe is between calls.
+  void Probe(bool on) {
+    probing_ = on;
+    if (!on) {
+      while (in_call_) std::this_thread::yield();
+    }
+  }
+  double longest_seconds() const { return longest_; }
+
+ private:
+  void Run() {
+    while (!stop_) {
+      if (!probing_) {
+        std::this_thread::yield();
+        continue;
+      }
+      in_call_ = true;
+      if (!probing_) {  // Turned off meanwhile: Probe(false) may be waiting.
+        in_call_ = false;
+        continue;
+      }
+      const auto start = std::chrono::steady_clock::now();
+      benchmark::DoNotOptimize(replicator_.frame());
+      const std::chrono::duration<double> took =
+          std::chrono::steady_clock::now() - start;
+      in_call_ = false;
+      longest_ = std::max(longest_.load(), took.count());
+    }
+  }
+
+  const Replicator& replicator_;
+  std::atomic<bool> stop_{false}, probing_{false}, in_call_{false};
+  std::atomic<double> longest_{0};
+  std::thread thread_;
+};
+
+void BM_SnapshotBurst(benchmark::State& state) {
+  const auto entities = static_cast<EntityId>(state.range(0));
+  std::vector<CreateOp> ops;
+  for (EntityId e = 1; e <= entities; ++e) {
+    ops.push_back({e, e % kChainLength == 1 ? 0 : e - 1, At(1)});
+  }
+  std::vector<SetLocalOp> roots;
+  for (EntityId e = 1; e <= entities; e += kChainLength) {
+    roots.push_back({e, At(1)});
+  }
+  float x = 1;
+  size_t burst_entities = 0;
+  double longest_call = 0;
+  for (auto _ : state) {
+    // Built anew each time: the replicator learns the world from its frames.
+    World world;
+    if (!world.CreateMany(ops).ok()) std::abort();
+    // Room for any burst; no more than a part's worth made ahead otherwise.
+    Replicator replicator(/*max_pending=*/100,
+                          std::make_shared<BurstBudget>(size_t{1} << 40));
+    FrameChanges changes;
+    const auto publish = [&] {
+      world.EndFrame(&changes);
+      replicator.Publish(changes, absl::Now());
+    };
+    publish();
+    const auto id = replicator.Subscribe({}, std::make_shared<NullSink>());
+    LockProbe probe(replicator);
+    longest_call = 0;
+    for (bool done = false; !done;) {
+      probe.Probe(true);
+      const auto start = std::chrono::steady_clock::now();
+      const auto part = replicator.Next(id, absl::Now());
+      const std::chrono::duration<double> took =
+          std::chrono::steady_clock::now() - start;
+      probe.Probe(false);
+      // The parts from the longest call to the end are that call's.
+      if (took.count() > longest_call) {
+        longest_call = took.count();
+        burst_entities = 0;
+      }
+      burst_entities += part->message().moved_size();
+      done = part->message().snapshot_done();
+      x += 1;
+      for (SetLocalOp& op : roots) op.local = At(x);
+      if (!world.SetLocals(roots).ok()) std::abort();
+      publish();
+    }
+    state.SetIterationTime(probe.longest_seconds());
+  }
+  state.counters["burst_entities"] = static_cast<double>(burst_entities);
+  state.counters["longest_next_ms"] = longest_call * 1e3;
+}
+BENCHMARK(BM_SnapshotBurst)
+    ->Arg(100'000)
+    ->Arg(500'000)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(3);
+
+}  // namespace
+}  // namespace xform::server
+
+BENCHMARK_MAIN();
