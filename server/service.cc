@@ -47,25 +47,31 @@ grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context,
 
 // A unary call: parse (or refuse) the request, handle it, answer.
 // The handler runs inline, so the call is counted until it has answered.
+// The caller is authenticated first; the handler checks its role.
 template <typename Request, typename Response, typename Handler>
-grpc::ServerUnaryReactor* Serve(std::atomic<int>& calls,
+grpc::ServerUnaryReactor* Serve(std::atomic<int>& calls, Gatekeeper& gatekeeper,
+                                absl::string_view method,
                                 grpc::CallbackServerContext* context,
                                 const grpc::ByteBuffer* bytes,
                                 grpc::ByteBuffer* response_bytes,
                                 Handler&& handle) {
   const CallHold hold(calls);
+  absl::StatusOr<Caller> caller = gatekeeper.Authenticate(*context, method);
+  if (!caller.ok()) return Done(context, caller.status());
   Request request;
   if (absl::Status parsed = ParseRequest(*bytes, &request); !parsed.ok()) {
     return Done(context, parsed);
   }
   Response response;
-  const absl::Status status = handle(request, &response);
+  const absl::Status status = handle(*caller, request, &response);
   if (status.ok()) SerializeResponse(response, response_bytes);
   return Done(context, status);
 }
 
-// One write batch, Apply's or ApplyStream's: the frame it lands in.
-absl::StatusOr<uint64_t> ApplyBatch(WorldHost& host,
+// One write batch, Apply's or ApplyStream's, by `caller`: the frame it
+// lands in. Refused before anything applies when the caller lacks the write
+// role on its world or is over a write quota.
+absl::StatusOr<uint64_t> ApplyBatch(WorldHost& host, const Caller& caller,
                                     const grpc::ByteBuffer& bytes) {
   v1::ApplyRequest request;
   if (absl::Status parsed =
@@ -73,10 +79,25 @@ absl::StatusOr<uint64_t> ApplyBatch(WorldHost& host,
       !parsed.ok()) {
     return parsed;
   }
+  if (absl::Status allowed = caller.Require(kWrite, request.world(), "Apply");
+      !allowed.ok()) {
+    return allowed;
+  }
+  Limits limits = host.limits();
+  if (caller.quotas().has_max_entities_per_world()) {
+    limits.max_entities_per_world =
+        std::min<size_t>(limits.max_entities_per_world,
+                         caller.quotas().max_entities_per_world());
+  }
   absl::StatusOr<std::shared_ptr<HostedWorld>> world =
       host.Get(request.world());
   if (!world.ok()) return world.status();
-  return (*world)->Apply(request, host.limits());
+  if (absl::Status rate = caller.usage->TakeWrite(
+          caller.quotas(), v1::EntitiesNamed(request), absl::Now());
+      !rate.ok()) {
+    return rate;
+  }
+  return (*world)->Apply(request, limits);
 }
 
 }  // namespace
@@ -110,11 +131,25 @@ class ApplyStreamReactor final
     : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   // Starts the stream; the reactor owns itself until OnDone().
-  static ApplyStreamReactor* Start(WorldHost& host, WriterRegistry& registry,
-                                   std::atomic<int>& calls) {
+  static grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Start(
+      WorldHost& host, WriterRegistry& registry, std::atomic<int>& calls,
+      Caller caller) {
     auto reactor = std::shared_ptr<ApplyStreamReactor>(
-        new ApplyStreamReactor(host, registry, calls));
+        new ApplyStreamReactor(host, registry, calls, std::move(caller)));
+    // Counted against the principal's writers; ended should it be removed.
+    absl::StatusOr<std::unique_ptr<Usage::Ticket>> ticket =
+        reactor->caller_.usage->Open(
+            Usage::Stream::kWriter, reactor->caller_.quotas(),
+            [weak = std::weak_ptr<ApplyStreamReactor>(reactor)](
+                const absl::Status& status) {
+              if (auto writer = weak.lock()) writer->End(status);
+            });
     reactor->self_ = reactor;
+    if (!ticket.ok()) {
+      reactor->FinishWith(ToGrpc(ticket.status()));
+      return reactor.get();
+    }
+    reactor->ticket_ = *std::move(ticket);
     registry.Add(reactor);
     reactor->StartRead(&reactor->request_bytes_);
     return reactor.get();
@@ -136,7 +171,8 @@ class ApplyStreamReactor final
       return;
     }
     const uint64_t index = batches_;
-    const absl::StatusOr<uint64_t> frame = ApplyBatch(host_, request_bytes_);
+    const absl::StatusOr<uint64_t> frame =
+        ApplyBatch(host_, caller_, request_bytes_);
     if (!frame.ok()) {
       FinishWith(ToGrpc(absl::Status(
           frame.status().code(),
@@ -195,8 +231,11 @@ class ApplyStreamReactor final
 
  private:
   ApplyStreamReactor(WorldHost& host, WriterRegistry& registry,
-                     std::atomic<int>& calls)
-      : host_(host), registry_(registry), hold_(calls) {}
+                     std::atomic<int>& calls, Caller caller)
+      : host_(host),
+        registry_(registry),
+        hold_(calls),
+        caller_(std::move(caller)) {}
 
   // Finishes once: with End()'s status when shutdown asked first. gRPC may run
   // OnDone inline, so nothing follows the Finish().
@@ -222,6 +261,8 @@ class ApplyStreamReactor final
   WorldHost& host_;
   WriterRegistry& registry_;
   const CallHold hold_;
+  const Caller caller_;
+  std::unique_ptr<Usage::Ticket> ticket_;
   std::shared_ptr<ApplyStreamReactor> self_;
   grpc::ByteBuffer request_bytes_;
   grpc::ByteBuffer response_bytes_;
@@ -287,16 +328,32 @@ class SubscribeReactor final
       public std::enable_shared_from_this<SubscribeReactor> {
  public:
   // Starts the stream; the reactor owns itself until OnDone().
+  // `ticket` is taken once the reactor exists, to end it by.
   static void Start(grpc::CallbackServerContext* context,
                     std::shared_ptr<HostedWorld> world,
                     SubscriptionOptions options, WriteWatchdog& watchdog,
                     BuildPool& pool, std::atomic<int>& calls,
+                    const Caller& caller,
                     grpc::ServerWriteReactor<grpc::ByteBuffer>** out) {
     auto reactor = std::shared_ptr<SubscribeReactor>(
         new SubscribeReactor(context, std::move(world), pool, calls));
     reactor->rate_limited_ = options.max_rate_hz > 0;
     reactor->self_ = reactor;
     *out = reactor.get();
+    // Counted against the principal's subscriptions; ended should it be
+    // removed.
+    absl::StatusOr<std::unique_ptr<Usage::Ticket>> ticket =
+        caller.usage->Open(Usage::Stream::kSubscription, caller.quotas(),
+                           [weak = std::weak_ptr<SubscribeReactor>(reactor)](
+                               const absl::Status& status) {
+                             if (auto stream = weak.lock())
+                               stream->RequestFinish(ToGrpc(status));
+                           });
+    if (!ticket.ok()) {
+      reactor->RequestFinish(ToGrpc(ticket.status()));
+      return;
+    }
+    reactor->ticket_ = *std::move(ticket);
     watchdog.Watch(reactor);
     reactor->id_ = reactor->world_->replicator().Subscribe(
         std::move(options), std::make_shared<StreamSink>(reactor));
@@ -400,7 +457,7 @@ class SubscribeReactor final
   }
 
   void OnDone() override {
-    world_->replicator().Unsubscribe(id_);
+    if (id_ != 0) world_->replicator().Unsubscribe(id_);
     Log('I', "world '", world_->name(), "': subscriber ", id_, " left");
     self_.reset();  // May delete this: the last statement.
   }
@@ -418,6 +475,7 @@ class SubscribeReactor final
   const std::shared_ptr<HostedWorld> world_;
   BuildPool& pool_;
   const CallHold hold_;
+  std::unique_ptr<Usage::Ticket> ticket_;  // Set once, before it subscribes.
   std::shared_ptr<SubscribeReactor> self_;
   bool rate_limited_ = false;  // Set once, before any other thread sees it.
   Replicator::SubscriptionId id_ =
@@ -450,10 +508,18 @@ void StreamSink::End(const absl::Status& status) {
   if (auto reactor = reactor_.lock()) reactor->RequestFinish(ToGrpc(status));
 }
 
-// A reactor that only finishes, for streams refused at the start.
+// Reactors that only finish, for streams refused at the start.
 class RefusedStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   explicit RefusedStream(const absl::Status& status) { Finish(ToGrpc(status)); }
+  void OnDone() override { delete this; }
+};
+class RefusedBidiStream final
+    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  explicit RefusedBidiStream(const absl::Status& status) {
+    Finish(ToGrpc(status));
+  }
   void OnDone() override { delete this; }
 };
 
@@ -461,10 +527,14 @@ class RefusedStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
 XformService::XformService(WorldHost& host, ServiceOptions options)
     : host_(host),
-      options_(options),
+      options_(std::move(options)),
+      gatekeeper_(
+          options_.gatekeeper != nullptr
+              ? options_.gatekeeper
+              : std::make_shared<Gatekeeper>(AccessPolicy::OpenToAll())),
       writers_(std::make_unique<WriterRegistry>()),
-      watchdog_(std::make_unique<WriteWatchdog>(options.write_timeout)),
-      build_pool_(std::make_unique<BuildPool>(options.build_threads)) {}
+      watchdog_(std::make_unique<WriteWatchdog>(options_.write_timeout)),
+      build_pool_(std::make_unique<BuildPool>(options_.build_threads)) {}
 
 XformService::~XformService() = default;
 
@@ -477,14 +547,34 @@ grpc::ServerUnaryReactor* XformService::CreateWorld(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
   return Serve<v1::CreateWorldRequest, v1::WorldInfo>(
-      active_calls_, context, request, response,
-      [&](const v1::CreateWorldRequest& create, v1::WorldInfo* info) {
+      active_calls_, *gatekeeper_, "CreateWorld", context, request, response,
+      [&](const Caller& caller, const v1::CreateWorldRequest& create,
+          v1::WorldInfo* info) {
+        if (absl::Status allowed =
+                caller.Require(kAdmin, create.name(), "CreateWorld");
+            !allowed.ok()) {
+          return allowed;
+        }
+        absl::MutexLock lock(&create_mu_);
+        if (caller.quotas().has_max_worlds_owned()) {
+          size_t owned = 0;
+          for (const auto& world : host_.List()) {
+            owned += world->owner() == caller.name();
+          }
+          if (owned >= caller.quotas().max_worlds_owned()) {
+            return absl::ResourceExhaustedError(absl::StrCat(
+                "principal '", caller.name(), "' owns its quota of ",
+                caller.quotas().max_worlds_owned(),
+                " worlds (max_worlds_owned)"));
+          }
+        }
         absl::StatusOr<std::shared_ptr<HostedWorld>> world =
-            host_.Create(create);
+            host_.Create(create, caller.name());
         if (!world.ok()) return world.status();
         *info = (*world)->Info();
         Log('I', "world '", create.name(), "' created (",
-            v1::FrameMode_Name(info->mode()), ", ", info->tick_hz(), " Hz)");
+            v1::FrameMode_Name(info->mode()), ", ", info->tick_hz(),
+            " Hz) by principal '", caller.name(), "'");
         return absl::OkStatus();
       });
 }
@@ -493,10 +583,15 @@ grpc::ServerUnaryReactor* XformService::ListWorlds(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
   return Serve<v1::ListWorldsRequest, v1::ListWorldsResponse>(
-      active_calls_, context, request, response,
-      [&](const v1::ListWorldsRequest&, v1::ListWorldsResponse* list) {
-        for (const auto& world : host_.List())
-          *list->add_worlds() = world->Info();
+      active_calls_, *gatekeeper_, "ListWorlds", context, request, response,
+      [&](const Caller& caller, const v1::ListWorldsRequest&,
+          v1::ListWorldsResponse* list) {
+        // Only what it may read: the rest it is not told exist.
+        for (const auto& world : host_.List()) {
+          if (caller.principal->Allows(kRead, world->name())) {
+            *list->add_worlds() = world->Info();
+          }
+        }
         return absl::OkStatus();
       });
 }
@@ -505,8 +600,14 @@ grpc::ServerUnaryReactor* XformService::GetWorld(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
   return Serve<v1::GetWorldRequest, v1::WorldInfo>(
-      active_calls_, context, request, response,
-      [&](const v1::GetWorldRequest& get, v1::WorldInfo* info) {
+      active_calls_, *gatekeeper_, "GetWorld", context, request, response,
+      [&](const Caller& caller, const v1::GetWorldRequest& get,
+          v1::WorldInfo* info) {
+        if (absl::Status allowed =
+                caller.Require(kRead, get.name(), "GetWorld");
+            !allowed.ok()) {
+          return allowed;
+        }
         absl::StatusOr<std::shared_ptr<HostedWorld>> world =
             host_.Get(get.name());
         if (!world.ok()) return world.status();
@@ -519,10 +620,19 @@ grpc::ServerUnaryReactor* XformService::DeleteWorld(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
   return Serve<v1::DeleteWorldRequest, v1::DeleteWorldResponse>(
-      active_calls_, context, request, response,
-      [&](const v1::DeleteWorldRequest& del, v1::DeleteWorldResponse*) {
+      active_calls_, *gatekeeper_, "DeleteWorld", context, request, response,
+      [&](const Caller& caller, const v1::DeleteWorldRequest& del,
+          v1::DeleteWorldResponse*) {
+        if (absl::Status allowed =
+                caller.Require(kAdmin, del.name(), "DeleteWorld");
+            !allowed.ok()) {
+          return allowed;
+        }
         absl::Status status = host_.Delete(del.name());
-        if (status.ok()) Log('I', "world '", del.name(), "' deleted");
+        if (status.ok()) {
+          Log('I', "world '", del.name(), "' deleted by principal '",
+              caller.name(), "'");
+        }
         return status;
       });
 }
@@ -531,7 +641,13 @@ grpc::ServerUnaryReactor* XformService::Apply(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* bytes,
     grpc::ByteBuffer* response_bytes) {
   const CallHold hold(active_calls_);
-  absl::StatusOr<uint64_t> frame = ApplyBatch(host_, *bytes);
+  absl::StatusOr<Caller> caller = gatekeeper_->Authenticate(*context, "Apply");
+  if (!caller.ok()) return Done(context, caller.status());
+  // An Apply in progress is a writer, as an ApplyStream is.
+  absl::StatusOr<std::unique_ptr<Usage::Ticket>> writing =
+      caller->usage->Open(Usage::Stream::kWriter, caller->quotas(), nullptr);
+  if (!writing.ok()) return Done(context, writing.status());
+  absl::StatusOr<uint64_t> frame = ApplyBatch(host_, *caller, *bytes);
   if (!frame.ok()) return Done(context, frame.status());
   v1::ApplyResponse response;
   response.set_frame(*frame);
@@ -540,16 +656,25 @@ grpc::ServerUnaryReactor* XformService::Apply(
 }
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
-XformService::ApplyStream(grpc::CallbackServerContext*) {
-  return ApplyStreamReactor::Start(host_, *writers_, active_calls_);
+XformService::ApplyStream(grpc::CallbackServerContext* context) {
+  absl::StatusOr<Caller> caller =
+      gatekeeper_->Authenticate(*context, "ApplyStream");
+  if (!caller.ok()) return new RefusedBidiStream(caller.status());
+  return ApplyStreamReactor::Start(host_, *writers_, active_calls_,
+                                   *std::move(caller));
 }
 
 grpc::ServerUnaryReactor* XformService::Read(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
   return Serve<v1::ReadRequest, v1::ReadResponse>(
-      active_calls_, context, request, response,
-      [&](const v1::ReadRequest& read, v1::ReadResponse* out) {
+      active_calls_, *gatekeeper_, "Read", context, request, response,
+      [&](const Caller& caller, const v1::ReadRequest& read,
+          v1::ReadResponse* out) {
+        if (absl::Status allowed = caller.Require(kRead, read.world(), "Read");
+            !allowed.ok()) {
+          return allowed;
+        }
         absl::StatusOr<std::shared_ptr<HostedWorld>> world =
             host_.Get(read.world());
         if (!world.ok()) return world.status();
@@ -559,17 +684,33 @@ grpc::ServerUnaryReactor* XformService::Read(
 
 grpc::ServerWriteReactor<grpc::ByteBuffer>* XformService::Subscribe(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* bytes) {
+  absl::StatusOr<Caller> caller =
+      gatekeeper_->Authenticate(*context, "Subscribe");
+  if (!caller.ok()) return new RefusedStream(caller.status());
   v1::SubscribeRequest request;
   if (absl::Status parsed = ParseRequest(*bytes, &request); !parsed.ok()) {
     return new RefusedStream(parsed);
   }
+  if (absl::Status allowed =
+          caller->Require(kRead, request.world(), "Subscribe");
+      !allowed.ok()) {
+    return new RefusedStream(allowed);
+  }
   const Limits& limits = host_.limits();
-  if (static_cast<size_t>(request.entity_size()) + request.subtree_size() >
-      limits.max_filter_ids) {
+  const size_t filter_ids =
+      static_cast<size_t>(request.entity_size()) + request.subtree_size();
+  if (filter_ids > limits.max_filter_ids) {
     return new RefusedStream(absl::ResourceExhaustedError(absl::StrCat(
         "a subscription filter names at most ", limits.max_filter_ids,
         " entities and subtrees "
         "(--max_filter_ids)")));
+  }
+  if (caller->quotas().has_max_filter_ids() &&
+      filter_ids > caller->quotas().max_filter_ids()) {
+    return new RefusedStream(absl::ResourceExhaustedError(
+        absl::StrCat("principal '", caller->name(), "' may name at most ",
+                     caller->quotas().max_filter_ids(),
+                     " entities and subtrees in a filter (max_filter_ids)")));
   }
   absl::StatusOr<std::shared_ptr<HostedWorld>> world =
       host_.Get(request.world());
@@ -600,7 +741,8 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* XformService::Subscribe(
       std::min<size_t>(limits.max_message_bytes / 2, kDefaultPartBudgetBytes);
   grpc::ServerWriteReactor<grpc::ByteBuffer>* reactor = nullptr;
   SubscribeReactor::Start(context, *std::move(world), std::move(options),
-                          *watchdog_, *build_pool_, active_calls_, &reactor);
+                          *watchdog_, *build_pool_, active_calls_, *caller,
+                          &reactor);
   return reactor;
 }
 

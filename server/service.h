@@ -14,8 +14,10 @@
 #include <memory>
 
 #include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/build_pool.h"
+#include "server/gatekeeper.h"
 #include "server/world_host.h"
 #include "server/write_watchdog.h"
 #include "xform/v1/xform.grpc.pb.h"
@@ -28,6 +30,8 @@ struct ServiceOptions {
   absl::Duration write_timeout = absl::Seconds(10);
   // Threads that make subscribers' messages (see build_pool.h).
   int build_threads = 2;
+  // Who may do what (--auth_file); null: everyone may do anything.
+  std::shared_ptr<Gatekeeper> gatekeeper;
 };
 
 class WriterRegistry;
@@ -80,6 +84,9 @@ class XformService final : public RawXformService {
  private:
   WorldHost& host_;
   const ServiceOptions options_;
+  const std::shared_ptr<Gatekeeper> gatekeeper_;
+  // Counting a principal's worlds and creating one, as one step.
+  absl::Mutex create_mu_;
   std::unique_ptr<WriterRegistry> writers_;
   std::atomic<int> active_calls_ = 0;
   std::unique_ptr<WriteWatchdog> watchdog_;

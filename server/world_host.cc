@@ -40,8 +40,10 @@ std::string Quoted(absl::string_view name) {
 
 HostedWorld::HostedWorld(std::string name, v1::FrameMode mode, double tick_hz,
                          size_t max_pending,
-                         std::shared_ptr<BurstBudget> burst_budget)
+                         std::shared_ptr<BurstBudget> burst_budget,
+                         std::string owner)
     : name_(std::move(name)),
+      owner_(std::move(owner)),
       mode_(mode),
       tick_hz_(tick_hz),
       tick_(mode == v1::FRAME_MODE_TICK ? absl::Seconds(1.0 / tick_hz)
@@ -181,7 +183,7 @@ WorldHost::~WorldHost() {
 }
 
 absl::StatusOr<std::shared_ptr<HostedWorld>> WorldHost::Create(
-    const v1::CreateWorldRequest& request) {
+    const v1::CreateWorldRequest& request, std::string owner) {
   if (!ValidName(request.name())) {
     return absl::InvalidArgumentError(
         "a world name is 1-128 characters of [A-Za-z0-9_.-]");
@@ -209,8 +211,9 @@ absl::StatusOr<std::shared_ptr<HostedWorld>> WorldHost::Create(
     return absl::ResourceExhaustedError(absl::StrCat(
         "the server holds its limit of ", limits_.max_worlds, " worlds"));
   }
-  auto world = std::make_shared<HostedWorld>(
-      request.name(), mode, tick_hz, limits_.max_pending, burst_budget_);
+  auto world = std::make_shared<HostedWorld>(request.name(), mode, tick_hz,
+                                             limits_.max_pending, burst_budget_,
+                                             std::move(owner));
   worlds_[request.name()] = world;
   if (mode == v1::FRAME_MODE_TICK) {
     tickers_[request.name()] = StartTicker(world);

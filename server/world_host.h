@@ -68,9 +68,13 @@ class HostedWorld {
  public:
   HostedWorld(std::string name, v1::FrameMode mode, double tick_hz,
               size_t max_pending = 65'536,
-              std::shared_ptr<BurstBudget> burst_budget = nullptr);
+              std::shared_ptr<BurstBudget> burst_budget = nullptr,
+              std::string owner = "");
 
   const std::string& name() const { return name_; }
+  // The principal that created it (for its max_worlds_owned quota); "" for
+  // the server's own (--demo).
+  const std::string& owner() const { return owner_; }
   v1::FrameMode mode() const { return mode_; }
   absl::Duration tick() const { return tick_; }
 
@@ -94,6 +98,7 @@ class HostedWorld {
     ~MemoryReturn();
   } memory_return_;
   const std::string name_;
+  const std::string owner_;
   const v1::FrameMode mode_;
   const double tick_hz_;
   const absl::Duration tick_;
@@ -117,7 +122,7 @@ class WorldHost {
   const Limits& limits() const { return limits_; }
 
   absl::StatusOr<std::shared_ptr<HostedWorld>> Create(
-      const v1::CreateWorldRequest& request);
+      const v1::CreateWorldRequest& request, std::string owner = "");
   absl::StatusOr<std::shared_ptr<HostedWorld>> Get(
       absl::string_view name) const;
   std::vector<std::shared_ptr<HostedWorld>> List() const;

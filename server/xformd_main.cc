@@ -33,6 +33,8 @@
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "server/acceptor.h"
+#include "server/access_policy.h"
+#include "server/gatekeeper.h"
 #include "server/log.h"
 #include "server/service.h"
 #include "server/transport.h"
@@ -81,6 +83,13 @@ ABSL_FLAG(int, build_threads, 2,
           "changes, apart from gRPC's threads (1 to 64)");
 ABSL_FLAG(int, shutdown_grace_ms, 5'000,
           "How long shutdown waits for calls before cancelling them");
+ABSL_FLAG(std::string, auth_file, "",
+          "JSON file of principals, their tokens' SHA-256, roles on world "
+          "patterns and quotas (docs/security.md); reloaded on SIGHUP. "
+          "Empty: no access control, every caller may do anything");
+ABSL_FLAG(std::string, reflection, "auto",
+          "Serve gRPC reflection: on, off, or auto (on without --auth_file, "
+          "off with it: reflection answers any caller)");
 ABSL_FLAG(bool, demo, false,
           "Create world 'demo' (a 10,000-entity scene) and move 1% of it at "
           "every tick, for trying the server out");
@@ -195,6 +204,9 @@ std::vector<std::string> FlagErrors() {
         "--max_connections must not be negative");
   check(absl::GetFlag(FLAGS_max_streams_per_connection) > 0,
         "--max_streams_per_connection must be at least 1");
+  const std::string reflection = absl::GetFlag(FLAGS_reflection);
+  check(reflection == "auto" || reflection == "on" || reflection == "off",
+        "--reflection must be on, off or auto");
   return errors;
 }
 
@@ -247,14 +259,38 @@ int Main() {
   limits.snapshot_burst_bytes = absl::GetFlag(FLAGS_snapshot_burst_mb) << 20;
   limits.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   WorldHost host(limits, absl::GetFlag(FLAGS_tick_hz));
+  const std::string auth_file = absl::GetFlag(FLAGS_auth_file);
+  std::shared_ptr<const AccessPolicy> policy = AccessPolicy::OpenToAll();
+  if (!auth_file.empty()) {
+    absl::StatusOr<std::shared_ptr<const AccessPolicy>> loaded =
+        AccessPolicy::Load(auth_file);
+    if (!loaded.ok()) {
+      Log('E', loaded.status().message());
+      return 1;
+    }
+    policy = *std::move(loaded);
+    Log('I', "access control: ", policy->size(), " principal(s) from ",
+        auth_file,
+        policy->anonymous() != nullptr
+            ? ", and anonymous callers as principal '" +
+                  policy->anonymous()->name + "'"
+            : "; callers without credentials are refused");
+  } else {
+    Log('W', "no --auth_file: no access control, every caller may do anything");
+  }
+  auto gatekeeper = std::make_shared<Gatekeeper>(policy);
   ServiceOptions options;
+  options.gatekeeper = gatekeeper;
   options.write_timeout =
       absl::Milliseconds(absl::GetFlag(FLAGS_write_timeout_ms));
   options.build_threads = absl::GetFlag(FLAGS_build_threads);
   XformService service(host, options);
 
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::EnableDefaultHealthCheckService(true);  // Open to all: probes.
+  const std::string reflection = absl::GetFlag(FLAGS_reflection);
+  if (reflection == "on" || (reflection == "auto" && auth_file.empty())) {
+    grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  }
   absl::StatusOr<std::unique_ptr<Acceptor>> acceptor = Acceptor::Listen(
       absl::GetFlag(FLAGS_listen),
       {.max_connections = absl::GetFlag(FLAGS_max_connections)});
@@ -298,7 +334,20 @@ int Main() {
   for (;;) {
     sigwait(&signals, &signal);
     if (signal != SIGHUP) break;
-    Log('I', "SIGHUP: nothing to reload; still serving");
+    if (auth_file.empty()) {
+      Log('I', "SIGHUP: no --auth_file to reload; still serving");
+      continue;
+    }
+    absl::StatusOr<std::shared_ptr<const AccessPolicy>> reloaded =
+        AccessPolicy::Load(auth_file);
+    if (!reloaded.ok()) {
+      Log('E', "SIGHUP: keeping the access control in force: ",
+          reloaded.status().message());
+      continue;
+    }
+    Log('I', "SIGHUP: access control reloaded: ", (*reloaded)->size(),
+        " principal(s) from ", auth_file);
+    gatekeeper->Reload(*std::move(reloaded));
   }
   Log('I', "signal ", signal, " (", strsignal(signal), "): shutting down");
   health->SetServingStatus(false);

@@ -28,6 +28,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "nlohmann/json.hpp"
+#include "server/access_policy.h"
 #include "xform/client.h"
 #include "xform/mirror.h"
 
@@ -353,7 +354,22 @@ const Command kCommands[] = {
      "(publish to receive), or every change with --verbose. Reconnects if "
      "the stream drops.",
      1, false, &Ctl::Watch},
+    {"auth hash-token", "xformctl auth hash-token < token-file",
+     "Prints the SHA-256 of the token on stdin (its first line), as an "
+     "--auth_file's token_sha256 holds it. Reads stdin so that the token is "
+     "never on a command line; needs no server.",
+     0, false, nullptr},
 };
+
+// `auth hash-token`: no server, so it runs before connecting.
+int HashToken() {
+  std::string token;
+  std::getline(std::cin, token);
+  if (!token.empty() && token.back() == '\r') token.pop_back();
+  if (token.empty()) return UsageError("no token on stdin", "auth hash-token");
+  std::printf("%s\n", server::Sha256Hex(token).c_str());
+  return 0;
+}
 
 const Command* Find(absl::string_view name) {
   for (const Command& c : kCommands) {
@@ -530,6 +546,14 @@ int main(int argc, char** argv) {
   }
   for (; next < positional.size(); ++next) {
     in.operands.emplace_back(positional[next]);
+  }
+
+  if (in.command == "auth hash-token") {
+    if (!in.operands.empty()) {
+      return xform::UsageError("the token is read from stdin, not operands",
+                               in.command);
+    }
+    return xform::HashToken();
   }
 
   xform::ClientOptions options;

@@ -83,8 +83,7 @@ absl::StatusOr<std::vector<EntityState>> EntityStatesFromWire(
   return out;
 }
 
-absl::StatusOr<std::vector<xform::Command>> ToCommands(
-    const ApplyRequest& request, size_t max_batch) {
+size_t EntitiesNamed(const ApplyRequest& request) {
   size_t named = 0;
   for (const Command& c : request.commands()) {
     switch (c.kind_case()) {
@@ -107,6 +106,12 @@ absl::StatusOr<std::vector<xform::Command>> ToCommands(
         break;
     }
   }
+  return named;
+}
+
+absl::StatusOr<std::vector<xform::Command>> ToCommands(
+    const ApplyRequest& request, size_t max_batch) {
+  const size_t named = EntitiesNamed(request);
   if (named > max_batch) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "the batch names ", named, " entities; the limit is ", max_batch));

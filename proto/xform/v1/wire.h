@@ -39,6 +39,10 @@ void AppendEntityState(const EntityState& state, ReadResponse* response);
 absl::StatusOr<std::vector<EntityState>> EntityStatesFromWire(
     const ReadResponse& response);
 
+// Entities the request's commands name, counted without converting them:
+// O(commands).
+size_t EntitiesNamed(const ApplyRequest& request);
+
 // The commands of an ApplyRequest, or INVALID_ARGUMENT for a malformed one
 // (an empty command, arrays of mismatched lengths, an empty batch without
 // end_frame), or RESOURCE_EXHAUSTED when it names more than `max_batch`

@@ -1,0 +1,207 @@
+// Copyright 2026 The xform Authors.
+
+#include "server/gatekeeper.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "grpc/grpc_security_constants.h"
+#include "grpcpp/security/auth_context.h"
+#include "server/log.h"
+
+namespace xform::server {
+namespace {
+
+constexpr absl::string_view kBearer = "Bearer ";
+
+const char* RoleName(Role role) {
+  switch (role) {
+    case kRead:
+      return "read";
+    case kWrite:
+      return "write";
+    case kAdmin:
+      return "admin";
+  }
+  return "?";
+}
+
+// Refills `bucket` at `rate` a second, up to a second's worth, and takes
+// `amount` if it is there (a batch bigger than a second's worth goes when
+// the bucket is full, rather than never).
+bool Take(double rate, double amount, absl::Time now, double& tokens,
+          absl::Time& last) {
+  const double capacity = std::max(rate, 1.0);
+  if (tokens < 0) {
+    tokens = capacity;
+  } else {
+    tokens =
+        std::min(capacity, tokens + rate * absl::ToDoubleSeconds(now - last));
+  }
+  last = now;
+  if (tokens < std::min(amount, capacity)) return false;
+  tokens -= amount;  // May go below zero for an outsized batch: it waits.
+  if (tokens < 0) tokens = 0;
+  return true;
+}
+
+}  // namespace
+
+Usage::Ticket::~Ticket() {
+  absl::MutexLock lock(&usage_->mu_);
+  usage_->streams_.erase(id_);
+  --(kind_ == Stream::kSubscription ? usage_->subscriptions_
+                                    : usage_->writers_);
+}
+
+absl::StatusOr<std::unique_ptr<Usage::Ticket>> Usage::Open(
+    Stream kind, const config::Quotas& quotas,
+    const std::function<void(const absl::Status&)>& end) {
+  absl::MutexLock lock(&mu_);
+  const bool subscription = kind == Stream::kSubscription;
+  size_t& open = subscription ? subscriptions_ : writers_;
+  const bool limited =
+      subscription ? quotas.has_max_subscriptions() : quotas.has_max_writers();
+  const uint64_t limit =
+      subscription ? quotas.max_subscriptions() : quotas.max_writers();
+  if (limited && open >= limit) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("principal '", name_, "' has its quota of ", limit,
+                     subscription ? " subscriptions (max_subscriptions)"
+                                  : " writers (max_writers)"));
+  }
+  ++open;
+  const uint64_t id = next_id_++;
+  if (end != nullptr) streams_.emplace(id, end);
+  return std::unique_ptr<Ticket>(new Ticket(shared_from_this(), kind, id));
+}
+
+absl::Status Usage::TakeWrite(const config::Quotas& quotas, size_t entities,
+                              absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  // Both buckets or neither: refill and test on copies first.
+  Bucket batches = batches_, named = entities_;
+  if (quotas.has_write_batches_per_second() &&
+      !Take(quotas.write_batches_per_second(), 1, now, batches.tokens,
+            batches.last)) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("principal '", name_, "' is over its write rate of ",
+                     quotas.write_batches_per_second(),
+                     " batches/s (write_batches_per_second)"));
+  }
+  if (quotas.has_write_entities_per_second() &&
+      !Take(quotas.write_entities_per_second(), static_cast<double>(entities),
+            now, named.tokens, named.last)) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("principal '", name_, "' is over its write rate of ",
+                     quotas.write_entities_per_second(),
+                     " entities/s (write_entities_per_second)"));
+  }
+  batches_ = batches;
+  entities_ = named;
+  return absl::OkStatus();
+}
+
+void Usage::EndStreams(const absl::Status& status) {
+  std::vector<std::function<void(const absl::Status&)>> ends;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [id, end] : streams_) ends.push_back(end);
+  }
+  for (const auto& end : ends) end(status);  // No lock: an end may finish.
+}
+
+absl::Status Caller::Require(Role role, absl::string_view world,
+                             absl::string_view method) const {
+  if (principal->Allows(role, world)) return absl::OkStatus();
+  const std::string shown(world.substr(0, 128));
+  Log('W', "refused: ", method, " by principal '", name(), "' on world '",
+      shown, "' (needs ", RoleName(role), ")");
+  return absl::PermissionDeniedError(
+      absl::StrCat("principal '", name(), "' lacks the ", RoleName(role),
+                   " role on world '", shown, "'"));
+}
+
+Gatekeeper::Gatekeeper(std::shared_ptr<const AccessPolicy> policy)
+    : policy_(std::move(policy)) {}
+
+std::shared_ptr<const AccessPolicy> Gatekeeper::policy() const {
+  absl::MutexLock lock(&mu_);
+  return policy_;
+}
+
+std::shared_ptr<Usage> Gatekeeper::UsageOf(const std::string& name) {
+  absl::MutexLock lock(&mu_);
+  std::shared_ptr<Usage>& usage = usage_[name];
+  if (usage == nullptr) usage = std::make_shared<Usage>(name);
+  return usage;
+}
+
+absl::StatusOr<Caller> Gatekeeper::Authenticate(
+    const grpc::ServerContextBase& context, absl::string_view method) {
+  const std::shared_ptr<const AccessPolicy> policy = this->policy();
+  const Principal* principal = nullptr;
+  const auto refuse = [&](absl::string_view why) {
+    Log('W', "refused: ", method, " from ", context.peer(), ": ", why);
+    return absl::UnauthenticatedError(why);
+  };
+  if (!policy->enforced()) {
+    principal = policy->anonymous();
+  } else if (auto it = context.client_metadata().find("authorization");
+             it != context.client_metadata().end()) {
+    const absl::string_view value(it->second.data(), it->second.size());
+    if (!absl::StartsWith(value, kBearer)) {
+      return refuse("the authorization metadata is not \"Bearer <token>\"");
+    }
+    principal = policy->ByToken(value.substr(kBearer.size()));
+    if (principal == nullptr) return refuse("unknown credentials");
+  } else if (const std::shared_ptr<const grpc::AuthContext> auth =
+                 context.auth_context();
+             auth != nullptr && auth->IsPeerAuthenticated()) {
+    std::vector<std::string> names;
+    for (const char* property :
+         {GRPC_X509_SUBJECT_PROPERTY_NAME, GRPC_X509_SAN_PROPERTY_NAME}) {
+      for (const grpc::string_ref& name : auth->FindPropertyValues(property)) {
+        names.emplace_back(name.data(), name.size());
+      }
+    }
+    principal = policy->ByCertificate(names);
+    if (principal == nullptr) {
+      return refuse(
+          "the client certificate is no principal's (certificate_names)");
+    }
+  } else {
+    principal = policy->anonymous();
+    if (principal == nullptr) return refuse("credentials required");
+  }
+  Caller caller;
+  caller.principal = std::shared_ptr<const Principal>(policy, principal);
+  caller.usage = UsageOf(principal->name);
+  caller.enforced = policy->enforced();
+  return caller;
+}
+
+void Gatekeeper::Reload(std::shared_ptr<const AccessPolicy> policy) {
+  std::vector<std::shared_ptr<Usage>> removed;
+  {
+    absl::MutexLock lock(&mu_);
+    policy_ = std::move(policy);
+    for (auto it = usage_.begin(); it != usage_.end();) {
+      if (!policy_->Has(it->first)) {
+        removed.push_back(it->second);
+        usage_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (const auto& usage : removed) {
+    usage->EndStreams(absl::UnauthenticatedError(
+        "the principal was removed from the auth file"));
+  }
+}
+
+}  // namespace xform::server

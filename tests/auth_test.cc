@@ -1,0 +1,386 @@
+// Copyright 2026 The xform Authors.
+//
+// Access control and quotas through a real server on loopback: who may call
+// what on which worlds, with the exact status each refusal gets, the quotas
+// per principal, and a reload that removes a principal ending its streams.
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "server/access_policy.h"
+#include "server/gatekeeper.h"
+#include "tests/loopback_server.h"
+#include "xform/v1/xform.grpc.pb.h"
+
+namespace xform::server {
+namespace {
+
+using grpc::StatusCode;
+
+// Principals by token: "<name>-token" for each name below.
+constexpr char kPolicy[] = R"json({
+  "principals": [
+    {"name": "reader", "token_sha256": "$reader",
+     "grants": [{"roles": ["read"], "worlds": ["scene-*"]}]},
+    {"name": "writer", "token_sha256": "$writer",
+     "grants": [{"roles": ["write"], "worlds": ["scene-*"]}]},
+    {"name": "admin", "token_sha256": "$admin",
+     "grants": [{"roles": ["admin"], "worlds": ["scene-*"]}]},
+    {"name": "limited", "token_sha256": "$limited",
+     "grants": [{"roles": ["admin"], "worlds": ["lim-*"]}],
+     "quotas": {"max_worlds_owned": 1, "max_entities_per_world": 10,
+                "max_subscriptions": 1, "max_writers": 1,
+                "write_batches_per_second": 3, "max_filter_ids": 2}},
+    {"name": "trickle", "token_sha256": "$trickle",
+     "grants": [{"roles": ["admin"], "worlds": ["trickle"]}],
+     "quotas": {"write_entities_per_second": 100}}
+    $extra
+  ]
+})json";
+
+std::string PolicyJson(absl::string_view extra = "") {
+  std::string json = absl::StrReplaceAll(kPolicy, {{"$extra", extra}});
+  for (const char* name :
+       {"reader", "writer", "admin", "limited", "trickle", "temp"}) {
+    json = absl::StrReplaceAll(
+        json,
+        {{absl::StrCat("$", name), Sha256Hex(absl::StrCat(name, "-token"))}});
+  }
+  return json;
+}
+
+std::shared_ptr<const AccessPolicy> Policy(absl::string_view extra = "") {
+  auto policy = AccessPolicy::Parse(PolicyJson(extra));
+  EXPECT_TRUE(policy.ok()) << policy.status();
+  return *policy;
+}
+
+class AuthTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    gatekeeper_ = std::make_shared<Gatekeeper>(Policy(
+        R"(, {"name": "temp", "token_sha256": "$temp",
+             "grants": [{"roles": ["read"], "worlds": ["scene-*"]}]})"));
+    ASSERT_TRUE(server_.Start({}, {.gatekeeper = gatekeeper_}));
+    for (const char* name : {"scene-1", "private-1", "trickle"}) {
+      v1::CreateWorldRequest create;
+      create.set_name(name);
+      create.set_mode(v1::FRAME_MODE_DRIVEN);
+      ASSERT_TRUE(server_.host().Create(create).ok());
+    }
+    stub_ = v1::Xform::NewStub(grpc::CreateChannel(
+        server_.address(), grpc::InsecureChannelCredentials()));
+  }
+
+  std::unique_ptr<grpc::ClientContext> As(absl::string_view token) {
+    auto context = std::make_unique<grpc::ClientContext>();
+    context->set_deadline(std::chrono::system_clock::now() +
+                          std::chrono::seconds(10));
+    if (!token.empty()) {
+      context->AddMetadata("authorization", absl::StrCat("Bearer ", token));
+    }
+    return context;
+  }
+
+  grpc::Status Apply(absl::string_view token, const std::string& world,
+                     std::vector<EntityId> create = {7}) {
+    v1::ApplyRequest request;
+    request.set_world(world);
+    request.set_end_frame(true);
+    auto* ops = request.add_commands()->mutable_create();
+    for (EntityId e : create) ops->add_entity(e);
+    v1::ApplyResponse response;
+    return stub_->Apply(As(token).get(), request, &response);
+  }
+
+  // The first message's status: OK when the stream started.
+  struct OpenStream {
+    std::unique_ptr<grpc::ClientContext> context;
+    std::unique_ptr<grpc::ClientReader<v1::FrameUpdate>> reader;
+    grpc::Status status;  // The refusal, when it did not start.
+  };
+  OpenStream Subscribe(absl::string_view token, const std::string& world,
+                       std::vector<EntityId> entities = {}) {
+    OpenStream stream;
+    stream.context = As(token);
+    v1::SubscribeRequest request;
+    request.set_world(world);
+    for (EntityId e : entities) request.add_entity(e);
+    stream.reader = stub_->Subscribe(stream.context.get(), request);
+    v1::FrameUpdate update;
+    if (!stream.reader->Read(&update)) stream.status = stream.reader->Finish();
+    return stream;
+  }
+
+  grpc::Status Call(absl::string_view method, absl::string_view token,
+                    const std::string& world) {
+    if (method == "GetWorld") {
+      v1::GetWorldRequest request;
+      request.set_name(world);
+      v1::WorldInfo info;
+      return stub_->GetWorld(As(token).get(), request, &info);
+    }
+    if (method == "Read") {
+      if (auto hosted = server_.host().Get(world); hosted.ok()) {
+        v1::ApplyRequest create;  // Entity 1, to read (if it is not there).
+        create.set_world(world);
+        create.set_end_frame(true);
+        create.add_commands()->mutable_create()->add_entity(1);
+        (*hosted)->Apply(create, server_.host().limits()).IgnoreError();
+      }
+      v1::ReadRequest request;
+      request.set_world(world);
+      request.add_entity(1);
+      v1::ReadResponse response;
+      return stub_->Read(As(token).get(), request, &response);
+    }
+    if (method == "Apply") return Apply(token, world);
+    if (method == "Subscribe") {
+      OpenStream stream = Subscribe(token, world);
+      if (stream.status.ok()) stream.context->TryCancel();
+      return stream.status;
+    }
+    if (method == "CreateWorld") {
+      v1::CreateWorldRequest request;
+      request.set_name(world);
+      v1::WorldInfo info;
+      grpc::Status status = stub_->CreateWorld(As(token).get(), request, &info);
+      server_.host().Delete(world).IgnoreError();  // For the next case.
+      return status;
+    }
+    if (method == "DeleteWorld") {
+      v1::DeleteWorldRequest request;
+      request.set_name(world);
+      v1::DeleteWorldResponse response;
+      grpc::Status status =
+          stub_->DeleteWorld(As(token).get(), request, &response);
+      if (status.ok()) {  // Back, for the next case.
+        v1::CreateWorldRequest create;
+        create.set_name(world);
+        create.set_mode(v1::FRAME_MODE_DRIVEN);
+        EXPECT_TRUE(server_.host().Create(create).ok());
+      }
+      return status;
+    }
+    ADD_FAILURE() << "no method " << method;
+    return grpc::Status::OK;
+  }
+
+  std::shared_ptr<Gatekeeper> gatekeeper_;
+  LoopbackServer server_;
+  std::unique_ptr<v1::Xform::Stub> stub_;
+};
+
+// Role x method x world, each with its exact status. A world the caller may
+// not touch is refused the same way whether or not it exists.
+TEST_F(AuthTest, RolesByMethodAndWorld) {
+  constexpr StatusCode OK = StatusCode::OK;
+  constexpr StatusCode DENIED = StatusCode::PERMISSION_DENIED;
+  constexpr StatusCode NOAUTH = StatusCode::UNAUTHENTICATED;
+  constexpr StatusCode MISSING = StatusCode::NOT_FOUND;
+  struct Case {
+    const char* token;
+    const char* method;
+    const char* world;
+    StatusCode code;
+  } cases[] = {
+      // No credentials, or unknown ones: nothing, not even whether a world
+      // exists.
+      {"", "GetWorld", "scene-1", NOAUTH},
+      {"", "Apply", "scene-1", NOAUTH},
+      {"", "Subscribe", "scene-1", NOAUTH},
+      {"", "CreateWorld", "scene-2", NOAUTH},
+      {"wrong-token", "GetWorld", "scene-1", NOAUTH},
+      {"wrong-token", "Subscribe", "scene-1", NOAUTH},
+      // read
+      {"reader-token", "GetWorld", "scene-1", OK},
+      {"reader-token", "Read", "scene-1", OK},
+      {"reader-token", "Subscribe", "scene-1", OK},
+      {"reader-token", "GetWorld", "scene-missing", MISSING},
+      {"reader-token", "Apply", "scene-1", DENIED},
+      {"reader-token", "CreateWorld", "scene-2", DENIED},
+      {"reader-token", "DeleteWorld", "scene-1", DENIED},
+      {"reader-token", "GetWorld", "private-1", DENIED},
+      {"reader-token", "GetWorld", "private-missing", DENIED},
+      {"reader-token", "Subscribe", "private-1", DENIED},
+      // write
+      {"writer-token", "Apply", "scene-1", OK},
+      {"writer-token", "Apply", "private-1", DENIED},
+      {"writer-token", "Apply", "scene-missing", MISSING},
+      {"writer-token", "GetWorld", "scene-1", DENIED},
+      {"writer-token", "Read", "scene-1", DENIED},
+      {"writer-token", "Subscribe", "scene-1", DENIED},
+      {"writer-token", "CreateWorld", "scene-2", DENIED},
+      {"writer-token", "DeleteWorld", "scene-1", DENIED},
+      // admin: everything, on its worlds only
+      {"admin-token", "CreateWorld", "scene-2", OK},
+      {"admin-token", "DeleteWorld", "scene-1", OK},
+      {"admin-token", "GetWorld", "scene-1", OK},
+      {"admin-token", "Read", "scene-1", OK},
+      {"admin-token", "Subscribe", "scene-1", OK},
+      {"admin-token", "Apply", "scene-1", OK},
+      {"admin-token", "CreateWorld", "private-2", DENIED},
+      {"admin-token", "DeleteWorld", "private-1", DENIED},
+      {"admin-token", "Apply", "private-1", DENIED},
+  };
+  for (const Case& c : cases) {
+    const grpc::Status status = Call(c.method, c.token, c.world);
+    EXPECT_EQ(status.error_code(), c.code)
+        << c.method << " by '" << c.token << "' on " << c.world << ": "
+        << status.error_message();
+    // Nothing says whether an unreadable world exists, and no token shows.
+    EXPECT_EQ(status.error_message().find("exist"), std::string::npos)
+        << status.error_message();
+    if (*c.token != '\0') {
+      EXPECT_EQ(status.error_message().find(c.token), std::string::npos);
+    }
+  }
+}
+
+TEST_F(AuthTest, ListWorldsShowsOnlyWhatTheCallerMayRead) {
+  v1::ListWorldsResponse list;
+  ASSERT_TRUE(stub_->ListWorlds(As("reader-token").get(), {}, &list).ok());
+  ASSERT_EQ(list.worlds_size(), 1);
+  EXPECT_EQ(list.worlds(0).name(), "scene-1");
+  list.Clear();
+  ASSERT_TRUE(stub_->ListWorlds(As("writer-token").get(), {}, &list).ok());
+  EXPECT_EQ(list.worlds_size(), 0);
+  EXPECT_EQ(stub_->ListWorlds(As("").get(), {}, &list).error_code(),
+            StatusCode::UNAUTHENTICATED);
+}
+
+void ExpectQuota(const grpc::Status& status, const std::string& quota) {
+  EXPECT_EQ(status.error_code(), StatusCode::RESOURCE_EXHAUSTED)
+      << status.error_message();
+  EXPECT_NE(status.error_message().find(quota), std::string::npos)
+      << status.error_message() << " should name " << quota;
+}
+
+TEST_F(AuthTest, WorldsOwnedAndEntitiesPerWorld) {
+  ASSERT_TRUE(Call("CreateWorld", "limited-token", "lim-x").ok());  // Gone.
+  v1::CreateWorldRequest create;
+  create.set_name("lim-1");
+  create.set_mode(v1::FRAME_MODE_DRIVEN);
+  v1::WorldInfo info;
+  ASSERT_TRUE(
+      stub_->CreateWorld(As("limited-token").get(), create, &info).ok());
+  create.set_name("lim-2");
+  ExpectQuota(stub_->CreateWorld(As("limited-token").get(), create, &info),
+              "max_worlds_owned");
+  // Entities: 10 at most in its worlds, by its writes; a refused batch
+  // applies nothing.
+  std::vector<EntityId> eleven;
+  for (EntityId e = 1; e <= 11; ++e) eleven.push_back(e);
+  ExpectQuota(Apply("limited-token", "lim-1", eleven), "10 entities");
+  EXPECT_EQ(server_.host().Get("lim-1").value()->Info().entities(), 0u);
+  EXPECT_TRUE(Apply("limited-token", "lim-1", {1, 2, 3}).ok());
+}
+
+TEST_F(AuthTest, SubscriptionsAndFilterSize) {
+  v1::CreateWorldRequest create;
+  create.set_name("lim-1");
+  create.set_mode(v1::FRAME_MODE_DRIVEN);
+  v1::WorldInfo info;
+  ASSERT_TRUE(
+      stub_->CreateWorld(As("limited-token").get(), create, &info).ok());
+  ExpectQuota(Subscribe("limited-token", "lim-1", {1, 2, 3}).status,
+              "max_filter_ids");
+  OpenStream first = Subscribe("limited-token", "lim-1", {1, 2});
+  ASSERT_TRUE(first.status.ok()) << first.status.error_message();
+  ExpectQuota(Subscribe("limited-token", "lim-1").status, "max_subscriptions");
+  // Another principal is not held to this one's quota.
+  OpenStream other = Subscribe("admin-token", "scene-1");
+  EXPECT_TRUE(other.status.ok()) << other.status.error_message();
+  other.context->TryCancel();
+  // Once the first ends, there is room again.
+  first.context->TryCancel();
+  first.reader->Finish();
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  grpc::Status again;
+  do {
+    OpenStream next = Subscribe("limited-token", "lim-1");
+    again = next.status;
+    if (again.ok()) next.context->TryCancel();
+  } while (!again.ok() && absl::Now() < deadline);
+  EXPECT_TRUE(again.ok()) << again.error_message();
+}
+
+TEST_F(AuthTest, WritersAndWriteRates) {
+  v1::CreateWorldRequest create;
+  create.set_name("lim-1");
+  create.set_mode(v1::FRAME_MODE_DRIVEN);
+  v1::WorldInfo info;
+  ASSERT_TRUE(
+      stub_->CreateWorld(As("limited-token").get(), create, &info).ok());
+  {
+    // An open ApplyStream is its one writer: an Apply meanwhile is refused.
+    auto context = As("limited-token");
+    auto stream = stub_->ApplyStream(context.get());
+    v1::ApplyRequest request;
+    request.set_world("lim-1");
+    request.set_end_frame(true);
+    request.add_commands()->mutable_create()->add_entity(1);
+    v1::ApplyResponse response;
+    ASSERT_TRUE(stream->Write(request));
+    ASSERT_TRUE(stream->Read(&response));  // It is open and counted.
+    ExpectQuota(Apply("limited-token", "lim-1", {2}), "max_writers");
+    stream->WritesDone();
+    EXPECT_TRUE(stream->Finish().ok());
+  }
+  // 3 batches a second: the bucket (one second's worth) holds 2 more after
+  // the stream's, then refuses, naming the quota, applying nothing.
+  absl::SleepFor(absl::Seconds(1));  // Full again.
+  EXPECT_TRUE(Apply("limited-token", "lim-1", {10}).ok());
+  EXPECT_TRUE(Apply("limited-token", "lim-1", {11}).ok());
+  EXPECT_TRUE(Apply("limited-token", "lim-1", {12}).ok());
+  ExpectQuota(Apply("limited-token", "lim-1", {13}),
+              "write_batches_per_second");
+  absl::SleepFor(absl::Milliseconds(400));  // Room for one more.
+  EXPECT_TRUE(Apply("limited-token", "lim-1", {14}).ok());
+  // 100 entities a second.
+  std::vector<EntityId> sixty, next_sixty;
+  for (EntityId e = 1; e <= 60; ++e) {
+    sixty.push_back(e);
+    next_sixty.push_back(100 + e);
+  }
+  EXPECT_TRUE(Apply("trickle-token", "trickle", sixty).ok());
+  ExpectQuota(Apply("trickle-token", "trickle", next_sixty),
+              "write_entities_per_second");
+  EXPECT_EQ(server_.host().Get("trickle").value()->Info().entities(), 60u);
+}
+
+// A reload that drops a principal ends its open streams at once, and its
+// token is refused from then on; others' streams go on.
+TEST_F(AuthTest, ReloadEndsARemovedPrincipalsStreams) {
+  OpenStream temp = Subscribe("temp-token", "scene-1");
+  ASSERT_TRUE(temp.status.ok()) << temp.status.error_message();
+  OpenStream kept = Subscribe("reader-token", "scene-1");
+  ASSERT_TRUE(kept.status.ok()) << kept.status.error_message();
+  const absl::Time reloaded = absl::Now();
+  gatekeeper_->Reload(Policy());
+  v1::FrameUpdate update;
+  while (temp.reader->Read(&update)) {
+  }
+  const grpc::Status ended = temp.reader->Finish();
+  EXPECT_LT(absl::Now() - reloaded, absl::Seconds(1));
+  EXPECT_EQ(ended.error_code(), StatusCode::UNAUTHENTICATED)
+      << ended.error_message();
+  EXPECT_EQ(Call("GetWorld", "temp-token", "scene-1").error_code(),
+            StatusCode::UNAUTHENTICATED);
+  // The other stream still gets frames.
+  ASSERT_TRUE(Apply("admin-token", "scene-1", {42}).ok());
+  EXPECT_TRUE(kept.reader->Read(&update));
+  kept.context->TryCancel();
+}
+
+}  // namespace
+}  // namespace xform::server
