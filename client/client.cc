@@ -149,14 +149,20 @@ class StreamBatchWriter final : public BatchWriter {
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
     const ClientOptions& options) {
   std::shared_ptr<grpc::ChannelCredentials> credentials;
-  if (options.tls || !options.tls_root_certificates_pem.empty()) {
+  grpc::ChannelArguments args;
+  if (options.tls || !options.tls_root_certificates_pem.empty() ||
+      !options.tls_certificate_chain_pem.empty()) {
     grpc::SslCredentialsOptions ssl;
     ssl.pem_root_certs = options.tls_root_certificates_pem;
+    ssl.pem_cert_chain = options.tls_certificate_chain_pem;
+    ssl.pem_private_key = options.tls_private_key_pem;
     credentials = grpc::SslCredentials(ssl);
+    if (!options.tls_server_name.empty()) {
+      args.SetSslTargetNameOverride(options.tls_server_name);
+    }
   } else {
     credentials = grpc::InsecureChannelCredentials();
   }
-  grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(options.max_message_bytes);
   args.SetMaxSendMessageSize(options.max_message_bytes);
   args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);

@@ -21,8 +21,10 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -37,6 +39,7 @@
 #include "server/gatekeeper.h"
 #include "server/log.h"
 #include "server/service.h"
+#include "server/tls.h"
 #include "server/transport.h"
 #include "xform/v1/wire.h"
 #include "xform/world.h"
@@ -83,6 +86,13 @@ ABSL_FLAG(int, build_threads, 2,
           "changes, apart from gRPC's threads (1 to 64)");
 ABSL_FLAG(int, shutdown_grace_ms, 5'000,
           "How long shutdown waits for calls before cancelling them");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain: serve TLS only (with --tls_key). Re-read "
+          "when it changes on disk");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA bundle: mutual TLS, every client must present a "
+          "certificate that chains to it");
 ABSL_FLAG(std::string, auth_file, "",
           "JSON file of principals, their tokens' SHA-256, roles on world "
           "patterns and quotas (docs/security.md); reloaded on SIGHUP. "
@@ -155,6 +165,13 @@ void RunDemo(WorldHost& host, const absl::Notification& stop) {
   }
 }
 
+// Whether HOST:PORT names this machine's loopback only.
+bool IsLoopback(absl::string_view listen) {
+  absl::string_view host = listen.substr(0, listen.rfind(':'));
+  if (absl::ConsumePrefix(&host, "[")) absl::ConsumeSuffix(&host, "]");
+  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
+}
+
 // Every flag's range, checked before anything starts: a bad value is a
 // usage error (exit 2), not a server that misbehaves later.
 std::vector<std::string> FlagErrors() {
@@ -204,6 +221,12 @@ std::vector<std::string> FlagErrors() {
         "--max_connections must not be negative");
   check(absl::GetFlag(FLAGS_max_streams_per_connection) > 0,
         "--max_streams_per_connection must be at least 1");
+  check(absl::GetFlag(FLAGS_tls_cert).empty() ==
+            absl::GetFlag(FLAGS_tls_key).empty(),
+        "--tls_cert and --tls_key go together");
+  check(absl::GetFlag(FLAGS_tls_client_ca).empty() ||
+            !absl::GetFlag(FLAGS_tls_cert).empty(),
+        "--tls_client_ca needs --tls_cert and --tls_key");
   const std::string reflection = absl::GetFlag(FLAGS_reflection);
   check(reflection == "auto" || reflection == "on" || reflection == "off",
         "--reflection must be on, off or auto");
@@ -291,14 +314,43 @@ int Main() {
   if (reflection == "on" || (reflection == "auto" && auth_file.empty())) {
     grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   }
-  absl::StatusOr<std::unique_ptr<Acceptor>> acceptor = Acceptor::Listen(
-      absl::GetFlag(FLAGS_listen),
-      {.max_connections = absl::GetFlag(FLAGS_max_connections)});
-  if (!acceptor.ok()) {
-    Log('E', acceptor.status().message());
-    return 1;
-  }
+  const std::string listen = absl::GetFlag(FLAGS_listen);
   grpc::ServerBuilder builder;
+  // Plaintext connections are taken by our Acceptor (see acceptor.h); TLS
+  // ones by gRPC's own listener, as gRPC 1.51 cannot take a TLS connection
+  // from a descriptor: so --max_connections, and the guard against running
+  // out of descriptors, apply to plaintext only.
+  std::unique_ptr<Acceptor> acceptor;
+  int tls_port = 0;
+  if (const std::string cert = absl::GetFlag(FLAGS_tls_cert); !cert.empty()) {
+    absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+        ServerTlsCredentials({.certificate_chain = cert,
+                              .private_key = absl::GetFlag(FLAGS_tls_key),
+                              .client_ca = absl::GetFlag(FLAGS_tls_client_ca)});
+    if (!credentials.ok()) {
+      Log('E', credentials.status().message());
+      return 1;
+    }
+    builder.AddListeningPort(listen, *credentials, &tls_port);
+    Log('I', "TLS from ", cert,
+        absl::GetFlag(FLAGS_tls_client_ca).empty()
+            ? ""
+            : ", client certificates required (--tls_client_ca)",
+        "; certificate files re-read as they change");
+  } else {
+    absl::StatusOr<std::unique_ptr<Acceptor>> listening = Acceptor::Listen(
+        listen, {.max_connections = absl::GetFlag(FLAGS_max_connections)});
+    if (!listening.ok()) {
+      Log('E', listening.status().message());
+      return 1;
+    }
+    acceptor = *std::move(listening);
+    if (!IsLoopback(listen)) {
+      Log('W', "serving PLAINTEXT on ", listen,
+          ", which is not a loopback address: anyone on the network can read "
+          "the streams and see tokens; give --tls_cert and --tls_key");
+    }
+  }
   builder.RegisterService(&service);
   TransportOptions transport;
   transport.max_message_bytes = limits.max_message_bytes;
@@ -313,17 +365,21 @@ int Main() {
       absl::GetFlag(FLAGS_max_streams_per_connection);
   ConfigureTransport(transport, &builder);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr) {
-    Log('E', "cannot start the gRPC server");
+  if (server == nullptr || (acceptor == nullptr && tls_port == 0)) {
+    Log('E', "cannot start the gRPC server on ", listen);
     return 1;
   }
-  (*acceptor)->Start(server.get());
+  if (acceptor != nullptr) acceptor->Start(server.get());
   grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
   health->SetServingStatus(true);
   health->SetServingStatus(v1::Xform::service_full_name(), true);
-  Log('I', "xformd serving on ", absl::GetFlag(FLAGS_listen), " (port ",
-      (*acceptor)->port(), "), default tick ", absl::GetFlag(FLAGS_tick_hz),
-      " Hz; connections use descriptors up to ", (*acceptor)->ceiling());
+  Log('I', "xformd serving on ", listen, " (port ",
+      acceptor != nullptr ? acceptor->port() : tls_port, ", ",
+      acceptor != nullptr ? "plaintext" : "TLS", "), default tick ",
+      absl::GetFlag(FLAGS_tick_hz), " Hz",
+      acceptor != nullptr ? absl::StrCat("; connections use descriptors up to ",
+                                         acceptor->ceiling())
+                          : "");
 
   absl::Notification stop_demo;
   std::thread demo;
@@ -352,7 +408,7 @@ int Main() {
   Log('I', "signal ", signal, " (", strsignal(signal), "): shutting down");
   health->SetServingStatus(false);
   health->SetServingStatus(v1::Xform::service_full_name(), false);
-  (*acceptor)->Stop();
+  if (acceptor != nullptr) acceptor->Stop();
   stop_demo.Notify();
   if (demo.joinable()) demo.join();
   service.EndAllStreams(absl::UnavailableError("server shutting down"));

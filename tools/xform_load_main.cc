@@ -34,6 +34,7 @@
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "tools/client_flags.h"
 #include "tools/load/load_run.h"
 #include "tools/load/report.h"
 #include "tools/scenes.h"
@@ -98,7 +99,13 @@ void Stop(pid_t pid) {
 
 int Main() {
   Config config;
-  config.address = absl::GetFlag(FLAGS_server);
+  config.client.address = absl::GetFlag(FLAGS_server);
+  if (absl::Status flags = tools::ApplyClientFlags(&config.client);
+      !flags.ok()) {
+    std::fprintf(stderr, "xform-load: %s\n",
+                 std::string(flags.message()).c_str());
+    return 2;
+  }
   config.world = absl::GetFlag(FLAGS_world);
   std::optional<SceneShape> shape = ParseSceneShape(absl::GetFlag(FLAGS_shape));
   config.entities = absl::GetFlag(FLAGS_entities);
@@ -133,7 +140,7 @@ int Main() {
 
   pid_t spawned = 0;
   if (const std::string xformd = absl::GetFlag(FLAGS_xformd); !xformd.empty()) {
-    spawned = Spawn({xformd, absl::StrCat("--listen=", config.address),
+    spawned = Spawn({xformd, absl::StrCat("--listen=", config.client.address),
                      absl::StrCat("--max_message_bytes=", kLoadMaxMessageBytes),
                      absl::StrCat("--max_entities=", config.entities),
                      "--write_timeout_ms=60000"});

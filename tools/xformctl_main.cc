@@ -29,13 +29,11 @@
 #include "absl/time/clock.h"
 #include "nlohmann/json.hpp"
 #include "server/access_policy.h"
+#include "tools/client_flags.h"
 #include "xform/client.h"
 #include "xform/mirror.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "xformd address");
-ABSL_FLAG(std::string, token, "", "Bearer token (xformd --token)");
-ABSL_FLAG(std::string, tls_ca, "",
-          "PEM file of root certificates: talk TLS, verifying with these");
 ABSL_FLAG(double, timeout_s, 10, "Deadline of each call, and of connecting");
 ABSL_FLAG(bool, json, false, "Print JSON (one object per line)");
 // worlds create
@@ -411,10 +409,12 @@ void PrintUsage(FILE* out, absl::string_view only) {
     if (!only.empty() && !absl::StartsWith(c.name, only)) continue;
     std::fprintf(out, "  %s\n      %s\n", c.usage, c.help);
   }
-  std::fprintf(out,
-               "\nEvery command: --server=HOST:PORT (127.0.0.1:50051) "
-               "--json --token=T --tls_ca=FILE --timeout_s=S\n"
-               "Help for one command: xformctl COMMAND --help\n");
+  std::fprintf(
+      out,
+      "\nEvery command: --server=HOST:PORT (127.0.0.1:50051) "
+      "--json --token=T --tls_ca=FILE [--tls_cert=FILE --tls_key=FILE] "
+      "[--tls_server_name=NAME] --timeout_s=S\n"
+      "Help for one command: xformctl COMMAND --help\n");
 }
 
 int UsageError(absl::string_view what, absl::string_view command) {
@@ -558,16 +558,11 @@ int main(int argc, char** argv) {
 
   xform::ClientOptions options;
   options.address = absl::GetFlag(FLAGS_server);
-  options.token = absl::GetFlag(FLAGS_token);
   options.deadline = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
   options.connect_timeout = options.deadline;
-  if (const std::string ca = absl::GetFlag(FLAGS_tls_ca); !ca.empty()) {
-    std::ifstream file(ca);
-    if (!file) return xform::UsageError("cannot read --tls_ca", "");
-    std::stringstream pem;
-    pem << file.rdbuf();
-    options.tls_root_certificates_pem = pem.str();
-    options.tls = true;
+  if (absl::Status flags = xform::tools::ApplyClientFlags(&options);
+      !flags.ok()) {
+    return xform::UsageError(flags.message(), "");
   }
   std::signal(SIGINT, [](int) { xform::interrupted = true; });
   absl::StatusOr<std::unique_ptr<xform::Client>> client =

@@ -42,6 +42,13 @@ struct ClientOptions {
   // unless `tls` is set, in which case the system roots are used.
   std::string tls_root_certificates_pem;
   bool tls = false;
+  // For mutual TLS (xformd's --tls_client_ca): this client's certificate
+  // chain and private key, PEM. Either implies `tls`.
+  std::string tls_certificate_chain_pem;
+  std::string tls_private_key_pem;
+  // The name the server's certificate must carry when it is not the
+  // address's host (an IP address, a name only a private CA uses).
+  std::string tls_server_name;
   // Sent as "authorization: Bearer <token>" on every call when not empty
   // (xformd's --token).
   std::string token;

@@ -18,7 +18,7 @@ using ::xform::tools::CpuSeconds;
 using ::xform::tools::RssMegabytes;
 
 LoadRun::LoadRun(Config config) : config_(std::move(config)) {
-  options_.address = config_.address;
+  options_ = config_.client;
   options_.max_message_bytes = kLoadMaxMessageBytes;
   options_.deadline = absl::Seconds(120);
   options_.connect_timeout = absl::Seconds(20);

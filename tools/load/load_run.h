@@ -29,7 +29,8 @@ namespace xform::load {
 inline constexpr int kLoadMaxMessageBytes = 256 << 20;
 
 struct Config {
-  std::string address;
+  // Where xformd is and how to reach it (address, token, TLS).
+  ClientOptions client;
   std::string world;
   SceneShape shape;
   int entities;

@@ -1,0 +1,268 @@
+// Copyright 2026 The xform Authors.
+//
+// xformd's TLS, mutual TLS and auth-file reload, as a process, with real
+// certificates made by openssl (make_test_certs.sh) and real signals.
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "server/access_policy.h"
+#include "tests/xformd_process.h"
+#include "xform/v1/xform.grpc.pb.h"
+
+namespace {
+
+using xform::testing::Xformd;
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+void Write(const std::string& path, const std::string& text) {
+  // Whole or not at all: a watcher never sees half a file.
+  const std::string temporary = path + ".new";
+  std::ofstream(temporary, std::ios::binary) << text;
+  std::filesystem::rename(temporary, path);
+}
+
+class SecurityProcessTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = absl::StrCat(::testing::TempDir(), "xform_certs_", getpid());
+    const std::string command =
+        absl::StrCat("bash ", MAKE_TEST_CERTS, " ", dir_);
+    ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  }
+  static std::string File(const std::string& name) {
+    return absl::StrCat(dir_, "/", name);
+  }
+
+  // A channel of its own to `address`, trusting `ca`, presenting `client`
+  // (a name in the certificate directory; "" for none), expecting the
+  // server to be xformd.test.
+  static std::shared_ptr<grpc::Channel> Channel(const std::string& address,
+                                                const std::string& ca,
+                                                const std::string& client) {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = Slurp(File(ca + ".pem"));
+    if (!client.empty()) {
+      ssl.pem_cert_chain = Slurp(File(client + ".pem"));
+      ssl.pem_private_key = Slurp(File(client + ".key"));
+    }
+    grpc::ChannelArguments args;
+    args.SetSslTargetNameOverride("xformd.test");
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    return grpc::CreateCustomChannel(address, grpc::SslCredentials(ssl), args);
+  }
+
+  static grpc::Status ListWorlds(const std::shared_ptr<grpc::Channel>& channel,
+                                 const std::string& token = "") {
+    auto stub = xform::v1::Xform::NewStub(channel);
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+    if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
+    xform::v1::ListWorldsResponse response;
+    return stub->ListWorlds(&context, {}, &response);
+  }
+
+  static inline std::string dir_;
+};
+
+// Serving TLS with client certificates required: a client is let in only
+// with a certificate from the CA given, unexpired, and only if it trusts the
+// server's CA. The certificate's subject names its principal.
+TEST_F(SecurityProcessTest, MutualTlsLetsInOnlyGoodClientCertificates) {
+  const std::string auth = File("auth.json");
+  Write(auth, R"({"principals": [{"name": "renderer",
+      "certificate_names": ["CN=renderer,O=xform-test"],
+      "grants": [{"roles": ["read"], "worlds": ["*"]}]}]})");
+  Xformd xformd({"--tls_cert=" + File("server.pem"),
+                 "--tls_key=" + File("server.key"),
+                 "--tls_client_ca=" + File("ca.pem"), "--auth_file=" + auth});
+  const std::string address = xformd.address();
+  // Until it listens.
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  grpc::Status status;
+  do {
+    status = ListWorlds(Channel(address, "ca", "client"));
+  } while (!status.ok() && absl::Now() < deadline);
+  EXPECT_TRUE(status.ok()) << status.error_message() << xformd.Log();
+
+  struct Case {
+    const char* ca;
+    const char* client;
+    const char* why;
+  } refused[] = {
+      {"ca", "", "no client certificate"},
+      {"ca", "expired", "an expired client certificate"},
+      {"ca", "stranger", "a client certificate from another CA"},
+      {"other-ca", "client", "a client that does not trust the server's CA"},
+  };
+  for (const Case& c : refused) {
+    EXPECT_EQ(ListWorlds(Channel(address, c.ca, c.client)).error_code(),
+              grpc::StatusCode::UNAVAILABLE)
+        << c.why;
+  }
+  // Plaintext to a TLS port gets nowhere either.
+  EXPECT_FALSE(ListWorlds(grpc::CreateChannel(
+                              address, grpc::InsecureChannelCredentials()))
+                   .ok());
+  // The renderer reads but may not create.
+  auto stub = xform::v1::Xform::NewStub(Channel(address, "ca", "client"));
+  grpc::ClientContext context;
+  xform::v1::CreateWorldRequest create;
+  create.set_name("w");
+  xform::v1::WorldInfo info;
+  EXPECT_EQ(stub->CreateWorld(&context, create, &info).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(xformd.Log().find("CreateWorld by principal 'renderer'"),
+            std::string::npos)
+      << xformd.Log();
+}
+
+// A certificate replaced on disk is served to new connections within
+// seconds, and a stream open meanwhile carries on.
+TEST_F(SecurityProcessTest,
+       ReplacedCertificatesAreServedWithoutDroppingStreams) {
+  std::filesystem::copy_file(File("server.pem"), File("live.pem"),
+                             std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::copy_file(File("server.key"), File("live.key"),
+                             std::filesystem::copy_options::overwrite_existing);
+  Xformd xformd({"--tls_cert=" + File("live.pem"),
+                 "--tls_key=" + File("live.key"), "--demo"});
+  auto old_channel = Channel(xformd.address(), "ca", "");
+  ASSERT_TRUE(old_channel->WaitForConnected(
+      absl::ToChronoTime(absl::Now() + absl::Seconds(20))))
+      << xformd.Log();
+  auto stub = xform::v1::Xform::NewStub(old_channel);
+  std::unique_ptr<grpc::ClientContext> context;
+  std::unique_ptr<grpc::ClientReader<xform::v1::FrameUpdate>> reader;
+  xform::v1::SubscribeRequest request;
+  request.set_world("demo");
+  xform::v1::FrameUpdate update;
+  for (int attempt = 0; attempt < 100 && reader == nullptr; ++attempt) {
+    context = std::make_unique<grpc::ClientContext>();  // Until demo exists.
+    reader = stub->Subscribe(context.get(), request);
+    if (!reader->Read(&update)) {
+      reader->Finish().IgnoreError();
+      reader.reset();
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+  }
+  ASSERT_NE(reader, nullptr);
+  // Renewed: a certificate from the other CA.
+  Write(File("live.key"), Slurp(File("server2.key")));
+  Write(File("live.pem"), Slurp(File("server2.pem")));
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  grpc::Status renewed;
+  do {
+    absl::SleepFor(absl::Milliseconds(200));
+    renewed = ListWorlds(Channel(xformd.address(), "other-ca", ""));
+  } while (!renewed.ok() && absl::Now() < deadline);
+  EXPECT_TRUE(renewed.ok()) << renewed.error_message() << xformd.Log();
+  EXPECT_FALSE(ListWorlds(Channel(xformd.address(), "ca", "")).ok())
+      << "the old certificate is still served to new connections";
+  // The stream opened under the old certificate still gets frames.
+  for (int k = 0; k < 10; ++k) ASSERT_TRUE(reader->Read(&update));
+  context->TryCancel();
+}
+
+// SIGHUP reloads the auth file: a principal it no longer names loses its
+// stream within a second, and its token is refused from then on.
+TEST_F(SecurityProcessTest, SighupReloadRemovesAPrincipal) {
+  const std::string auth = File("auth-reload.json");
+  const auto file = [](bool with_temp) {
+    std::string json = absl::StrCat(
+        R"({"principals": [{"name": "ops", "token_sha256": ")",
+        xform::server::Sha256Hex("ops-token"),
+        R"(", "grants": [{"roles": ["admin"], "worlds": ["*"]}]})");
+    if (with_temp) {
+      absl::StrAppend(
+          &json, R"(, {"name": "temp", "token_sha256": ")",
+          xform::server::Sha256Hex("temp-token"),
+          R"(", "grants": [{"roles": ["read"], "worlds": ["*"]}]})");
+    }
+    return json + "]}";
+  };
+  Write(auth, file(true));
+  Xformd xformd({"--auth_file=" + auth, "--demo"});
+  auto channel = xformd.Connect();
+  auto stub = xform::v1::Xform::NewStub(channel);
+  xform::v1::SubscribeRequest request;
+  request.set_world("demo");
+  xform::v1::FrameUpdate update;
+  std::unique_ptr<grpc::ClientContext> context;
+  std::unique_ptr<grpc::ClientReader<xform::v1::FrameUpdate>> reader;
+  for (int attempt = 0; attempt < 100 && reader == nullptr; ++attempt) {
+    context = std::make_unique<grpc::ClientContext>();
+    context->AddMetadata("authorization", "Bearer temp-token");
+    reader = stub->Subscribe(context.get(), request);
+    if (!reader->Read(&update)) {
+      reader->Finish().IgnoreError();
+      reader.reset();
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+  }
+  ASSERT_NE(reader, nullptr) << xformd.Log();
+  Write(auth, file(false));
+  const absl::Time sent = absl::Now();
+  ASSERT_EQ(kill(xformd.pid(), SIGHUP), 0);
+  while (reader->Read(&update)) {
+  }
+  const grpc::Status ended = reader->Finish();
+  EXPECT_LT(absl::Now() - sent, absl::Seconds(1));
+  EXPECT_EQ(ended.error_code(), grpc::StatusCode::UNAUTHENTICATED)
+      << ended.error_message();
+  EXPECT_EQ(ListWorlds(channel, "temp-token").error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_TRUE(ListWorlds(channel, "ops-token").ok());
+  // A broken file on reload keeps the policy in force.
+  Write(auth, "{ not json");
+  ASSERT_EQ(kill(xformd.pid(), SIGHUP), 0);
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_TRUE(ListWorlds(channel, "ops-token").ok());
+  EXPECT_NE(xformd.Log().find("keeping the access control in force"),
+            std::string::npos);
+  // No token ever reaches the log.
+  EXPECT_EQ(xformd.Log().find("temp-token"), std::string::npos);
+}
+
+// Plaintext on a non-loopback address is served, with a warning.
+TEST_F(SecurityProcessTest, PlaintextOffLoopbackIsWarnedAbout) {
+  Xformd xformd(
+      {absl::StrCat("--listen=0.0.0.0:", xform::testing::FreePort())});
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (xformd.Log().find("serving on") == std::string::npos &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_NE(xformd.Log().find("serving PLAINTEXT on 0.0.0.0"),
+            std::string::npos)
+      << xformd.Log();
+}
+
+// TLS files that cannot serve are a startup error naming the file.
+TEST_F(SecurityProcessTest, BadTlsFilesStopTheStart) {
+  Xformd mismatched(
+      {"--tls_cert=" + File("server.pem"), "--tls_key=" + File("client.key")});
+  EXPECT_EQ(mismatched.WaitForExit(absl::Seconds(20)), 1);
+  EXPECT_NE(mismatched.Log().find("is not the key of --tls_cert"),
+            std::string::npos)
+      << mismatched.Log();
+  Xformd alone({"--tls_cert=" + File("server.pem")});
+  EXPECT_EQ(alone.WaitForExit(absl::Seconds(20)), 2);
+}
+
+}  // namespace

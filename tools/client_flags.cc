@@ -1,0 +1,72 @@
+// Copyright 2026 The xform Authors.
+
+#include "tools/client_flags.h"
+
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+
+ABSL_FLAG(std::string, token, "",
+          "Bearer token, sent as \"authorization: Bearer <token>\" (a "
+          "principal of xformd's --auth_file)");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM file of root certificates: talk TLS, verifying the server "
+          "with these");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM file of this client's certificate chain, for mutual TLS "
+          "(with --tls_key)");
+ABSL_FLAG(std::string, tls_key, "",
+          "PEM file of this client's private key, for mutual TLS");
+ABSL_FLAG(std::string, tls_server_name, "",
+          "The name the server's certificate must carry, when it is not the "
+          "--server host");
+
+namespace xform::tools {
+namespace {
+
+absl::StatusOr<std::string> ReadPem(const std::string& path, const char* flag) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read --", flag, "=", path));
+  }
+  std::stringstream pem;
+  pem << file.rdbuf();
+  return pem.str();
+}
+
+}  // namespace
+
+absl::Status ApplyClientFlags(ClientOptions* options) {
+  options->token = absl::GetFlag(FLAGS_token);
+  options->tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
+  const std::string cert = absl::GetFlag(FLAGS_tls_cert);
+  const std::string key = absl::GetFlag(FLAGS_tls_key);
+  if (cert.empty() != key.empty()) {
+    return absl::InvalidArgumentError("--tls_cert and --tls_key go together");
+  }
+  struct File {
+    const char* flag;
+    std::string path;
+    std::string* pem;
+  };
+  for (const File& f :
+       {File{"tls_ca", absl::GetFlag(FLAGS_tls_ca),
+             &options->tls_root_certificates_pem},
+        File{"tls_cert", cert, &options->tls_certificate_chain_pem},
+        File{"tls_key", key, &options->tls_private_key_pem}}) {
+    if (f.path.empty()) continue;
+    absl::StatusOr<std::string> pem = ReadPem(f.path, f.flag);
+    if (!pem.ok()) return pem.status();
+    *f.pem = *std::move(pem);
+    options->tls = true;
+  }
+  if (!options->tls_server_name.empty()) options->tls = true;
+  return absl::OkStatus();
+}
+
+}  // namespace xform::tools

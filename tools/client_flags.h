@@ -1,0 +1,22 @@
+// Copyright 2026 The xform Authors.
+//
+// The flags every tool that talks to xformd takes to reach it securely
+// (--token, --tls_ca, --tls_cert, --tls_key, --tls_server_name), in one
+// place, and their reading into ClientOptions.
+
+#ifndef XFORM_TOOLS_CLIENT_FLAGS_H_
+#define XFORM_TOOLS_CLIENT_FLAGS_H_
+
+#include "absl/status/status.h"
+#include "xform/client.h"
+
+namespace xform::tools {
+
+// Fills `options`' token and TLS fields from the flags, reading the PEM
+// files they name; INVALID_ARGUMENT naming a flag whose file is unreadable,
+// or --tls_cert without --tls_key.
+absl::Status ApplyClientFlags(ClientOptions* options);
+
+}  // namespace xform::tools
+
+#endif  // XFORM_TOOLS_CLIENT_FLAGS_H_
