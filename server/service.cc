@@ -697,14 +697,13 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* XformService::Subscribe(
     return new RefusedStream(allowed);
   }
   const Limits& limits = host_.limits();
+  if (absl::Status valid =
+          v1::CheckSubscribeRequest(request, limits.max_filter_ids);
+      !valid.ok()) {
+    return new RefusedStream(valid);
+  }
   const size_t filter_ids =
       static_cast<size_t>(request.entity_size()) + request.subtree_size();
-  if (filter_ids > limits.max_filter_ids) {
-    return new RefusedStream(absl::ResourceExhaustedError(absl::StrCat(
-        "a subscription filter names at most ", limits.max_filter_ids,
-        " entities and subtrees "
-        "(--max_filter_ids)")));
-  }
   if (caller->quotas().has_max_filter_ids() &&
       filter_ids > caller->quotas().max_filter_ids()) {
     return new RefusedStream(absl::ResourceExhaustedError(
@@ -715,16 +714,6 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* XformService::Subscribe(
   absl::StatusOr<std::shared_ptr<HostedWorld>> world =
       host_.Get(request.world());
   if (!world.ok()) return new RefusedStream(world.status());
-  if (!(request.max_rate_hz() >= 0) || request.max_rate_hz() > 1e6) {
-    return new RefusedStream(
-        absl::InvalidArgumentError("max_rate_hz must be in [0, 1e6]"));
-  }
-  for (const auto* ids : {&request.entity(), &request.subtree()}) {
-    if (std::find(ids->begin(), ids->end(), kNoEntity) != ids->end()) {
-      return new RefusedStream(
-          absl::InvalidArgumentError("entity id 0 in a subscription filter"));
-    }
-  }
   if ((*world)->replicator().subscribers() >= limits.max_subscribers) {
     return new RefusedStream(absl::ResourceExhaustedError(
         absl::StrCat("world '", (*world)->name(), "' has its limit of ",

@@ -83,6 +83,25 @@ absl::StatusOr<std::vector<EntityState>> EntityStatesFromWire(
   return out;
 }
 
+absl::Status CheckSubscribeRequest(const SubscribeRequest& request,
+                                   size_t max_filter_ids) {
+  if (static_cast<size_t>(request.entity_size()) + request.subtree_size() >
+      max_filter_ids) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("a subscription filter names at most ", max_filter_ids,
+                     " entities and subtrees (--max_filter_ids)"));
+  }
+  if (!(request.max_rate_hz() >= 0) || request.max_rate_hz() > 1e6) {
+    return absl::InvalidArgumentError("max_rate_hz must be in [0, 1e6]");
+  }
+  for (const auto* ids : {&request.entity(), &request.subtree()}) {
+    if (std::find(ids->begin(), ids->end(), kNoEntity) != ids->end()) {
+      return absl::InvalidArgumentError("entity id 0 in a subscription filter");
+    }
+  }
+  return absl::OkStatus();
+}
+
 size_t EntitiesNamed(const ApplyRequest& request) {
   size_t named = 0;
   for (const Command& c : request.commands()) {

@@ -39,6 +39,13 @@ void AppendEntityState(const EntityState& state, ReadResponse* response);
 absl::StatusOr<std::vector<EntityState>> EntityStatesFromWire(
     const ReadResponse& response);
 
+// Whether a Subscribe may start as asked, before its world is looked up:
+// RESOURCE_EXHAUSTED when its filter names more than `max_filter_ids`
+// entities and subtrees (--max_filter_ids), INVALID_ARGUMENT for a
+// max_rate_hz outside [0, 1e6] or an entity id 0 in the filter. O(filter).
+absl::Status CheckSubscribeRequest(const SubscribeRequest& request,
+                                   size_t max_filter_ids);
+
 // Entities the request's commands name, counted without converting them:
 // O(commands).
 size_t EntitiesNamed(const ApplyRequest& request);
