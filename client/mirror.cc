@@ -13,75 +13,13 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "client/client_internal.h"
+#include "client/mirror_state.h"
 #include "xform/net_changes.h"
 #include "xform/v1/frame_update.h"
 #include "xform/v1/wire.h"
 
 namespace xform {
 namespace {
-
-// Each entity's parent and world matrix, structure-of-arrays, with removal by
-// swapping the last entry in: the mirror has no order to keep, only lookups
-// and whole-copy reads to serve.
-class Copy {
- public:
-  static constexpr uint32_t kAbsent = ~uint32_t{0};
-
-  size_t size() const { return ids_.size(); }
-  uint32_t Find(EntityId e) const {
-    auto it = index_.find(e);
-    return it == index_.end() ? kAbsent : it->second;
-  }
-  EntityId id(uint32_t i) const { return ids_[i]; }
-  EntityId parent(uint32_t i) const { return parents_[i]; }
-  const Matrix3x4& world(uint32_t i) const { return worlds_[i]; }
-  const std::vector<EntityId>& ids() const { return ids_; }
-  const std::vector<Matrix3x4>& worlds() const { return worlds_; }
-
-  // Adds `e`, or re-parents it when present (a replayed create).
-  uint32_t Add(EntityId e, EntityId parent) {
-    auto [it, inserted] = index_.try_emplace(e, ids_.size());
-    if (inserted) {
-      ids_.push_back(e);
-      parents_.push_back(parent);
-      worlds_.emplace_back();
-    } else {
-      parents_[it->second] = parent;
-    }
-    return it->second;
-  }
-  void Remove(EntityId e) {
-    auto it = index_.find(e);
-    if (it == index_.end()) return;
-    const uint32_t i = it->second;
-    index_.erase(it);
-    if (i + 1 != ids_.size()) {
-      ids_[i] = ids_.back();
-      parents_[i] = parents_.back();
-      worlds_[i] = worlds_.back();
-      index_[ids_[i]] = i;
-    }
-    ids_.pop_back();
-    parents_.pop_back();
-    worlds_.pop_back();
-  }
-  void SetParent(uint32_t i, EntityId parent) { parents_[i] = parent; }
-  void SetWorld(uint32_t i, const float* m) {
-    worlds_[i] = v1::MatrixFromWire(m);
-  }
-  void Clear() {
-    index_.clear();
-    ids_.clear();
-    parents_.clear();
-    worlds_.clear();
-  }
-
- private:
-  absl::flat_hash_map<EntityId, uint32_t> index_;
-  std::vector<EntityId> ids_;
-  std::vector<EntityId> parents_;
-  std::vector<Matrix3x4> worlds_;
-};
 
 template <typename T>
 absl::Span<const T> SpanOf(const google::protobuf::RepeatedField<T>& field) {
@@ -129,7 +67,7 @@ class Mirror::Impl {
         if (queue_.empty()) break;
         arrival = std::move(queue_.front());
         queue_.pop_front();
-        ApplyLocked(arrival.update);
+        state_.Apply(arrival.update);
       }
       Notify(arrival);
       ++applied;
@@ -145,44 +83,46 @@ class Mirror::Impl {
   bool WaitForFrame(uint64_t frame, absl::Duration timeout) {
     absl::MutexLock lock(&mu_);
     auto reached = [this, frame]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return have_snapshot_ && frame_ >= frame;
+      return state_.have_snapshot() && state_.frame() >= frame;
     };
     return mu_.AwaitWithTimeout(absl::Condition(&reached), timeout);
   }
 
   bool SyncedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return have_snapshot_ && !in_snapshot_ && stream_up_;
+    return state_.have_snapshot() && !state_.in_snapshot() && stream_up_;
   }
 
   absl::StatusOr<Matrix3x4> WorldMatrix(EntityId e) const {
     absl::MutexLock lock(&mu_);
-    const uint32_t i = copy_.Find(e);
-    if (i == Copy::kAbsent) return NotInMirror(e);
-    return copy_.world(i);
+    const client_internal::Copy& copy = state_.copy();
+    const uint32_t i = copy.Find(e);
+    if (i == client_internal::Copy::kAbsent) return NotInMirror(e);
+    return copy.world(i);
   }
   absl::StatusOr<EntityId> Parent(EntityId e) const {
     absl::MutexLock lock(&mu_);
-    const uint32_t i = copy_.Find(e);
-    if (i == Copy::kAbsent) return NotInMirror(e);
-    return copy_.parent(i);
+    const client_internal::Copy& copy = state_.copy();
+    const uint32_t i = copy.Find(e);
+    if (i == client_internal::Copy::kAbsent) return NotInMirror(e);
+    return copy.parent(i);
   }
   bool Has(EntityId e) const {
     absl::MutexLock lock(&mu_);
-    return copy_.Find(e) != Copy::kAbsent;
+    return state_.copy().Find(e) != client_internal::Copy::kAbsent;
   }
   size_t size() const {
     absl::MutexLock lock(&mu_);
-    return copy_.size();
+    return state_.copy().size();
   }
   uint64_t frame() const {
     absl::MutexLock lock(&mu_);
-    return frame_;
+    return state_.frame();
   }
   void CopyAll(std::vector<EntityId>* entities,
                std::vector<Matrix3x4>* worlds) const {
     absl::MutexLock lock(&mu_);
-    *entities = copy_.ids();
-    *worlds = copy_.worlds();
+    *entities = state_.copy().ids();
+    *worlds = state_.copy().worlds();
   }
 
   MirrorChanges TakeChanges() {
@@ -190,10 +130,8 @@ class Mirror::Impl {
     NetChanges::Map pending;
     {
       absl::MutexLock lock(&mu_);
-      pending = pending_.Take();
-      changes.frame = frame_;
-      changes.resynced = resynced_since_asked_;
-      resynced_since_asked_ = false;
+      pending = state_.TakeChanges(&changes.resynced);
+      changes.frame = state_.frame();
     }
     for (const auto& [e, flags] : pending) {
       if (flags & kDestroyed) changes.destroyed.push_back(e);
@@ -210,7 +148,7 @@ class Mirror::Impl {
   }
   int resyncs() const {
     absl::MutexLock lock(&mu_);
-    return resyncs_;
+    return state_.resyncs();
   }
   absl::Status status() const {
     absl::MutexLock lock(&mu_);
@@ -268,7 +206,7 @@ class Mirror::Impl {
         if (stopping_) return false;
         stream_up_ = true;
         status_ = absl::OkStatus();
-        ApplyLocked(arrival.update);
+        state_.Apply(arrival.update);
       }
       Notify(arrival);
       return true;
@@ -309,110 +247,6 @@ class Mirror::Impl {
     options_.on_update(update);
   }
 
-  void Note(EntityId e, NetChange change) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    pending_.Note(e, change);
-  }
-
-  void ApplyLocked(const v1::FrameUpdate& u)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (u.snapshot()) {
-      ApplySnapshotPart(u);
-      return;
-    }
-    // The parts of a frame are taken in together, so the copy never shows
-    // half a frame. Parts come in order, with no other message between.
-    if (!u.last_part()) {
-      frame_parts_.push_back(u);
-      return;
-    }
-    for (const v1::FrameUpdate& part : frame_parts_) ApplyDelta(part);
-    frame_parts_.clear();
-    ApplyDelta(u);
-  }
-
-  void ApplyDelta(const v1::FrameUpdate& u) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    const v1::FrameUpdateReader r(u);
-    for (EntityId e : r.destroyed()) {
-      if (copy_.Find(e) == Copy::kAbsent) continue;
-      copy_.Remove(e);
-      Note(e, kDestroyed);
-    }
-    for (int k = 0; k < r.created_size(); ++k) {
-      copy_.Add(r.created(k), r.created_parent(k));
-      Note(r.created(k), kCreated);
-    }
-    for (int k = 0; k < r.reparented_size(); ++k) {
-      const uint32_t i = copy_.Find(r.reparented(k));
-      if (i == Copy::kAbsent) continue;
-      copy_.SetParent(i, r.reparented_parent(k));
-      Note(r.reparented(k), kReparented);
-    }
-    ApplyMoved(r, copy_, /*note=*/true);
-    frame_ = u.frame();
-  }
-
-  void ApplyMoved(const v1::FrameUpdateReader& r, Copy& copy, bool note)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    for (int k = 0; k < r.moved_size(); ++k) {
-      const uint32_t i = copy.Find(r.moved(k));
-      if (i == Copy::kAbsent) continue;
-      copy.SetWorld(i, r.moved_world_data(k));
-      if (note) Note(r.moved(k), kMoved);
-    }
-  }
-
-  // Snapshot messages build a fresh copy aside; the last one swaps it in and
-  // notes the difference from the copy it replaces, so a resync tells the
-  // caller exactly what changed while the stream was down.
-  void ApplySnapshotPart(const v1::FrameUpdate& u)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (!in_snapshot_ || u.part() == 0) {
-      staging_.Clear();
-      frame_parts_.clear();  // Of a stream that broke mid-frame.
-      in_snapshot_ = true;
-    }
-    // A snapshot streamed while the world changes: later parts may destroy,
-    // re-parent or move what earlier ones created.
-    const v1::FrameUpdateReader r(u);
-    for (EntityId e : r.destroyed()) {
-      if (staging_.Find(e) != Copy::kAbsent) staging_.Remove(e);
-    }
-    for (int k = 0; k < r.created_size(); ++k) {
-      staging_.Add(r.created(k), r.created_parent(k));
-    }
-    for (int k = 0; k < r.reparented_size(); ++k) {
-      const uint32_t i = staging_.Find(r.reparented(k));
-      if (i == Copy::kAbsent) continue;
-      staging_.SetParent(i, r.reparented_parent(k));
-    }
-    ApplyMoved(r, staging_, /*note=*/false);
-    if (!u.snapshot_done()) return;
-
-    for (EntityId e : copy_.ids()) {
-      if (staging_.Find(e) == Copy::kAbsent) Note(e, kDestroyed);
-    }
-    for (uint32_t i = 0; i < staging_.size(); ++i) {
-      const EntityId e = staging_.id(i);
-      const uint32_t old = copy_.Find(e);
-      if (old == Copy::kAbsent) {
-        Note(e, kCreated);
-        Note(e, kMoved);
-        continue;
-      }
-      if (copy_.parent(old) != staging_.parent(i)) Note(e, kReparented);
-      if (!(copy_.world(old) == staging_.world(i))) Note(e, kMoved);
-    }
-    std::swap(copy_, staging_);
-    staging_.Clear();
-    in_snapshot_ = false;
-    if (have_snapshot_) {
-      ++resyncs_;
-      resynced_since_asked_ = true;
-    }
-    have_snapshot_ = true;
-    frame_ = u.frame();
-  }
-
   const MirrorOptions options_;
   Client& client_;
   v1::SubscribeRequest request_;
@@ -426,16 +260,7 @@ class Mirror::Impl {
       absl::UnavailableError("not connected yet");
   std::deque<Arrival> queue_ ABSL_GUARDED_BY(mu_);  // kCaller only.
 
-  Copy copy_ ABSL_GUARDED_BY(mu_);
-  Copy staging_ ABSL_GUARDED_BY(mu_);
-  bool in_snapshot_ ABSL_GUARDED_BY(mu_) = false;
-  // The parts so far of a frame that comes in several.
-  std::vector<v1::FrameUpdate> frame_parts_ ABSL_GUARDED_BY(mu_);
-  bool have_snapshot_ ABSL_GUARDED_BY(mu_) = false;
-  uint64_t frame_ ABSL_GUARDED_BY(mu_) = 0;
-  int resyncs_ ABSL_GUARDED_BY(mu_) = 0;
-  NetChanges pending_ ABSL_GUARDED_BY(mu_);  // Since the caller last asked.
-  bool resynced_since_asked_ ABSL_GUARDED_BY(mu_) = false;
+  client_internal::MirrorState state_ ABSL_GUARDED_BY(mu_);
 };
 
 absl::StatusOr<std::unique_ptr<Mirror>> Mirror::Start(Client& client,
