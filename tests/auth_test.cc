@@ -91,6 +91,14 @@ class AuthTest : public ::testing::Test {
     return context;
   }
 
+  grpc::Status CreateWorld(absl::string_view token, const std::string& name) {
+    v1::CreateWorldRequest create;
+    create.set_name(name);
+    create.set_mode(v1::FRAME_MODE_DRIVEN);
+    v1::WorldInfo info;
+    return stub_->CreateWorld(As(token).get(), create, &info);
+  }
+
   grpc::Status Apply(absl::string_view token, const std::string& world,
                      std::vector<EntityId> create = {7}) {
     v1::ApplyRequest request;
@@ -150,10 +158,7 @@ class AuthTest : public ::testing::Test {
       return stream.status;
     }
     if (method == "CreateWorld") {
-      v1::CreateWorldRequest request;
-      request.set_name(world);
-      v1::WorldInfo info;
-      grpc::Status status = stub_->CreateWorld(As(token).get(), request, &info);
+      grpc::Status status = CreateWorld(token, world);
       server_.host().Delete(world).IgnoreError();  // For the next case.
       return status;
     }
@@ -267,15 +272,8 @@ void ExpectQuota(const grpc::Status& status, const std::string& quota) {
 
 TEST_F(AuthTest, WorldsOwnedAndEntitiesPerWorld) {
   ASSERT_TRUE(Call("CreateWorld", "limited-token", "lim-x").ok());  // Gone.
-  v1::CreateWorldRequest create;
-  create.set_name("lim-1");
-  create.set_mode(v1::FRAME_MODE_DRIVEN);
-  v1::WorldInfo info;
-  ASSERT_TRUE(
-      stub_->CreateWorld(As("limited-token").get(), create, &info).ok());
-  create.set_name("lim-2");
-  ExpectQuota(stub_->CreateWorld(As("limited-token").get(), create, &info),
-              "max_worlds_owned");
+  ASSERT_TRUE(CreateWorld("limited-token", "lim-1").ok());
+  ExpectQuota(CreateWorld("limited-token", "lim-2"), "max_worlds_owned");
   // Entities: 10 at most in its worlds, by its writes; a refused batch
   // applies nothing.
   std::vector<EntityId> eleven;
@@ -286,12 +284,7 @@ TEST_F(AuthTest, WorldsOwnedAndEntitiesPerWorld) {
 }
 
 TEST_F(AuthTest, SubscriptionsAndFilterSize) {
-  v1::CreateWorldRequest create;
-  create.set_name("lim-1");
-  create.set_mode(v1::FRAME_MODE_DRIVEN);
-  v1::WorldInfo info;
-  ASSERT_TRUE(
-      stub_->CreateWorld(As("limited-token").get(), create, &info).ok());
+  ASSERT_TRUE(CreateWorld("limited-token", "lim-1").ok());
   ExpectQuota(Subscribe("limited-token", "lim-1", {1, 2, 3}).status,
               "max_filter_ids");
   OpenStream first = Subscribe("limited-token", "lim-1", {1, 2});
@@ -315,12 +308,7 @@ TEST_F(AuthTest, SubscriptionsAndFilterSize) {
 }
 
 TEST_F(AuthTest, WritersAndWriteRates) {
-  v1::CreateWorldRequest create;
-  create.set_name("lim-1");
-  create.set_mode(v1::FRAME_MODE_DRIVEN);
-  v1::WorldInfo info;
-  ASSERT_TRUE(
-      stub_->CreateWorld(As("limited-token").get(), create, &info).ok());
+  ASSERT_TRUE(CreateWorld("limited-token", "lim-1").ok());
   {
     // An open ApplyStream is its one writer: an Apply meanwhile is refused.
     auto context = As("limited-token");
