@@ -1,0 +1,91 @@
+#!/usr/bin/python3
+"""A principal at its quotas, as hard as it can, for the fairness benchmark.
+
+With --token naming a principal of xformd's --auth_file whose quotas are
+small (docs/benchmarks.md has the file), --threads threads call Apply on
+--world as fast as they can (one entity moved a batch: over its write-rate
+quota, most are refused) and keep asking for more Subscribe streams than
+its max_subscriptions allows, until --seconds have passed. Meanwhile
+xform-load, as another principal, measures its own stream: the point is
+that its latency does not move. Prints each status code seen and how often.
+
+Uses Debian's python3-grpcio and soak_hostile.py's hand encoding.
+"""
+
+import argparse
+import threading
+import time
+
+import grpc
+
+import soak_hostile as wire
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--server", default="127.0.0.1:50051")
+    parser.add_argument("--token", required=True)
+    parser.add_argument("--world", default="hog")
+    parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--seconds", type=float, default=30)
+    args = parser.parse_args()
+
+    client = wire.Client(args.server)
+    metadata = (("authorization", "Bearer " + args.token),)
+    unary = client.channel.unary_unary(
+        wire.SERVICE + "Apply", request_serializer=lambda b: b,
+        response_deserializer=lambda b: b)
+    create = client.channel.unary_unary(
+        wire.SERVICE + "CreateWorld", request_serializer=lambda b: b,
+        response_deserializer=lambda b: b)
+    subscribe = client.channel.unary_stream(
+        wire.SERVICE + "Subscribe", request_serializer=lambda b: b,
+        response_deserializer=lambda b: b)
+    try:
+        create(wire.string_field(1, args.world) + wire.field(2, 0, wire.varint(2)),
+               metadata=metadata, timeout=10)
+        unary(wire.apply_request(args.world, [wire.create_command([1], [0])]),
+              metadata=metadata, timeout=10)
+    except grpc.RpcError as error:
+        print("setup:", error.code().name, error.details())
+    end = time.time() + args.seconds
+    streams = []
+
+    def write():
+        x = 0.0
+        while time.time() < end:
+            x += 1
+            try:
+                unary(wire.apply_request(args.world,
+                                         [wire.set_local_command([1], x)]),
+                      metadata=metadata, timeout=10)
+                client.note(grpc.StatusCode.OK)
+            except grpc.RpcError as error:
+                client.note(error.code())
+
+    def subscribe_more():
+        while time.time() < end:
+            stream = subscribe(wire.subscribe_request(args.world),
+                               metadata=metadata, timeout=args.seconds + 10)
+            try:
+                next(stream)
+                streams.append(stream)  # Kept open: it holds a quota slot.
+                client.note(grpc.StatusCode.OK)
+            except grpc.RpcError as error:
+                client.note(error.code())
+            time.sleep(0.01)
+
+    threads = [threading.Thread(target=write) for _ in range(args.threads)]
+    threads.append(threading.Thread(target=subscribe_more))
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for stream in streams:
+        stream.cancel()
+    for code, count in sorted(client.codes.items()):
+        print("%s %d" % (code, count))
+
+
+if __name__ == "__main__":
+    main()
