@@ -56,8 +56,6 @@ struct Principal {
   config::Quotas quotas;
 
   bool Allows(Role role, absl::string_view world) const;
-  // Has any role on anything: it may call ListWorlds, say.
-  bool HasAnyGrant() const { return !grants.empty(); }
 };
 
 class AccessPolicy {
