@@ -54,15 +54,23 @@ World::~World() = default;
 // Mutations: validate whole, then apply, then propagate once.
 
 absl::Status World::Apply(absl::Span<const Command> batch) {
+  return Apply(batch, [] { return absl::OkStatus(); });
+}
+
+absl::Status World::Apply(absl::Span<const Command> batch,
+                          absl::FunctionRef<absl::Status()> commit) {
   // A physics step is all set-locals: no structure to simulate, so the
   // overlay validator is not needed (same checks, same order, one lookup).
   if (!batch.empty() &&
       std::all_of(batch.begin(), batch.end(), [](const Command& c) {
         return std::holds_alternative<SetLocalOp>(c);
       })) {
-    return SetLocalsOf(batch.size(), [&](size_t k) -> const SetLocalOp& {
-      return std::get<SetLocalOp>(batch[k]);
-    });
+    return SetLocalsOf(
+        batch.size(),
+        [&](size_t k) -> const SetLocalOp& {
+          return std::get<SetLocalOp>(batch[k]);
+        },
+        commit);
   }
   {
     BatchValidator validator(*this);
@@ -102,7 +110,10 @@ absl::Status World::Apply(absl::Span<const Command> batch) {
     std::visit(Applier{*this}, command);
   }
   flush_creates();
-  if (!Propagate()) return TakeBack(undo, mark);
+  if (!Propagate()) return TakeBack(undo, mark, NotFinite());
+  if (absl::Status committed = commit(); !committed.ok()) {
+    return TakeBack(undo, mark, committed);
+  }
   return absl::OkStatus();
 }
 
@@ -133,18 +144,20 @@ absl::Status World::CreateMany(absl::Span<const CreateOp> ops) {
     for (const CreateOp& op : ops) {
       undo.push_back({UndoStep::kDestroyCreated, op.entity});
     }
-    return TakeBack(undo, mark);
+    return TakeBack(undo, mark, NotFinite());
   }
   return absl::OkStatus();
 }
 
 absl::Status World::SetLocals(absl::Span<const SetLocalOp> ops) {
-  return SetLocalsOf(ops.size(),
-                     [&](size_t k) -> const SetLocalOp& { return ops[k]; });
+  return SetLocalsOf(
+      ops.size(), [&](size_t k) -> const SetLocalOp& { return ops[k]; },
+      [] { return absl::OkStatus(); });
 }
 
 template <typename Get>
-absl::Status World::SetLocalsOf(size_t count, Get get) {
+absl::Status World::SetLocalsOf(size_t count, Get get,
+                                absl::FunctionRef<absl::Status()> commit) {
   // A physics step sets entities scattered over the whole world, so each
   // lookup and each column write is a cache miss: fetched ahead.
   constexpr size_t kAhead = kPrefetchAhead;
@@ -185,15 +198,15 @@ absl::Status World::SetLocalsOf(size_t count, Get get) {
     saved.push_back(SaveLocal(targets[k]));  // Cached: the lines were fetched.
     ApplySetLocal(targets[k], get(k).local);
   }
-  if (!Propagate()) {
+  absl::Status status = Propagate() ? commit() : NotFinite();
+  if (!status.ok()) {
     // No structure changed: restore the locals in reverse (an entity may be
     // set twice), sweep again, and forget both sweeps' ranges.
     for (size_t k = count; k-- > 0;) RestoreLocal(targets[k], saved[k]);
     Propagate();
     swept_.resize(swept_before);
-    return NotFinite();
   }
-  return absl::OkStatus();
+  return status;
 }
 
 absl::Status World::Create(EntityId entity, EntityId parent,
@@ -289,8 +302,10 @@ World::ListsMark World::MarkLists() {
   return {moved_slots_.size(), created_slots_.size()};
 }
 
-absl::Status World::TakeBack(absl::Span<const UndoStep> steps, ListsMark mark) {
-  // Nothing here reads a world matrix: those the batch made are not finite.
+absl::Status World::TakeBack(absl::Span<const UndoStep> steps, ListsMark mark,
+                             absl::Status refusal) {
+  // Nothing here reads a world matrix: those the batch made may not be
+  // finite.
   std::vector<size_t> recreated;  // Steps.
   for (size_t k = steps.size(); k-- > 0;) {
     const UndoStep& step = steps[k];
@@ -328,14 +343,16 @@ absl::Status World::TakeBack(absl::Span<const UndoStep> steps, ListsMark mark) {
     list->resize(keep);
   }
   // Except that a recreated entity has a new slot: what was listed of it
-  // earlier in the frame, under the old one, is listed again.
+  // earlier in the frame, under the old one, is listed again. (Unless it was
+  // created in the batch too, and so is gone again.)
   for (size_t k : recreated) {
     const Index i = index_of(steps[k].entity);
+    if (i == kNoIndex) continue;
     frame_flags_[i] = steps[k].frame_flags;
     if (frame_flags_[i] & kMovedThisFrame) moved_slots_.push_back(slot_[i]);
     if (frame_flags_[i] & kCreatedThisFrame) created_slots_.push_back(slot_[i]);
   }
-  return NotFinite();
+  return refusal;
 }
 
 // ---------------------------------------------------------------------------

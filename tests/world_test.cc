@@ -505,6 +505,14 @@ TEST_F(OverflowTest, GeneralBatchesThatOverflowAreTakenBack) {
        SetLocalOp{3, At(0, 1e10f, 0)}}));
 }
 
+// Entities the batch both created and destroyed come back in the undo and
+// go again: nothing of them may be listed (this crashed once).
+TEST_F(OverflowTest, CreatedAndDestroyedInTheBatchAreTakenBack) {
+  ExpectTakenBack(world_.Apply(
+      {CreateOp{20, kNoEntity, {}}, CreateOp{21, 20, {}},
+       DestroyOp{20, DestroyMode::kSubtree}, SetLocalOp{2, At(1e10f, 0, 0)}}));
+}
+
 // A refused batch that destroys what an earlier batch of the frame moved
 // leaves that move listed.
 TEST_F(OverflowTest, EarlierMovesOfTheFrameStayListed) {

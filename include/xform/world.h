@@ -52,10 +52,12 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "xform/internal/huge_page_allocator.h"
 #include "xform/transform.h"
+#include "xform/world_image.h"
 
 namespace xform {
 namespace internal {
@@ -185,6 +187,11 @@ class World {
   // Validates the whole batch, then applies it, then brings every affected
   // world matrix up to date. On error nothing changed.
   absl::Status Apply(absl::Span<const Command> batch);
+  // As Apply, then asks `commit` whether the batch stands, with the world in
+  // the batch's state (a server journals it then). An error from `commit`
+  // takes the batch back whole, as a failed batch, and is returned.
+  absl::Status Apply(absl::Span<const Command> batch,
+                     absl::FunctionRef<absl::Status()> commit);
 
   // Fast paths for the two common homogeneous batches: a scene load or spawn
   // wave, and a physics step's worth of local transforms.
@@ -219,6 +226,16 @@ class World {
       visit(entity_of(i), parent_entity_of(i), world_[i]);
     }
   }
+
+  // A copy of the world's state (see world_image.h): O(n), a copy of about
+  // 100 bytes an instance. `image` keeps its capacity, so a caller that
+  // Resize()s it ahead faults nothing in here.
+  void CopyImage(WorldImage* image) const;
+  // The world `image` describes, its frame open and nothing changed in it.
+  // DataLoss when the image is not a world: a repeated or zero id, a parent
+  // not before its child, a range that is not pre-order, a value no batch
+  // could have set, or a world matrix that is not finite. O(n).
+  static absl::StatusOr<World> FromImage(const WorldImage& image);
 
   // The frame being built; EndFrame() closes it and returns its changes.
   uint64_t frame() const { return frame_; }
@@ -265,7 +282,8 @@ class World {
   // SetLocals over `count` ops that get(k) returns: the one implementation
   // behind SetLocals() and all-set-local batches given to Apply().
   template <typename Get>
-  absl::Status SetLocalsOf(size_t count, Get get);
+  absl::Status SetLocalsOf(size_t count, Get get,
+                           absl::FunctionRef<absl::Status()> commit);
   void ApplyCreates(absl::Span<const CreateOp> ops);
   void ApplyDestroy(const DestroyOp& op);
   void ApplyLink(const LinkOp& op);
@@ -325,9 +343,9 @@ class World {
   void RestoreLocal(Index i, const SavedLocal& saved);
   void RecordUndo(const Command& command, std::vector<UndoStep>* steps) const;
   // Undoes `steps` (recorded for a batch already applied), propagates, puts
-  // the change lists back to `mark`, and returns the status that refuses the
-  // batch.
-  absl::Status TakeBack(absl::Span<const UndoStep> steps, ListsMark mark);
+  // the change lists back to `mark`, and returns `refusal`.
+  absl::Status TakeBack(absl::Span<const UndoStep> steps, ListsMark mark,
+                        absl::Status refusal);
   using Range = internal::SweepRange;
   // Lists what swept_ recomputed in moved_slots_, which survive relocation;
   // called by the primitives above just before they relocate instances.

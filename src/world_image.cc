@@ -1,0 +1,109 @@
+// Copyright 2026 The xform Authors.
+//
+// A World to and from its WorldImage (world_image.h).
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "src/sweep.h"
+#include "xform/world.h"
+
+namespace xform {
+namespace {
+
+using internal::Index;
+using internal::kNoIndex;
+
+}  // namespace
+
+void WorldImage::Resize(size_t n) {
+  entity.resize(n);
+  parent.resize(n);
+  position.resize(n);
+  rotation.resize(n);
+  scale.resize(n);
+}
+
+void World::CopyImage(WorldImage* image) const {
+  const size_t n = size();
+  image->Resize(n);
+  image->frame = frame_;
+  // The contiguous columns are copied whole; the rest gathered.
+  static_assert(sizeof(Index) == sizeof(uint32_t) && kNoIndex == WorldImage::kRoot);
+  std::memcpy(image->parent.data(), parent_.data(), n * sizeof(Index));
+  std::memcpy(image->rotation.data(), rotation_.data(), n * sizeof(glm::quat));
+  std::memcpy(image->scale.data(), scale_.data(), n * sizeof(glm::vec3));
+  for (Index i = 0; i < n; ++i) {
+    image->entity[i] = slot_entity_[slot_[i]];
+    image->position[i] = local_[i].translation();
+  }
+}
+
+absl::StatusOr<World> World::FromImage(const WorldImage& image) {
+  const size_t n = image.size();
+  const auto broken = [](auto&&... args) {
+    return absl::DataLossError(absl::StrCat("not a world: ", args...));
+  };
+  if (image.parent.size() != n || image.position.size() != n ||
+      image.rotation.size() != n || image.scale.size() != n) {
+    return broken("its columns differ in length");
+  }
+  if (n >= kNoIndex) return broken(n, " instances");
+  World world;
+  world.frame_ = image.frame;
+  world.parent_.assign(image.parent.begin(), image.parent.end());
+  world.rotation_.assign(image.rotation.begin(), image.rotation.end());
+  world.scale_.assign(image.scale.begin(), image.scale.end());
+  world.local_.resize(n);
+  world.world_.resize(n);
+  world.subtree_size_.assign(n, 1);
+  world.slot_.resize(n);
+  world.frame_flags_.assign(n, 0);
+  world.slot_index_.resize(n);
+  world.slot_entity_.assign(image.entity.begin(), image.entity.end());
+  world.slot_flags_.assign(n, 0);
+  world.slot_of_.reserve(n);
+  for (Index i = 0; i < n; ++i) {
+    const Transform local{image.position[i], image.rotation[i], image.scale[i]};
+    // A stored rotation is normalized already: normalizing it again could
+    // change its last bit, so it is checked, not normalized.
+    if (absl::Status valid = ValidateTransform(local); !valid.ok()) {
+      return broken("instance ", i, ": ", valid.message());
+    }
+    if (image.entity[i] == kNoEntity ||
+        !world.slot_of_.try_emplace(image.entity[i], i).second) {
+      return broken("instance ", i, " has id ", image.entity[i],
+                    ", zero or repeated");
+    }
+    const Index p = image.parent[i];
+    if (p != kNoIndex && p >= i) {
+      return broken("instance ", i, "'s parent ", p, " does not come before it");
+    }
+    world.local_[i] = ToMatrix(local);
+    world.slot_[i] = i;
+    world.slot_index_[i] = i;
+  }
+  // Subtree sizes from the parents, children first; CheckConsistency then
+  // proves the order is pre-order (each parent's children tile its range).
+  for (Index i = static_cast<Index>(n); i-- > 0;) {
+    if (world.parent_[i] != kNoIndex) {
+      world.subtree_size_[world.parent_[i]] += world.subtree_size_[i];
+    }
+  }
+  if (absl::Status consistent = world.CheckConsistency(); !consistent.ok()) {
+    return broken(consistent.message());
+  }
+  const internal::SweepRange all{0, static_cast<Index>(n)};
+  const internal::SweepJob sweep{
+      .parent = {world.parent_.data(), n},
+      .subtree_size = {world.subtree_size_.data(), n},
+      .local = {world.local_.data(), n},
+      .ranges = {&all, n > 0 ? 1u : 0u},
+      .world = {world.world_.data(), n},
+  };
+  if (!sweep.Run()) return broken("a world matrix is not finite");
+  return world;
+}
+
+}  // namespace xform
