@@ -38,6 +38,18 @@ class CallHold {
   std::atomic<int>* count_;
 };
 
+// Who is calling, once the server is ready: UNAVAILABLE while --data_dir's
+// worlds are being recovered (health says NOT_SERVING then too).
+absl::StatusOr<Caller> Admit(const WorldHost& host, Gatekeeper& gatekeeper,
+                             const grpc::CallbackServerContext& context,
+                             absl::string_view method) {
+  if (!host.ready()) {
+    return absl::UnavailableError(
+        "the server is recovering its worlds from disk; try again shortly");
+  }
+  return gatekeeper.Authenticate(context, method);
+}
+
 grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context,
                                const absl::Status& status) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
@@ -49,14 +61,15 @@ grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context,
 // The handler runs inline, so the call is counted until it has answered.
 // The caller is authenticated first; the handler checks its role.
 template <typename Request, typename Response, typename Handler>
-grpc::ServerUnaryReactor* Serve(std::atomic<int>& calls, Gatekeeper& gatekeeper,
+grpc::ServerUnaryReactor* Serve(std::atomic<int>& calls, const WorldHost& host,
+                                Gatekeeper& gatekeeper,
                                 absl::string_view method,
                                 grpc::CallbackServerContext* context,
                                 const grpc::ByteBuffer* bytes,
                                 grpc::ByteBuffer* response_bytes,
                                 Handler&& handle) {
   const CallHold hold(calls);
-  absl::StatusOr<Caller> caller = gatekeeper.Authenticate(*context, method);
+  absl::StatusOr<Caller> caller = Admit(host, gatekeeper, *context, method);
   if (!caller.ok()) return Done(context, caller.status());
   Request request;
   if (absl::Status parsed = ParseRequest(*bytes, &request); !parsed.ok()) {
@@ -547,7 +560,7 @@ grpc::ServerUnaryReactor* XformService::CreateWorld(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
   return Serve<v1::CreateWorldRequest, v1::WorldInfo>(
-      active_calls_, *gatekeeper_, "CreateWorld", context, request, response,
+      active_calls_, host_, *gatekeeper_, "CreateWorld", context, request, response,
       [&](const Caller& caller, const v1::CreateWorldRequest& create,
           v1::WorldInfo* info) {
         if (absl::Status allowed =
@@ -583,7 +596,7 @@ grpc::ServerUnaryReactor* XformService::ListWorlds(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
   return Serve<v1::ListWorldsRequest, v1::ListWorldsResponse>(
-      active_calls_, *gatekeeper_, "ListWorlds", context, request, response,
+      active_calls_, host_, *gatekeeper_, "ListWorlds", context, request, response,
       [&](const Caller& caller, const v1::ListWorldsRequest&,
           v1::ListWorldsResponse* list) {
         // Only what it may read: the rest it is not told exist.
@@ -600,7 +613,7 @@ grpc::ServerUnaryReactor* XformService::GetWorld(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
   return Serve<v1::GetWorldRequest, v1::WorldInfo>(
-      active_calls_, *gatekeeper_, "GetWorld", context, request, response,
+      active_calls_, host_, *gatekeeper_, "GetWorld", context, request, response,
       [&](const Caller& caller, const v1::GetWorldRequest& get,
           v1::WorldInfo* info) {
         if (absl::Status allowed =
@@ -620,7 +633,7 @@ grpc::ServerUnaryReactor* XformService::DeleteWorld(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
   return Serve<v1::DeleteWorldRequest, v1::DeleteWorldResponse>(
-      active_calls_, *gatekeeper_, "DeleteWorld", context, request, response,
+      active_calls_, host_, *gatekeeper_, "DeleteWorld", context, request, response,
       [&](const Caller& caller, const v1::DeleteWorldRequest& del,
           v1::DeleteWorldResponse*) {
         if (absl::Status allowed =
@@ -641,7 +654,8 @@ grpc::ServerUnaryReactor* XformService::Apply(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* bytes,
     grpc::ByteBuffer* response_bytes) {
   const CallHold hold(active_calls_);
-  absl::StatusOr<Caller> caller = gatekeeper_->Authenticate(*context, "Apply");
+  absl::StatusOr<Caller> caller =
+      Admit(host_, *gatekeeper_, *context, "Apply");
   if (!caller.ok()) return Done(context, caller.status());
   // An Apply in progress is a writer, as an ApplyStream is.
   absl::StatusOr<std::unique_ptr<Usage::Ticket>> writing =
@@ -658,7 +672,7 @@ grpc::ServerUnaryReactor* XformService::Apply(
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 XformService::ApplyStream(grpc::CallbackServerContext* context) {
   absl::StatusOr<Caller> caller =
-      gatekeeper_->Authenticate(*context, "ApplyStream");
+      Admit(host_, *gatekeeper_, *context, "ApplyStream");
   if (!caller.ok()) return new RefusedBidiStream(caller.status());
   return ApplyStreamReactor::Start(host_, *writers_, active_calls_,
                                    *std::move(caller));
@@ -668,7 +682,7 @@ grpc::ServerUnaryReactor* XformService::Read(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
   return Serve<v1::ReadRequest, v1::ReadResponse>(
-      active_calls_, *gatekeeper_, "Read", context, request, response,
+      active_calls_, host_, *gatekeeper_, "Read", context, request, response,
       [&](const Caller& caller, const v1::ReadRequest& read,
           v1::ReadResponse* out) {
         if (absl::Status allowed = caller.Require(kRead, read.world(), "Read");
@@ -685,7 +699,7 @@ grpc::ServerUnaryReactor* XformService::Read(
 grpc::ServerWriteReactor<grpc::ByteBuffer>* XformService::Subscribe(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* bytes) {
   absl::StatusOr<Caller> caller =
-      gatekeeper_->Authenticate(*context, "Subscribe");
+      Admit(host_, *gatekeeper_, *context, "Subscribe");
   if (!caller.ok()) return new RefusedStream(caller.status());
   v1::SubscribeRequest request;
   if (absl::Status parsed = ParseRequest(*bytes, &request); !parsed.ok()) {

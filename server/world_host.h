@@ -11,6 +11,7 @@
 #ifndef XFORM_SERVER_WORLD_HOST_H_
 #define XFORM_SERVER_WORLD_HOST_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -28,6 +29,7 @@
 #include "server/burst_budget.h"
 #include "server/periodic_thread.h"
 #include "server/replicator.h"
+#include "server/storage.h"
 #include "xform/message_size.h"
 #include "xform/v1/wire.h"
 #include "xform/v1/xform.pb.h"
@@ -89,6 +91,19 @@ class HostedWorld {
 
   Replicator& replicator() { return replicator_; }
 
+  // Durability (--data_dir), set up before the world is served. Persist:
+  // every batch is journaled to `log` before it is acknowledged (a batch
+  // the journal refuses is taken back, and its UNAVAILABLE returned).
+  void Persist(std::unique_ptr<WorldLog> log);
+  // Takes `world` (recovered) as its state and publishes it whole as frame
+  // `last_frame`, so that subscribers' snapshots hold it.
+  void Restore(World world, uint64_t last_frame);
+  bool durable() const { return log_ != nullptr; }
+  WorldLog* log() { return log_.get(); }
+  // Writes a snapshot and starts a new journal (see WorldLog). The lock is
+  // held only to copy the world's columns: O(n), about 100 bytes an entity.
+  absl::Status SaveSnapshot();
+
  private:
   // Destroyed last, once the world's other members are gone: gives their
   // memory back to the operating system. Big columns are mappings of their
@@ -110,11 +125,14 @@ class HostedWorld {
   FrameWriters writers_ ABSL_GUARDED_BY(mu_);
   void PublishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Replicator replicator_;
+  std::unique_ptr<WorldLog> log_;  // Set before the world is served.
 };
 
 class WorldHost {
  public:
-  WorldHost(Limits limits, double default_tick_hz);
+  // With `storage`, worlds are durable (see storage.h): Recover() first.
+  WorldHost(Limits limits, double default_tick_hz,
+            std::unique_ptr<Storage> storage = nullptr);
   ~WorldHost();
   WorldHost(const WorldHost&) = delete;
   WorldHost& operator=(const WorldHost&) = delete;
@@ -132,14 +150,34 @@ class WorldHost {
   // Ends every subscriber stream with `status` (shutdown).
   void EndAllStreams(const absl::Status& status);
 
+  // Durability. Recover: rebuilds the worlds in the storage, before any
+  // call is served; then starts the each-second sync and the snapshots.
+  absl::Status Recover();
+  // Snapshots every durable world with something journaled (clean shutdown).
+  void SnapshotAll();
+  bool durable() const { return storage_ != nullptr; }
+  // Whether calls may be served: recovery is over (at once without storage).
+  bool ready() const { return ready_.load(std::memory_order_acquire); }
+
  private:
   // Polls every world's subscribers (rate-limited messages now due), and
   // trims the heap after a delete; returns when to poll again (5 ms).
   absl::Time PollOnce();
 
+  // The durable worlds' threads: the each-second journal sync, and the
+  // snapshots --snapshot_every asks for.
+  absl::Time SyncJournals();
+  absl::Time TakeDueSnapshots();
+  void StartTicking(const std::shared_ptr<HostedWorld>& world)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const Limits limits_;
   const std::shared_ptr<BurstBudget> burst_budget_;
   const double default_tick_hz_;
+  const std::unique_ptr<Storage> storage_;
+  // Creates and deletes, one at a time: their files are written outside
+  // mu_, which every call takes to find its world.
+  absl::Mutex storage_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<HostedWorld>> worlds_
       ABSL_GUARDED_BY(mu_);
@@ -151,6 +189,9 @@ class WorldHost {
   absl::flat_hash_map<std::string, std::unique_ptr<PeriodicThread>> tickers_
       ABSL_GUARDED_BY(mu_);
   std::unique_ptr<PeriodicThread> poller_;
+  std::unique_ptr<PeriodicThread> syncer_;
+  std::atomic<bool> ready_;
+  std::unique_ptr<PeriodicThread> snapshotter_;
 };
 
 }  // namespace xform::server

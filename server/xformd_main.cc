@@ -39,6 +39,7 @@
 #include "server/gatekeeper.h"
 #include "server/log.h"
 #include "server/service.h"
+#include "server/storage.h"
 #include "server/tls.h"
 #include "server/transport.h"
 #include "xform/v1/wire.h"
@@ -100,6 +101,23 @@ ABSL_FLAG(std::string, auth_file, "",
 ABSL_FLAG(std::string, reflection, "auto",
           "Serve gRPC reflection: on, off, or auto (on without --auth_file, "
           "off with it: reflection answers any caller)");
+ABSL_FLAG(std::string, data_dir, "",
+          "Directory that makes worlds durable: each world's snapshot and "
+          "journal (docs/durability.md). Empty: worlds live in memory only, "
+          "and a restart loses them");
+ABSL_FLAG(std::string, fsync, "everysec",
+          "When journal records reach the disk: always (before a write is "
+          "acknowledged; concurrent writes share an fsync), everysec (each "
+          "second: power loss may lose the last second, a crash of xformd "
+          "loses nothing) or no (when the OS chooses)");
+ABSL_FLAG(std::string, snapshot_every, "64MiB",
+          "Snapshot a world, and start its journal afresh, once its journal "
+          "holds this many bytes (64MiB, 500MB) or this long after its last "
+          "snapshot (300s, 10m)");
+ABSL_FLAG(std::string, recover, "strict",
+          "A corrupt journal record at start: strict refuses to start, "
+          "naming the file and offset; truncate drops it and the rest of "
+          "that world's journal, logging what it dropped");
 ABSL_FLAG(bool, demo, false,
           "Create world 'demo' (a 10,000-entity scene) and move 1% of it at "
           "every tick, for trying the server out");
@@ -118,6 +136,11 @@ void RunDemo(WorldHost& host, const absl::Notification& stop) {
   create_world.set_tick_hz(30);
   absl::StatusOr<std::shared_ptr<HostedWorld>> world =
       host.Create(create_world);
+  if (absl::IsAlreadyExists(world.status())) {
+    // Recovered from --data_dir: the demo starts its scene afresh.
+    host.Delete("demo").IgnoreError();
+    world = host.Create(create_world);
+  }
   if (!world.ok()) {
     Log('E', "demo: ", world.status().ToString());
     return;
@@ -230,6 +253,18 @@ std::vector<std::string> FlagErrors() {
   const std::string reflection = absl::GetFlag(FLAGS_reflection);
   check(reflection == "auto" || reflection == "on" || reflection == "off",
         "--reflection must be on, off or auto");
+  const std::string fsync = absl::GetFlag(FLAGS_fsync);
+  check(fsync == "always" || fsync == "everysec" || fsync == "no",
+        "--fsync must be always, everysec or no");
+  StorageOptions storage;
+  if (absl::Status s = ParseSnapshotEvery(absl::GetFlag(FLAGS_snapshot_every),
+                                          &storage);
+      !s.ok()) {
+    errors.emplace_back(s.message());
+  }
+  const std::string recover = absl::GetFlag(FLAGS_recover);
+  check(recover == "strict" || recover == "truncate",
+        "--recover must be strict or truncate");
   return errors;
 }
 
@@ -281,7 +316,32 @@ int Main() {
   limits.max_pending = absl::GetFlag(FLAGS_max_pending);
   limits.snapshot_burst_bytes = absl::GetFlag(FLAGS_snapshot_burst_mb) << 20;
   limits.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
-  WorldHost host(limits, absl::GetFlag(FLAGS_tick_hz));
+  std::unique_ptr<Storage> storage;
+  if (const std::string data_dir = absl::GetFlag(FLAGS_data_dir);
+      !data_dir.empty()) {
+    StorageOptions options;
+    options.data_dir = data_dir;
+    const std::string fsync = absl::GetFlag(FLAGS_fsync);
+    options.fsync = fsync == "always"   ? FsyncPolicy::kAlways
+                    : fsync == "no"     ? FsyncPolicy::kNo
+                                        : FsyncPolicy::kEverySecond;
+    ParseSnapshotEvery(absl::GetFlag(FLAGS_snapshot_every), &options)
+        .IgnoreError();  // Checked by FlagErrors.
+    options.truncate_corrupt = absl::GetFlag(FLAGS_recover) == "truncate";
+    absl::StatusOr<std::unique_ptr<Storage>> opened =
+        Storage::Open(std::move(options));
+    if (!opened.ok()) {
+      Log('E', opened.status().message());
+      return 1;
+    }
+    storage = *std::move(opened);
+    Log('I', "worlds are durable in ", data_dir, " (--fsync=", fsync,
+        ", --snapshot_every=", absl::GetFlag(FLAGS_snapshot_every), ")");
+  } else {
+    Log('W', "no --data_dir: worlds live in memory only, and a restart loses "
+             "them");
+  }
+  WorldHost host(limits, absl::GetFlag(FLAGS_tick_hz), std::move(storage));
   const std::string auth_file = absl::GetFlag(FLAGS_auth_file);
   std::shared_ptr<const AccessPolicy> policy = AccessPolicy::OpenToAll();
   if (!auth_file.empty()) {
@@ -371,6 +431,14 @@ int Main() {
   }
   if (acceptor != nullptr) acceptor->Start(server.get());
   grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+  // NOT_SERVING (and every call UNAVAILABLE) until the worlds are back.
+  health->SetServingStatus(false);
+  health->SetServingStatus(v1::Xform::service_full_name(), false);
+  if (absl::Status recovered = host.Recover(); !recovered.ok()) {
+    Log('E', "recovery failed: ", recovered.message());
+    server->Shutdown(absl::ToChronoTime(absl::Now()));
+    return 1;
+  }
   health->SetServingStatus(true);
   health->SetServingStatus(v1::Xform::service_full_name(), true);
   Log('I', "xformd serving on ", listen, " (port ",
@@ -426,6 +494,10 @@ int Main() {
   server->Shutdown(absl::ToChronoTime(
       std::min(grace_end, absl::Now() + absl::Milliseconds(250))));
   server->Wait();
+  if (host.durable()) {
+    Log('I', "snapshotting every world before exit");
+    host.SnapshotAll();
+  }
   Log('I', "stopped");
   return 0;
 }

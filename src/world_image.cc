@@ -106,4 +106,10 @@ absl::StatusOr<World> World::FromImage(const WorldImage& image) {
   return world;
 }
 
+void World::RestartFrames(uint64_t frame) {
+  FrameChanges dropped;
+  EndFrame(&dropped);
+  frame_ = std::max(frame_, frame);
+}
+
 }  // namespace xform

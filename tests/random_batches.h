@@ -47,6 +47,13 @@ class RandomBatches {
 
   // The entities this writer created that are alive, as far as it knows.
   const std::vector<EntityId>& entities() const { return mine_; }
+  // Takes `model`'s entities as its own (after a batch it made was lost).
+  void Adopt(const World& model) {
+    mine_.clear();
+    model.ForEach([&](EntityId e, EntityId, const Matrix3x4&) {
+      mine_.push_back(e);
+    });
+  }
 
  private:
   int Pick(int n) { return std::uniform_int_distribution<int>(0, n - 1)(rng_); }

@@ -85,6 +85,14 @@ class Xformd {
     return channel;
   }
 
+  // kill -9, and waits for it to be gone.
+  void Kill() {
+    if (pid_ == 0 || exited_) return;
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    exited_ = true;
+  }
+
   // The exit status, or -1 if it has not exited within `timeout`.
   int WaitForExit(absl::Duration timeout) {
     const absl::Time deadline = absl::Now() + timeout;

@@ -240,6 +240,10 @@ class World {
   // The frame being built; EndFrame() closes it and returns its changes.
   uint64_t frame() const { return frame_; }
   void EndFrame(FrameChanges* changes);
+  // Closes the open frame, dropping its changes, and opens `frame` if that
+  // is later than the next one: for a world rebuilt from a journal, whose
+  // frames go on from the last it had.
+  void RestartFrames(uint64_t frame);
 
   const WorldStats& stats() const { return stats_; }
   // Verifies the storage invariants (pre-order ranges, subtree sizes, the slot

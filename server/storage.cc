@@ -1,0 +1,453 @@
+// Copyright 2026 The xform Authors.
+
+#include "server/storage.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+#include "absl/strings/match.h"
+#include "server/log.h"
+#include "server/snapshot_file.h"
+#include "xform/v1/wire.h"
+
+namespace xform::server {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr absl::string_view kWorldPrefix = "w_";
+constexpr absl::string_view kJournalPrefix = "journal-";
+constexpr absl::string_view kSnapshotPrefix = "snapshot-";
+
+std::string FileName(absl::string_view prefix, uint64_t seq) {
+  return absl::StrFormat("%s%016x", prefix, seq);
+}
+
+// The seq of a file named `prefix` + 16 hex digits; false for another name
+// (a snapshot's .tmp, say).
+bool ParseFileName(const std::string& name, absl::string_view prefix,
+                   uint64_t* seq) {
+  if (name.size() != prefix.size() + 16 || !absl::StartsWith(name, prefix)) {
+    return false;
+  }
+  return absl::SimpleHexAtoi(absl::string_view(name).substr(prefix.size()),
+                             seq);
+}
+
+absl::Status FsError(absl::string_view what, const std::string& path,
+                     const std::error_code& error) {
+  return absl::UnavailableError(
+      absl::StrCat(what, " ", path, ": ", error.message()));
+}
+
+// The files of one world's directory, by kind, in seq order.
+struct WorldFiles {
+  std::vector<uint64_t> journals;
+  std::vector<uint64_t> snapshots;
+};
+
+absl::StatusOr<WorldFiles> ListWorldFiles(const std::string& dir) {
+  WorldFiles files;
+  std::error_code error;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    uint64_t seq = 0;
+    if (ParseFileName(name, kJournalPrefix, &seq)) {
+      files.journals.push_back(seq);
+    } else if (ParseFileName(name, kSnapshotPrefix, &seq)) {
+      files.snapshots.push_back(seq);
+    } else {
+      fs::remove(entry.path(), error);  // A snapshot's temporary.
+    }
+  }
+  if (error) return FsError("cannot list", dir, error);
+  std::sort(files.journals.begin(), files.journals.end());
+  std::sort(files.snapshots.begin(), files.snapshots.end());
+  return files;
+}
+
+}  // namespace
+
+absl::Status ParseSnapshotEvery(absl::string_view value,
+                                StorageOptions* options) {
+  options->snapshot_every_bytes = 0;
+  options->snapshot_every_time = absl::InfiniteDuration();
+  absl::Duration every;
+  if (absl::ParseDuration(value, &every) && every > absl::ZeroDuration()) {
+    options->snapshot_every_time = every;
+    return absl::OkStatus();
+  }
+  const std::string lower = absl::AsciiStrToLower(value);
+  absl::string_view number = lower;
+  uint64_t unit = 1;
+  for (const auto& [suffix, bytes] :
+       {std::pair{"kib", uint64_t{1} << 10}, {"mib", uint64_t{1} << 20},
+        {"gib", uint64_t{1} << 30}, {"kb", uint64_t{1000}},
+        {"mb", uint64_t{1000000}}, {"gb", uint64_t{1000000000}},
+        {"b", uint64_t{1}}}) {
+    if (absl::ConsumeSuffix(&number, suffix)) {
+      unit = bytes;
+      break;
+    }
+  }
+  uint64_t count = 0;
+  if (!absl::SimpleAtoi(number, &count) || count == 0 ||
+      count > std::numeric_limits<uint64_t>::max() / unit) {
+    return absl::InvalidArgumentError(
+        "--snapshot_every takes journal bytes (64MiB, 500MB) or a time "
+        "(300s, 10m)");
+  }
+  options->snapshot_every_bytes = count * unit;
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------
+
+WorldLog::WorldLog(std::string dir, std::string stored_world,
+                   const StorageOptions& options, uint64_t seq,
+                   std::shared_ptr<JournalWriter> journal)
+    : dir_(std::move(dir)),
+      stored_world_(std::move(stored_world)),
+      options_(options),
+      seq_(seq),
+      journal_(std::move(journal)),
+      journal_start_(kRecordHeaderBytes + stored_world_.size()) {}
+
+absl::StatusOr<WorldLog::Written> WorldLog::Append(uint64_t frame,
+                                                   absl::string_view batch) {
+  std::shared_ptr<JournalWriter> journal;
+  {
+    absl::MutexLock lock(&mu_);
+    journal = journal_;
+  }
+  if (absl::Status s =
+          journal->Append(EncodeRecord(RecordType::kBatch, frame, batch));
+      !s.ok()) {
+    return s;
+  }
+  const uint64_t end = journal->end();
+  return Written{std::move(journal), end};
+}
+
+absl::Status WorldLog::WaitDurable(const Written& written) {
+  return written.journal->WaitDurable(written.end);
+}
+
+absl::Status WorldLog::Sync() {
+  std::shared_ptr<JournalWriter> journal;
+  {
+    absl::MutexLock lock(&mu_);
+    journal = journal_;
+  }
+  return journal->Sync();
+}
+
+bool WorldLog::SnapshotDue(absl::Time now) const {
+  absl::MutexLock lock(&mu_);
+  if (!journal_->broken().ok()) return true;
+  const uint64_t journaled = journal_->end() - journal_start_;
+  if (journaled == 0) return false;
+  return (options_.snapshot_every_bytes > 0 &&
+          journaled >= options_.snapshot_every_bytes) ||
+         now - last_snapshot_ >= options_.snapshot_every_time;
+}
+
+absl::StatusOr<WorldLog::Snapshot> WorldLog::Prepare() {
+  uint64_t seq;
+  {
+    absl::MutexLock lock(&mu_);
+    seq = seq_ + 1;
+  }
+  const std::string path = absl::StrCat(dir_, "/", FileName(kJournalPrefix, seq));
+  std::error_code ignored;
+  fs::remove(path, ignored);  // Left by a snapshot that failed.
+  absl::StatusOr<std::unique_ptr<JournalWriter>> next = JournalWriter::Create(
+      path, options_.fsync,
+      EncodeRecord(RecordType::kWorld, 0, stored_world_));
+  if (!next.ok()) return next.status();
+  Snapshot snapshot;
+  snapshot.seq = seq;
+  snapshot.next = *std::move(next);
+  return snapshot;
+}
+
+void WorldLog::Switch(Snapshot* snapshot) {
+  absl::MutexLock lock(&mu_);
+  snapshot->previous = std::move(journal_);
+  journal_ = snapshot->next;
+  seq_ = snapshot->seq;
+  last_snapshot_ = absl::Now();
+}
+
+absl::Status WorldLog::Finish(const Snapshot& snapshot,
+                              const WorldImage& image) {
+  // Until the snapshot is whole on disk, recovery needs the previous
+  // journal: its tail goes to disk first (a no-op when it is broken: the
+  // snapshot then replaces what it could not keep).
+  snapshot.previous->Sync().IgnoreError();
+  const std::string path =
+      absl::StrCat(dir_, "/", FileName(kSnapshotPrefix, snapshot.seq));
+  if (absl::Status s = WriteSnapshotFile(path, stored_world_, image); !s.ok()) {
+    return s;
+  }
+  absl::StatusOr<WorldFiles> files = ListWorldFiles(dir_);
+  if (!files.ok()) return files.status();
+  std::error_code error;
+  for (uint64_t seq : files->journals) {
+    if (seq < snapshot.seq) {
+      fs::remove(absl::StrCat(dir_, "/", FileName(kJournalPrefix, seq)), error);
+    }
+  }
+  for (uint64_t seq : files->snapshots) {
+    if (seq < snapshot.seq) {
+      fs::remove(absl::StrCat(dir_, "/", FileName(kSnapshotPrefix, seq)),
+                 error);
+    }
+  }
+  return SyncDirectory(dir_);
+}
+
+// ---------------------------------------------------------------------------
+
+Storage::Storage(StorageOptions options, int lock_fd)
+    : options_(std::move(options)), lock_fd_(lock_fd) {}
+
+Storage::~Storage() { close(lock_fd_); }
+
+absl::StatusOr<std::unique_ptr<Storage>> Storage::Open(StorageOptions options) {
+  const std::string& root = options.data_dir;
+  std::error_code error;
+  for (const std::string& dir :
+       {root, root + "/worlds", root + "/trash"}) {
+    fs::create_directories(dir, error);
+    if (error) return FsError("cannot create", dir, error);
+  }
+  const std::string lock_path = root + "/LOCK";
+  const int fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot open ", lock_path, ": ", std::strerror(errno)));
+  }
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    close(fd);
+    return absl::FailedPreconditionError(
+        absl::StrCat("--data_dir ", root,
+                     " is in use by another xformd (", lock_path, " is locked)"));
+  }
+  // Worlds deleted before a crash.
+  for (const fs::directory_entry& entry :
+       fs::directory_iterator(root + "/trash", error)) {
+    fs::remove_all(entry.path(), error);
+  }
+  return std::unique_ptr<Storage>(new Storage(std::move(options), fd));
+}
+
+absl::StatusOr<std::unique_ptr<WorldLog>> Storage::CreateWorld(
+    const config::StoredWorld& stored) {
+  const std::string worlds = options_.data_dir + "/worlds";
+  const std::string dir =
+      absl::StrCat(worlds, "/", kWorldPrefix, stored.create().name());
+  std::error_code error;
+  fs::remove_all(dir, error);  // A create that failed half way.
+  if (!fs::create_directory(dir, error) || error) {
+    return FsError("cannot create", dir, error);
+  }
+  std::string bytes;
+  stored.SerializeToString(&bytes);
+  absl::StatusOr<std::unique_ptr<JournalWriter>> journal =
+      JournalWriter::Create(absl::StrCat(dir, "/", FileName(kJournalPrefix, 0)),
+                            options_.fsync,
+                            EncodeRecord(RecordType::kWorld, 0, bytes));
+  absl::Status synced =
+      journal.ok() ? SyncDirectory(worlds) : journal.status();
+  if (!synced.ok()) {
+    fs::remove_all(dir, error);
+    return synced;
+  }
+  return std::make_unique<WorldLog>(dir, std::move(bytes), options_, 0,
+                                    *std::move(journal));
+}
+
+absl::Status Storage::DeleteWorld(absl::string_view name) {
+  const std::string worlds = options_.data_dir + "/worlds";
+  const std::string dir = absl::StrCat(worlds, "/", kWorldPrefix, name);
+  const std::string trash = absl::StrCat(
+      options_.data_dir, "/trash/", name, ".",
+      absl::ToUnixNanos(absl::Now()));
+  std::error_code error;
+  fs::rename(dir, trash, error);
+  if (error) return FsError("cannot delete", dir, error);
+  if (absl::Status s = SyncDirectory(worlds); !s.ok()) return s;
+  fs::remove_all(trash, error);  // Else the next start does it.
+  return absl::OkStatus();
+}
+
+absl::Status Storage::Recover(
+    absl::FunctionRef<absl::Status(RecoveredWorld)> take) {
+  const std::string worlds = options_.data_dir + "/worlds";
+  std::error_code error;
+  std::vector<std::string> dirs;
+  for (const fs::directory_entry& entry :
+       fs::directory_iterator(worlds, error)) {
+    if (absl::StartsWith(entry.path().filename().string(), kWorldPrefix)) {
+      dirs.push_back(entry.path().string());
+    }
+  }
+  if (error) return FsError("cannot list", worlds, error);
+  std::sort(dirs.begin(), dirs.end());
+  for (const std::string& dir : dirs) {
+    absl::StatusOr<RecoveredWorld> world = RecoverWorld(dir);
+    if (absl::IsNotFound(world.status())) {
+      Log('W', "recovery: ", dir,
+          " holds no world (its create was never acknowledged): removed");
+      fs::remove_all(dir, error);
+      continue;
+    }
+    if (!world.ok()) return world.status();
+    if (absl::Status s = take(*std::move(world)); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RecoveredWorld> Storage::RecoverWorld(const std::string& dir) {
+  absl::StatusOr<WorldFiles> files = ListWorldFiles(dir);
+  if (!files.ok()) return files.status();
+  RecoveredWorld recovered;
+  std::string stored_bytes;
+  uint64_t first_journal = 0;
+  std::error_code error;
+  if (!files->snapshots.empty()) {
+    first_journal = files->snapshots.back();
+    const std::string path =
+        absl::StrCat(dir, "/", FileName(kSnapshotPrefix, first_journal));
+    WorldImage image;
+    if (absl::Status s = ReadSnapshotFile(path, &stored_bytes, &image);
+        !s.ok()) {
+      return s;
+    }
+    absl::StatusOr<World> world = World::FromImage(image);
+    if (!world.ok()) {
+      return absl::DataLossError(
+          absl::StrCat("snapshot ", path, ": ", world.status().message()));
+    }
+    recovered.world = *std::move(world);
+    recovered.last_frame = image.frame;
+    if (!recovered.stored.ParseFromString(stored_bytes)) {
+      return absl::DataLossError(
+          absl::StrCat("snapshot ", path, ": its world record does not parse"));
+    }
+  }
+  // The journals from the snapshot's on; earlier ones are leftovers.
+  std::vector<uint64_t> journals;
+  for (uint64_t seq : files->journals) {
+    if (seq >= first_journal) {
+      journals.push_back(seq);
+    } else {
+      fs::remove(absl::StrCat(dir, "/", FileName(kJournalPrefix, seq)), error);
+    }
+  }
+  std::string last_path;
+  uint64_t last_seq = 0;
+  uint64_t last_end = 0;
+  bool stop = false;  // Corruption dropped the rest (--recover=truncate).
+  for (uint64_t seq : journals) {
+    const std::string path =
+        absl::StrCat(dir, "/", FileName(kJournalPrefix, seq));
+    if (stop) {
+      Log('E', "recovery: ", path, " dropped: it follows a corrupt record");
+      fs::remove(path, error);
+      continue;
+    }
+    bool first = true;
+    absl::StatusOr<JournalScan> scan = ScanJournal(
+        path, options_.truncate_corrupt,
+        [&](const JournalRecord& record) -> absl::Status {
+          if (std::exchange(first, false)) {
+            config::StoredWorld stored;
+            if (record.type != RecordType::kWorld ||
+                !stored.ParseFromArray(record.payload.data(),
+                                       static_cast<int>(record.payload.size()))) {
+              return absl::DataLossError("the first record is not the world's");
+            }
+            if (stored_bytes.empty()) {
+              stored_bytes = std::string(record.payload);
+              recovered.stored = std::move(stored);
+            }
+            return absl::OkStatus();
+          }
+          if (record.type != RecordType::kBatch) {
+            return absl::DataLossError("a world record after the first");
+          }
+          v1::ApplyRequest request;
+          if (!request.ParseFromArray(record.payload.data(),
+                                      static_cast<int>(record.payload.size()))) {
+            return absl::DataLossError("a batch that does not parse");
+          }
+          absl::StatusOr<std::vector<Command>> commands =
+              v1::ToCommands(request, std::numeric_limits<size_t>::max());
+          absl::Status applied = commands.ok()
+                                     ? recovered.world.Apply(*commands)
+                                     : commands.status();
+          if (!applied.ok()) {
+            return absl::DataLossError(absl::StrCat(
+                "a journaled batch no longer applies: ", applied.message()));
+          }
+          recovered.last_frame = std::max(recovered.last_frame, record.frame);
+          return absl::OkStatus();
+        });
+    if (!scan.ok()) return scan.status();
+    if (!scan->dropped.empty()) {
+      Log(scan->dropped.rfind("corruption", 0) == 0 ? 'E' : 'W', "recovery: ",
+          scan->dropped);
+      if (scan->dropped.rfind("corruption", 0) == 0) stop = true;
+    }
+    if (scan->records == 0) {
+      // Its first record was torn: a snapshot's new journal that never
+      // took a write, or a create never acknowledged.
+      fs::remove(path, error);
+      continue;
+    }
+    last_path = path;
+    last_seq = seq;
+    last_end = scan->valid_end;
+  }
+  if (last_path.empty()) {
+    if (files->snapshots.empty()) {
+      return absl::NotFoundError(absl::StrCat(dir, " holds no world"));
+    }
+    // A snapshot whose journal is gone: begin the journal again.
+    const std::string path =
+        absl::StrCat(dir, "/", FileName(kJournalPrefix, first_journal));
+    absl::StatusOr<std::unique_ptr<JournalWriter>> journal =
+        JournalWriter::Create(path, options_.fsync,
+                              EncodeRecord(RecordType::kWorld, 0, stored_bytes));
+    if (!journal.ok()) return journal.status();
+    recovered.log = std::make_unique<WorldLog>(
+        dir, stored_bytes, options_, first_journal, *std::move(journal));
+  } else {
+    absl::StatusOr<std::unique_ptr<JournalWriter>> journal =
+        JournalWriter::Reopen(last_path, options_.fsync, last_end);
+    if (!journal.ok()) return journal.status();
+    recovered.log = std::make_unique<WorldLog>(dir, stored_bytes, options_,
+                                               last_seq, *std::move(journal));
+  }
+  recovered.world.RestartFrames(recovered.last_frame + 1);
+  return recovered;
+}
+
+}  // namespace xform::server
