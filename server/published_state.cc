@@ -2,6 +2,8 @@
 
 #include "server/published_state.h"
 
+#include <algorithm>
+
 #include "absl/container/flat_hash_set.h"
 
 namespace xform::server {
@@ -63,6 +65,29 @@ void PublishedState::Unlink(Slot s) {
   parent_[s] = prev_sibling_[s] = next_sibling_[s] = kNoSlot;
 }
 
+void PublishedState::TakeInWhole(const World& world) {
+  // Into an empty state, so slot i is the world's instance i, and a
+  // parent's slot is its instance index: no lookups by id.
+  const size_t n = world.size();
+  entity_.resize(n);
+  for (auto* column :
+       {&parent_, &first_child_, &next_sibling_, &prev_sibling_}) {
+    column->assign(n, kNoSlot);
+  }
+  depth_.resize(n);
+  world_.resize(n);
+  slot_of_.reserve(n);
+  world.ForEachInstance([&](uint32_t i, EntityId e, uint32_t parent,
+                            const Matrix3x4& matrix) {
+    entity_[i] = e;
+    slot_of_.emplace(e, i);
+    const Slot p = parent == internal::kNoIndex ? kNoSlot : parent;
+    depth_[i] = p == kNoSlot ? 0 : depth_[p] + 1;
+    Link(i, p);
+    world_[i] = matrix;
+  });
+}
+
 void PublishedState::TakeIn(const FrameChanges& changes) {
   // In the order FrameChanges gives: destroyed, created (parents first),
   // re-parented (parents first), then the matrices.
@@ -80,6 +105,22 @@ void PublishedState::TakeIn(const FrameChanges& changes) {
     Unlink(s);
     entity_[s] = kNoEntity;
     slot_of_.erase(it);
+  }
+  if (const size_t slots = entity_.size() + changes.created.size();
+      slots > entity_.capacity()) {
+    // A scene load grows the columns once, not by doubling as it goes
+    // (each doubling copies them and faults in fresh memory); later loads
+    // at least double them, so growth stays amortized O(1) a slot.
+    const size_t grown = std::max(slots, 2 * entity_.capacity());
+    for (auto* column :
+         {&parent_, &first_child_, &next_sibling_, &prev_sibling_}) {
+      column->reserve(grown);
+    }
+    entity_.reserve(grown);
+    depth_.reserve(grown);
+    world_.reserve(grown);
+    slot_of_.reserve(std::max(slot_of_.size() + changes.created.size(),
+                              2 * slot_of_.size()));
   }
   for (size_t k = 0; k < changes.created.size(); ++k) {
     const EntityId parent = changes.created_parent[k];

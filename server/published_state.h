@@ -46,6 +46,9 @@ class PublishedState {
 
   // Takes in the frame `changes` closes (see xform::FrameChanges).
   void TakeIn(const FrameChanges& changes);
+  // Takes in all of `world`, into an empty state (a world recovered from
+  // disk): as a frame creating everything would, without making one. O(n).
+  void TakeInWhole(const World& world);
 
   // Live entities.
   size_t size() const { return slot_of_.size(); }

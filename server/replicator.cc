@@ -99,6 +99,14 @@ void Replicator::Publish(const FrameChanges& changes, absl::Time time,
   for (auto& sink : wake) sink->Wake();
 }
 
+void Replicator::PublishWhole(const World& world, uint64_t frame,
+                              absl::Time time) {
+  std::lock_guard<std::mutex> lock(mu_);
+  state_.TakeInWhole(world);
+  frame_ = frame;
+  frame_time_ = time;
+}
+
 absl::flat_hash_set<Replicator::SubscriptionId> Replicator::ServeCaughtUp(
     const FrameChanges& changes, absl::Time time,
     std::vector<std::shared_ptr<UpdateSink>>& wake) {

@@ -119,6 +119,9 @@ class Replicator {
   // the subscribers it concerns.
   void Publish(const FrameChanges& changes, absl::Time time,
                const FrameWriters& writers = {});
+  // Publishes all of `world` as frame `frame`, before it has subscribers (a
+  // world recovered from disk): O(n), without a FrameChanges of it all.
+  void PublishWhole(const World& world, uint64_t frame, absl::Time time);
 
   // Adds a subscription, starting with a snapshot of its view at the last
   // published frame; its deltas begin with the next frame.

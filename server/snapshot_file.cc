@@ -45,9 +45,10 @@ class CheckedWriter {
   bool Put(T value) {
     return Write(&value, sizeof value);
   }
-  template <typename T>
-  bool Column(const std::vector<T>& column) {
-    return Write(column.data(), column.size() * sizeof(T));
+  template <typename Vector>
+  bool Column(const Vector& column) {
+    return Write(column.data(),
+                 column.size() * sizeof(typename Vector::value_type));
   }
   uint32_t crc() const { return crc_; }
 
@@ -77,10 +78,10 @@ class CheckedReader {
   bool Get(T* value) {
     return Read(value, sizeof *value);
   }
-  template <typename T>
-  bool Column(size_t n, std::vector<T>* column) {
+  template <typename Vector>
+  bool Column(size_t n, Vector* column) {
     column->resize(n);
-    return Read(column->data(), n * sizeof(T));
+    return Read(column->data(), n * sizeof(typename Vector::value_type));
   }
   uint32_t crc() const { return crc_; }
 

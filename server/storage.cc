@@ -331,6 +331,7 @@ absl::StatusOr<RecoveredWorld> Storage::RecoverWorld(const std::string& dir) {
   std::string stored_bytes;
   uint64_t first_journal = 0;
   std::error_code error;
+  absl::Time phase = absl::Now();
   if (!files->snapshots.empty()) {
     first_journal = files->snapshots.back();
     const std::string path =
@@ -340,18 +341,20 @@ absl::StatusOr<RecoveredWorld> Storage::RecoverWorld(const std::string& dir) {
         !s.ok()) {
       return s;
     }
-    absl::StatusOr<World> world = World::FromImage(image);
+    recovered.last_frame = image.frame;
+    absl::StatusOr<World> world = World::FromImage(std::move(image));
     if (!world.ok()) {
       return absl::DataLossError(
           absl::StrCat("snapshot ", path, ": ", world.status().message()));
     }
     recovered.world = *std::move(world);
-    recovered.last_frame = image.frame;
     if (!recovered.stored.ParseFromString(stored_bytes)) {
       return absl::DataLossError(
           absl::StrCat("snapshot ", path, ": its world record does not parse"));
     }
   }
+  recovered.snapshot_time = absl::Now() - phase;
+  phase = absl::Now();
   // The journals from the snapshot's on; earlier ones are leftovers.
   std::vector<uint64_t> journals;
   for (uint64_t seq : files->journals) {
@@ -408,6 +411,7 @@ absl::StatusOr<RecoveredWorld> Storage::RecoverWorld(const std::string& dir) {
                 "a journaled batch no longer applies: ", applied.message()));
           }
           recovered.last_frame = std::max(recovered.last_frame, record.frame);
+          ++recovered.replayed;
           return absl::OkStatus();
         });
     if (!scan.ok()) return scan.status();
@@ -447,6 +451,7 @@ absl::StatusOr<RecoveredWorld> Storage::RecoverWorld(const std::string& dir) {
                                                last_seq, *std::move(journal));
   }
   recovered.world.RestartFrames(recovered.last_frame + 1);
+  recovered.replay_time = absl::Now() - phase;
   return recovered;
 }
 

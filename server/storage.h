@@ -119,6 +119,10 @@ struct RecoveredWorld {
   World world;  // Its frame open after the last one journaled.
   uint64_t last_frame = 0;  // The last frame journaled (or snapshotted).
   std::unique_ptr<WorldLog> log;
+  // For the log: where recovery spent its time.
+  absl::Duration snapshot_time;  // Reading and rebuilding the snapshot.
+  uint64_t replayed = 0;         // Journaled batches.
+  absl::Duration replay_time;
 };
 
 class Storage {

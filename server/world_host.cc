@@ -120,18 +120,7 @@ void HostedWorld::Persist(std::unique_ptr<WorldLog> log) {
 void HostedWorld::Restore(World world, uint64_t last_frame) {
   absl::MutexLock lock(&mu_);
   world_ = std::move(world);
-  // Frame `last_frame` as subscribers see it: every entity created, in
-  // pre-order, at its matrix.
-  changes_.Clear();
-  changes_.frame = last_frame;
-  world_.ForEach([&](EntityId e, EntityId parent, const Matrix3x4& matrix) {
-    changes_.created.push_back(e);
-    changes_.created_parent.push_back(parent);
-    changes_.moved.push_back(e);
-    changes_.moved_world.insert(changes_.moved_world.end(), matrix.m.begin(),
-                                matrix.m.end());
-  });
-  replicator_.Publish(changes_, absl::Now(), writers_);
+  replicator_.PublishWhole(world_, last_frame, absl::Now());
 }
 
 absl::Status HostedWorld::SaveSnapshot() {
@@ -334,9 +323,15 @@ absl::Status WorldHost::Recover() {
         create.name(), create.mode(), create.tick_hz(), limits_.max_pending,
         burst_budget_, recovered.stored.owner());
     entities += recovered.world.size();
-    Log('I', "recovery: world ", Quoted(create.name()), ": ",
-        recovered.world.size(), " entities, frame ", recovered.last_frame);
+    const size_t size = recovered.world.size();
+    const absl::Time published = absl::Now();
     world->Restore(std::move(recovered.world), recovered.last_frame);
+    Log('I', "recovery: world ", Quoted(create.name()), ": ", size,
+        " entities, frame ", recovered.last_frame, " (snapshot read in ",
+        absl::FormatDuration(recovered.snapshot_time), ", ",
+        recovered.replayed, " journaled batches replayed in ",
+        absl::FormatDuration(recovered.replay_time), ", published in ",
+        absl::FormatDuration(absl::Now() - published), ")");
     world->Persist(std::move(recovered.log));
     absl::MutexLock lock(&mu_);
     worlds_[create.name()] = world;

@@ -96,7 +96,8 @@ class HostedWorld {
   // the journal refuses is taken back, and its UNAVAILABLE returned).
   void Persist(std::unique_ptr<WorldLog> log);
   // Takes `world` (recovered) as its state and publishes it whole as frame
-  // `last_frame`, so that subscribers' snapshots hold it.
+  // `last_frame`, so that subscribers' snapshots hold it. Before the world
+  // is served.
   void Restore(World world, uint64_t last_frame);
   bool durable() const { return log_ != nullptr; }
   WorldLog* log() { return log_.get(); }

@@ -40,7 +40,7 @@ void World::CopyImage(WorldImage* image) const {
   }
 }
 
-absl::StatusOr<World> World::FromImage(const WorldImage& image) {
+absl::StatusOr<World> World::FromImage(WorldImage image) {
   const size_t n = image.size();
   const auto broken = [](auto&&... args) {
     return absl::DataLossError(absl::StrCat("not a world: ", args...));
@@ -52,31 +52,32 @@ absl::StatusOr<World> World::FromImage(const WorldImage& image) {
   if (n >= kNoIndex) return broken(n, " instances");
   World world;
   world.frame_ = image.frame;
-  world.parent_.assign(image.parent.begin(), image.parent.end());
-  world.rotation_.assign(image.rotation.begin(), image.rotation.end());
-  world.scale_.assign(image.scale.begin(), image.scale.end());
+  // Slots in instance order: slot i is instance i.
+  world.slot_entity_ = std::move(image.entity);
+  world.parent_ = std::move(image.parent);
+  world.rotation_ = std::move(image.rotation);
+  world.scale_ = std::move(image.scale);
   world.local_.resize(n);
   world.world_.resize(n);
   world.subtree_size_.assign(n, 1);
   world.slot_.resize(n);
   world.frame_flags_.assign(n, 0);
   world.slot_index_.resize(n);
-  world.slot_entity_.assign(image.entity.begin(), image.entity.end());
   world.slot_flags_.assign(n, 0);
   world.slot_of_.reserve(n);
   for (Index i = 0; i < n; ++i) {
-    const Transform local{image.position[i], image.rotation[i], image.scale[i]};
+    const Transform local{image.position[i], world.rotation_[i],
+                          world.scale_[i]};
     // A stored rotation is normalized already: normalizing it again could
     // change its last bit, so it is checked, not normalized.
     if (absl::Status valid = ValidateTransform(local); !valid.ok()) {
       return broken("instance ", i, ": ", valid.message());
     }
-    if (image.entity[i] == kNoEntity ||
-        !world.slot_of_.try_emplace(image.entity[i], i).second) {
-      return broken("instance ", i, " has id ", image.entity[i],
-                    ", zero or repeated");
+    const EntityId entity = world.slot_entity_[i];
+    if (entity == kNoEntity || !world.slot_of_.try_emplace(entity, i).second) {
+      return broken("instance ", i, " has id ", entity, ", zero or repeated");
     }
-    const Index p = image.parent[i];
+    const Index p = world.parent_[i];
     if (p != kNoIndex && p >= i) {
       return broken("instance ", i, "'s parent ", p, " does not come before it");
     }
@@ -84,15 +85,20 @@ absl::StatusOr<World> World::FromImage(const WorldImage& image) {
     world.slot_[i] = i;
     world.slot_index_[i] = i;
   }
-  // Subtree sizes from the parents, children first; CheckConsistency then
-  // proves the order is pre-order (each parent's children tile its range).
+  // Subtree sizes from the parents, children first; then the order is
+  // pre-order when each parent's children tile its range exactly.
   for (Index i = static_cast<Index>(n); i-- > 0;) {
     if (world.parent_[i] != kNoIndex) {
       world.subtree_size_[world.parent_[i]] += world.subtree_size_[i];
     }
   }
-  if (absl::Status consistent = world.CheckConsistency(); !consistent.ok()) {
-    return broken(consistent.message());
+  for (Index i = 0; i < n; ++i) {
+    Index c = i + 1;
+    while (c < world.end_of(i) && world.parent_[c] == i) c = world.end_of(c);
+    if (c != world.end_of(i)) {
+      return broken("instance ", c, " is inside instance ", i,
+                    "'s range but not below it: not pre-order");
+    }
   }
   const internal::SweepRange all{0, static_cast<Index>(n)};
   const internal::SweepJob sweep{

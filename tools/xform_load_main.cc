@@ -57,6 +57,12 @@ ABSL_FLAG(std::string, frame_mode, "tick",
           "tick: the world publishes at --hz; driven: each batch closes a "
           "frame (with one writer, a frame is exactly --move entities)");
 ABSL_FLAG(int, subscribers, 4, "Subscribers (S)");
+ABSL_FLAG(bool, keep_world, false,
+          "Use --world as it is when it holds --entities entities (the scene "
+          "is the same every run), rather than build it again");
+ABSL_FLAG(bool, max_rate, false,
+          "Writers send each batch as soon as the last is acknowledged "
+          "instead of at --hz: the server's write throughput");
 ABSL_FLAG(double, stall_s, 0,
           "One subscriber stops reading for this long, a third of the way in");
 ABSL_FLAG(double, seconds, 10, "Measured seconds per mode");
@@ -119,6 +125,8 @@ int Main() {
   const std::string frame_mode = absl::GetFlag(FLAGS_frame_mode);
   config.driven = frame_mode == "driven";
   config.subscribers = absl::GetFlag(FLAGS_subscribers);
+  config.max_rate = absl::GetFlag(FLAGS_max_rate);
+  config.keep_world = absl::GetFlag(FLAGS_keep_world);
   config.stall_s = absl::GetFlag(FLAGS_stall_s);
   config.seconds = absl::GetFlag(FLAGS_seconds);
   config.server_pid = absl::GetFlag(FLAGS_server_pid);

@@ -226,6 +226,15 @@ class World {
       visit(entity_of(i), parent_entity_of(i), world_[i]);
     }
   }
+  // The same, with each instance's position in that order and its parent's
+  // (internal::kNoIndex for a root): for a copy that indexes as the world
+  // does, without looking parents up by id.
+  template <typename Visitor>
+  void ForEachInstance(Visitor&& visit) const {
+    for (uint32_t i = 0; i < parent_.size(); ++i) {
+      visit(i, entity_of(i), parent_[i], world_[i]);
+    }
+  }
 
   // A copy of the world's state (see world_image.h): O(n), a copy of about
   // 100 bytes an instance. `image` keeps its capacity, so a caller that
@@ -235,7 +244,7 @@ class World {
   // DataLoss when the image is not a world: a repeated or zero id, a parent
   // not before its child, a range that is not pre-order, a value no batch
   // could have set, or a world matrix that is not finite. O(n).
-  static absl::StatusOr<World> FromImage(const WorldImage& image);
+  static absl::StatusOr<World> FromImage(WorldImage image);
 
   // The frame being built; EndFrame() closes it and returns its changes.
   uint64_t frame() const { return frame_; }

@@ -2,8 +2,8 @@
 //
 // WorldImage: a World's state as plain columns, in its pre-order: what a
 // snapshot file holds and what a world is rebuilt from. World::CopyImage
-// fills one; World::FromImage rebuilds the World, bit for bit: the same
-// parents, the same local columns and so the same world matrices.
+// fills one; World::FromImage rebuilds the World from one, bit for bit: the
+// same parents, the same local columns and so the same world matrices.
 //
 // Only what cannot be derived is kept: 52 bytes an entity. Local matrices are
 // recomposed from position, rotation and scale (a World keeps them equal to
@@ -19,6 +19,7 @@
 
 #include "glm/gtc/quaternion.hpp"
 #include "glm/vec3.hpp"
+#include "xform/internal/huge_page_allocator.h"
 #include "xform/transform.h"
 
 namespace xform {
@@ -31,11 +32,15 @@ struct WorldImage {
   uint64_t frame = 1;
   // One entry per instance, in pre-order: every subtree is one contiguous
   // range, and an instance's parent comes before it.
-  std::vector<EntityId> entity;
-  std::vector<uint32_t> parent;  // Index into these columns, or kRoot.
-  std::vector<glm::vec3> position;
-  std::vector<glm::quat> rotation;  // Normalized, as the world stored it.
-  std::vector<glm::vec3> scale;
+  // The world's own column type, so that FromImage takes them over whole
+  // rather than copy them.
+  template <typename T>
+  using Column = internal::Column<T>;
+  Column<EntityId> entity;
+  Column<uint32_t> parent;  // Index into these columns, or kRoot.
+  Column<glm::vec3> position;
+  Column<glm::quat> rotation;  // Normalized, as the world stored it.
+  Column<glm::vec3> scale;
 
   size_t size() const { return entity.size(); }
   // Sizes every column to `n` instances. Growing writes (so faults in) the

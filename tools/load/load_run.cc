@@ -28,6 +28,20 @@ absl::Status LoadRun::Build() {
   absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options_);
   if (!client.ok()) return client.status();
   client_ = *std::move(client);
+  const std::vector<CreateOp> scene =
+      MakeScene(config_.shape, config_.entities);
+  for (const CreateOp& op : scene) ids_.push_back(op.entity);
+  movable_ = Leaves(scene);
+  if (config_.keep_world) {
+    // The scene is the same every run: one of its size is taken as built
+    // (recovered from --data_dir, say).
+    absl::StatusOr<WorldInfo> info = client_->GetWorld(config_.world);
+    if (info.ok() && info->entities == scene.size()) {
+      Progress(absl::StrFormat("kept world '%s' of %d entities", config_.world,
+                               info->entities));
+      return absl::OkStatus();
+    }
+  }
   client_->DeleteWorld(config_.world).IgnoreError();
   if (absl::StatusOr<WorldInfo> made = client_->CreateWorld(
           config_.world,
@@ -37,10 +51,6 @@ absl::Status LoadRun::Build() {
       !made.ok()) {
     return made.status();
   }
-  const std::vector<CreateOp> scene =
-      MakeScene(config_.shape, config_.entities);
-  for (const CreateOp& op : scene) ids_.push_back(op.entity);
-  movable_ = Leaves(scene);
   const absl::Time start = absl::Now();
   constexpr size_t kBatch = 50'000;  // About 3 MB a request.
   for (size_t first = 0; first < scene.size(); first += kBatch) {
@@ -116,9 +126,12 @@ absl::StatusOr<ModeResult> LoadRun::Run(const std::string& mode,
   std::atomic<uint64_t> frames_written{0};
   std::vector<std::thread> writers;
   writers.reserve(config_.writers);
+  std::vector<std::vector<double>> apply_ms(config_.writers);
+  std::vector<uint64_t> entities(config_.writers);
   for (int w = 0; w < config_.writers; ++w) {
-    writers.emplace_back(
-        [&, w] { Write(w, start + duration, &frames_written); });
+    writers.emplace_back([&, w] {
+      Write(w, start + duration, &frames_written, &apply_ms[w], &entities[w]);
+    });
   }
   for (absl::Time tick = start + absl::Seconds(1); tick < start + duration;
        tick += absl::Seconds(1)) {
@@ -140,6 +153,13 @@ absl::StatusOr<ModeResult> LoadRun::Run(const std::string& mode,
   const double frames = static_cast<double>(frames_written.load()) /
                         static_cast<double>(config_.writers);
   result.frames_per_s = frames / absl::ToDoubleSeconds(elapsed);
+  for (const std::vector<double>& one : apply_ms) {
+    result.apply_ms.insert(result.apply_ms.end(), one.begin(), one.end());
+  }
+  for (uint64_t n : entities) {
+    result.entities_per_s +=
+        static_cast<double>(n) / absl::ToDoubleSeconds(elapsed);
+  }
   for (auto& s : subs) {
     s->recorder().StopMeasuring();
     result.subscribers.push_back(s->recorder().Take());
@@ -156,7 +176,8 @@ absl::StatusOr<ModeResult> LoadRun::Run(const std::string& mode,
   return result;
 }
 
-void LoadRun::Write(int w, absl::Time end, std::atomic<uint64_t>* written) {
+void LoadRun::Write(int w, absl::Time end, std::atomic<uint64_t>* written,
+                    std::vector<double>* apply_ms, uint64_t* entities) {
   absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options_);
   if (!client.ok()) return;
   absl::StatusOr<std::unique_ptr<BatchWriter>> writer =
@@ -179,9 +200,17 @@ void LoadRun::Write(int w, absl::Time end, std::atomic<uint64_t>* written) {
       c = SetLocalOp{mine[cursor % mine.size()], poses[rng() % poses.size()]};
       ++cursor;
     }
+    const absl::Time sent = absl::Now();
     if (!(*writer)->Write(batch, {.end_frame = config_.driven}).ok()) return;
-    acks_.Add(absl::Now(), batch.size());
+    const absl::Time acknowledged = absl::Now();
+    apply_ms->push_back(absl::ToDoubleMilliseconds(acknowledged - sent));
+    acks_.Add(acknowledged, batch.size());
+    *entities += batch.size();
     ++*written;
+    if (config_.max_rate) {
+      next = acknowledged - period;  // The loop adds it back.
+      continue;
+    }
     absl::SleepFor(next + period - absl::Now());
   }
 }

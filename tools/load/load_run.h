@@ -41,6 +41,11 @@ struct Config {
   // writer's moves), instead of a world ticking at hz.
   bool driven = false;
   int subscribers;
+  // Writers send each batch as soon as the last is acknowledged, not at hz
+  // (the world still ticks at hz): the server's write throughput.
+  bool max_rate = false;
+  // A world of that name and size is used as it is, not built again.
+  bool keep_world = false;
   double stall_s;  // One subscriber stops reading this long, a third in.
   double seconds;
   pid_t server_pid;  // 0: the server is not local; no CPU or RSS.
@@ -49,6 +54,10 @@ struct Config {
 struct ModeResult {
   std::string mode;
   double frames_per_s = 0;  // Written.
+  // Every batch's time from sent to acknowledged, over all writers, and the
+  // entities they set a second.
+  std::vector<double> apply_ms;
+  double entities_per_s = 0;
   std::vector<Received> subscribers;
   double server_cpu_ms_per_frame = 0;
   double server_rss_mb = 0;
@@ -68,7 +77,9 @@ class LoadRun {
  private:
   // Writer w moves its share of the movable entities, a new set each frame,
   // over its own streaming connection, at the frame rate.
-  void Write(int w, absl::Time end, std::atomic<uint64_t>* written);
+  // Its batches' apply times go to `apply_ms`, what they set to `entities`.
+  void Write(int w, absl::Time end, std::atomic<uint64_t>* written,
+             std::vector<double>* apply_ms, uint64_t* entities);
 
   const Config config_;
   ClientOptions options_;

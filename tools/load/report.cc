@@ -35,6 +35,9 @@ Json ToJson(const ModeResult& r) {
   }
   return {{"mode", r.mode},
           {"frames_per_s", r.frames_per_s},
+          {"entities_written_per_s", r.entities_per_s},
+          {"apply_p50_ms", Percentile(r.apply_ms, 0.5)},
+          {"apply_p99_ms", Percentile(r.apply_ms, 0.99)},
           {"server_cpu_ms_per_frame", r.server_cpu_ms_per_frame},
           {"server_rss_mb", r.server_rss_mb},
           {"redis_cpu_ms_per_frame", r.redis_cpu_ms_per_frame},
@@ -96,6 +99,15 @@ void PrintTable(const Config& c, const std::vector<ModeResult>& results) {
             ? absl::StrFormat("%.0f MB", r.server_rss_mb).c_str()
             : "n/a",
         stalled);
+  }
+  absl::PrintF(
+      "\n| mode | batches/s written | entities/s written | apply p50 | "
+      "apply p99 | apply max |\n|---|---|---|---|---|---|\n");
+  for (const ModeResult& r : results) {
+    absl::PrintF("| %s | %.1f | %.0f | %.2f ms | %.2f ms | %.2f ms |\n", r.mode,
+                 r.frames_per_s * c.writers, r.entities_per_s,
+                 Percentile(r.apply_ms, 0.5), Percentile(r.apply_ms, 0.99),
+                 Percentile(r.apply_ms, 1.0));
   }
   std::fflush(stdout);
 }
