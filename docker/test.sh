@@ -63,16 +63,17 @@ echo "running $name on port $port"
   --listen="0.0.0.0:$port" --demo > /dev/null 2>&1
 
 # The image's HEALTHCHECK, run as the engine would run it.
-healthy=""
-for _ in $(seq 1 60); do
-  if "${engine[@]}" healthcheck run "$name" > /dev/null 2>&1 ||
-    "${engine[@]}" exec "$name" /usr/local/bin/xform_health_probe > /dev/null 2>&1; then
-    healthy=yes
-    break
-  fi
-  sleep 0.5
-done
-[[ -n "$healthy" ]] || { echo "FAIL: never healthy"; "${engine[@]}" logs "$name"; exit 1; }
+wait_healthy() {
+  for _ in $(seq 1 60); do
+    if "${engine[@]}" healthcheck run "$name" > /dev/null 2>&1 ||
+      "${engine[@]}" exec "$name" /usr/local/bin/xform_health_probe > /dev/null 2>&1; then
+      return 0
+    fi
+    sleep 0.5
+  done
+  echo "FAIL: never healthy"; "${engine[@]}" logs "$name"; exit 1
+}
+wait_healthy
 echo "healthy"
 
 uid=$("${engine[@]}" exec "$name" id -u)
@@ -92,10 +93,21 @@ fi
   { echo "FAIL: entity did not read back"; exit 1; }
 "${ctl[@]}" watch demo --frames=5 2> /dev/null | tail -n 2
 
+# The image keeps its worlds in its volume (/var/lib/xform): an
+# acknowledged write survives kill -9 and a restart.
+"${ctl[@]}" entities set probe 1 --position=4,5,6 --end_frame > /dev/null 2>&1
+echo "kill -9 and restart"
+"${engine[@]}" kill -s KILL "$name" > /dev/null 2>&1
+"${engine[@]}" start "$name" > /dev/null 2>&1
+wait_healthy
+"${ctl[@]}" entities get probe 1 --json 2> /dev/null | grep -q '"world":\[1.0,0.0,0.0,4.0' ||
+  { echo "FAIL: the world did not survive kill -9"; "${engine[@]}" logs "$name"; exit 1; }
+echo "recovered after kill -9"
+
 echo "stopping"
 "${engine[@]}" stop -t 20 "$name" > /dev/null 2>&1
 code=$("${engine[@]}" inspect --format '{{.State.ExitCode}}' "$name")
 logs=$("${engine[@]}" logs "$name" 2>&1)
 [[ "$code" == 0 ]] || { echo "FAIL: exit code $code"; echo "$logs"; exit 1; }
 grep -q "shutting down" <<< "$logs" || { echo "FAIL: no graceful shutdown"; echo "$logs"; exit 1; }
-echo "PASS: built, healthy, served a client, stopped cleanly (exit 0)"
+echo "PASS: built, healthy, served a client, kept its worlds through kill -9, stopped cleanly (exit 0)"
