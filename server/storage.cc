@@ -157,8 +157,14 @@ absl::Status WorldLog::Sync() {
   return journal->Sync();
 }
 
+void WorldLog::SnapshotFailed(absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  retry_after_ = now + kSnapshotRetryDelay;
+}
+
 bool WorldLog::SnapshotDue(absl::Time now) const {
   absl::MutexLock lock(&mu_);
+  if (now < retry_after_) return false;
   if (!journal_->broken().ok()) return true;
   const uint64_t journaled = journal_->end() - journal_start_;
   if (journaled == 0) return false;

@@ -81,8 +81,11 @@ class WorldLog {
   // The each-second sync (--fsync=everysec).
   absl::Status Sync();
   // Whether the journal has grown past --snapshot_every since the last
-  // snapshot, or is broken (a snapshot starts a new one).
+  // snapshot, or is broken (a snapshot starts a new one); never within
+  // kSnapshotRetryDelay of a snapshot that failed (a full disk).
   bool SnapshotDue(absl::Time now) const;
+  void SnapshotFailed(absl::Time now);
+  static constexpr absl::Duration kSnapshotRetryDelay = absl::Seconds(5);
 
   // A snapshot is three steps, so that the world's lock is held only to
   // copy it:
@@ -111,6 +114,7 @@ class WorldLog {
   // The journal's size after its first record.
   uint64_t journal_start_ ABSL_GUARDED_BY(mu_);
   absl::Time last_snapshot_ ABSL_GUARDED_BY(mu_) = absl::Now();
+  absl::Time retry_after_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 };
 
 // A world as recovery rebuilt it.

@@ -374,8 +374,10 @@ absl::Time WorldHost::TakeDueSnapshots() {
       continue;
     }
     if (absl::Status s = world->SaveSnapshot(); !s.ok()) {
+      world->log()->SnapshotFailed(absl::Now());
       Log('E', "world ", Quoted(world->name()), ": snapshot failed: ",
-          s.message());
+          s.message(), "; trying again in ",
+          absl::FormatDuration(WorldLog::kSnapshotRetryDelay));
     }
   }
   return absl::Now() + kSnapshotCheckInterval;

@@ -387,7 +387,7 @@ class World {
   // Freed this frame; reusable after EndFrame so moved_slots_ stays unique.
   std::vector<Slot> freed_this_frame_;
 
-  absl::flat_hash_map<EntityId, Slot> slot_of_;
+  internal::HugePageMap<EntityId, Slot> slot_of_;
 
   // This batch's subtree roots to recompute.
   std::vector<Slot> dirty_roots_;
