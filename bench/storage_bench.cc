@@ -72,8 +72,7 @@ void BM_JournalRecord(benchmark::State& state) {
 BENCHMARK(BM_JournalRecord);
 
 void BM_JournalAppend(benchmark::State& state) {
-  const std::string path =
-      absl::StrCat("/tmp/xform_storage_bench_", getpid());
+  const std::string path = absl::StrCat("/tmp/xform_storage_bench_", getpid());
   unlink(path.c_str());
   auto writer = server::JournalWriter::Create(
       path, server::FsyncPolicy::kNo, EncodeRecord(RecordType::kWorld, 0, ""));
@@ -99,10 +98,13 @@ void BM_CopyImage(benchmark::State& state) {
     world.CopyImage(&image);
     benchmark::DoNotOptimize(image.entity.data());
   }
-  state.SetItemsProcessed(static_cast<int64_t>(state.iterations() *
-                                               world.size()));
+  state.SetItemsProcessed(
+      static_cast<int64_t>(state.iterations() * world.size()));
 }
-BENCHMARK(BM_CopyImage)->Arg(100'000)->Arg(1'000'000)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_CopyImage)
+    ->Arg(100'000)
+    ->Arg(1'000'000)
+    ->Unit(benchmark::kMillisecond);
 
 // A restart's rebuild of a world from its snapshot (the file read aside).
 void BM_FromImage(benchmark::State& state) {
@@ -116,8 +118,8 @@ void BM_FromImage(benchmark::State& state) {
     if (!world.ok()) std::abort();
     benchmark::DoNotOptimize(world->size());
   }
-  state.SetItemsProcessed(static_cast<int64_t>(state.iterations() *
-                                               image.size()));
+  state.SetItemsProcessed(
+      static_cast<int64_t>(state.iterations() * image.size()));
 }
 BENCHMARK(BM_FromImage)->Arg(1'000'000)->Unit(benchmark::kMillisecond);
 
@@ -130,7 +132,8 @@ void BM_ReplayPhysicsStep(benchmark::State& state) {
   const std::vector<EntityId> leaves = Leaves(scene);
   std::mt19937 rng(2);
   std::vector<std::string> payloads(16);
-  for (std::string& p : payloads) PhysicsStep(leaves, rng).SerializeToString(&p);
+  for (std::string& p : payloads)
+    PhysicsStep(leaves, rng).SerializeToString(&p);
   size_t k = 0;
   for (auto _ : state) {
     v1::ApplyRequest request;

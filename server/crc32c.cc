@@ -34,8 +34,8 @@ uint32_t Portable(uint32_t crc, const unsigned char* p, size_t n) {
 #if defined(__x86_64__)
 // Eight bytes an instruction: about 20 GB/s where the table does 0.5.
 __attribute__((target("sse4.2"))) uint32_t Hardware(uint32_t crc,
-                                                   const unsigned char* p,
-                                                   size_t n) {
+                                                    const unsigned char* p,
+                                                    size_t n) {
   uint64_t c = crc;
   for (; n >= 8; n -= 8, p += 8) {
     uint64_t word;

@@ -136,11 +136,10 @@ absl::StatusOr<JournalScan> ScanJournal(
                    type != static_cast<uint8_t>(RecordType::kBatch)) {
           bad = absl::StrCat("a record of unknown type ", type);
         } else {
-          const JournalRecord record{
-              .type = static_cast<RecordType>(type),
-              .frame = Load<uint64_t>(data + at + 9),
-              .payload = payload,
-              .offset = at};
+          const JournalRecord record{.type = static_cast<RecordType>(type),
+                                     .frame = Load<uint64_t>(data + at + 9),
+                                     .payload = payload,
+                                     .offset = at};
           if (absl::Status s = visit(record); !s.ok()) {
             const std::string where =
                 absl::StrCat(path, " at offset ", at, ": ", s.message());
@@ -165,8 +164,8 @@ absl::StatusOr<JournalScan> ScanJournal(
       return std::all_of(data + std::min(from, size), data + size,
                          [](char c) { return c == 0; });
     };
-    const bool torn = next >= size || zeros_from(at) ||
-                      (next > at && zeros_from(next));
+    const bool torn =
+        next >= size || zeros_from(at) || (next > at && zeros_from(next));
     const std::string where =
         absl::StrCat(path, " at offset ", at, " of ", size, ": ", bad);
     if (!torn && !truncate_corrupt) {
@@ -196,12 +195,10 @@ JournalWriter::~JournalWriter() { close(fd_); }
 
 absl::StatusOr<std::unique_ptr<JournalWriter>> JournalWriter::Create(
     const std::string& path, FsyncPolicy policy, absl::string_view first) {
-  const int fd =
-      open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC,
-           0644);
+  const int fd = open(path.c_str(),
+                      O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) return Unavailable(path, "cannot create", errno);
-  std::unique_ptr<JournalWriter> writer(
-      new JournalWriter(path, fd, policy, 0));
+  std::unique_ptr<JournalWriter> writer(new JournalWriter(path, fd, policy, 0));
   if (absl::Status s = writer->Append(first); !s.ok()) return s;
   if (absl::Status s = writer->Sync(); !s.ok()) return s;
   if (absl::Status s = SyncDirectory(path.substr(0, path.rfind('/')));
@@ -229,11 +226,15 @@ absl::Status JournalWriter::broken() const {
   return broken_;
 }
 
-absl::Status JournalWriter::Break(absl::Status why) {
+absl::Status JournalWriter::Break(absl::string_view why) {
   absl::MutexLock lock(&sync_mu_);
+  return BreakLocked(why);
+}
+
+absl::Status JournalWriter::BreakLocked(absl::string_view why) {
   if (broken_.ok()) {
     broken_ = absl::UnavailableError(absl::StrCat(
-        why.message(),
+        "journal ", path_, ": ", why,
         "; the journal refuses writes until a snapshot starts a new one"));
     is_broken_.store(true, std::memory_order_release);
   }
@@ -262,13 +263,13 @@ absl::Status JournalWriter::Append(absl::string_view record) {
   // Nothing of the record may stay: a later record after half of this one
   // would read as corruption.
   if (written > 0 && ftruncate(fd_, static_cast<off_t>(start)) != 0) {
-    return Break(Unavailable(path_, "a write failed and could not be undone",
-                             errno));
+    return Break(absl::StrCat("a write failed and could not be undone: ",
+                              ErrnoText(errno)));
   }
-  return absl::UnavailableError(absl::StrCat(
-      "journal ", path_, ": cannot write: ", ErrnoText(error),
-      error == ENOSPC ? " (the disk is full)" : "",
-      "; the batch was not applied"));
+  return absl::UnavailableError(
+      absl::StrCat("journal ", path_, ": cannot write: ", ErrnoText(error),
+                   error == ENOSPC ? " (the disk is full)" : "",
+                   "; the batch was not applied"));
 }
 
 absl::Status JournalWriter::WaitDurable(uint64_t end) {
@@ -299,11 +300,7 @@ absl::Status JournalWriter::SyncTo(uint64_t end) {
   if (rc != 0) {
     // After a failed fsync the kernel may have dropped the dirty pages:
     // what is on disk is unknown, so no later record may be trusted to it.
-    broken_ = absl::UnavailableError(absl::StrCat(
-        "journal ", path_, ": fdatasync failed: ", ErrnoText(error),
-        "; the journal refuses writes until a snapshot starts a new one"));
-    is_broken_.store(true, std::memory_order_release);
-    return broken_;
+    return BreakLocked(absl::StrCat("fdatasync failed: ", ErrnoText(error)));
   }
   synced_end_ = std::max(synced_end_, target);
   return absl::OkStatus();

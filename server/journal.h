@@ -125,7 +125,11 @@ class JournalWriter {
  private:
   JournalWriter(std::string path, int fd, FsyncPolicy policy, uint64_t end);
   absl::Status SyncTo(uint64_t end);
-  absl::Status Break(absl::Status why);
+  // Marks the journal broken (see Append) for `why`; returns the status
+  // every later append gets.
+  absl::Status Break(absl::string_view why);
+  absl::Status BreakLocked(absl::string_view why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(sync_mu_);
 
   const std::string path_;
   const int fd_;

@@ -77,15 +77,15 @@ void PublishedState::TakeInWhole(const World& world) {
   depth_.resize(n);
   world_.resize(n);
   slot_of_.reserve(n);
-  world.ForEachInstance([&](uint32_t i, EntityId e, uint32_t parent,
-                            const Matrix3x4& matrix) {
-    entity_[i] = e;
-    slot_of_.emplace(e, i);
-    const Slot p = parent == internal::kNoIndex ? kNoSlot : parent;
-    depth_[i] = p == kNoSlot ? 0 : depth_[p] + 1;
-    Link(i, p);
-    world_[i] = matrix;
-  });
+  world.ForEachInstance(
+      [&](uint32_t i, EntityId e, uint32_t parent, const Matrix3x4& matrix) {
+        entity_[i] = e;
+        slot_of_.emplace(e, i);
+        const Slot p = parent == internal::kNoIndex ? kNoSlot : parent;
+        depth_[i] = p == kNoSlot ? 0 : depth_[p] + 1;
+        Link(i, p);
+        world_[i] = matrix;
+      });
 }
 
 void PublishedState::TakeIn(const FrameChanges& changes) {

@@ -560,7 +560,8 @@ grpc::ServerUnaryReactor* XformService::CreateWorld(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
   return Serve<v1::CreateWorldRequest, v1::WorldInfo>(
-      active_calls_, host_, *gatekeeper_, "CreateWorld", context, request, response,
+      active_calls_, host_, *gatekeeper_, "CreateWorld", context, request,
+      response,
       [&](const Caller& caller, const v1::CreateWorldRequest& create,
           v1::WorldInfo* info) {
         if (absl::Status allowed =
@@ -596,7 +597,8 @@ grpc::ServerUnaryReactor* XformService::ListWorlds(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
   return Serve<v1::ListWorldsRequest, v1::ListWorldsResponse>(
-      active_calls_, host_, *gatekeeper_, "ListWorlds", context, request, response,
+      active_calls_, host_, *gatekeeper_, "ListWorlds", context, request,
+      response,
       [&](const Caller& caller, const v1::ListWorldsRequest&,
           v1::ListWorldsResponse* list) {
         // Only what it may read: the rest it is not told exist.
@@ -613,7 +615,8 @@ grpc::ServerUnaryReactor* XformService::GetWorld(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
   return Serve<v1::GetWorldRequest, v1::WorldInfo>(
-      active_calls_, host_, *gatekeeper_, "GetWorld", context, request, response,
+      active_calls_, host_, *gatekeeper_, "GetWorld", context, request,
+      response,
       [&](const Caller& caller, const v1::GetWorldRequest& get,
           v1::WorldInfo* info) {
         if (absl::Status allowed =
@@ -633,7 +636,8 @@ grpc::ServerUnaryReactor* XformService::DeleteWorld(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
   return Serve<v1::DeleteWorldRequest, v1::DeleteWorldResponse>(
-      active_calls_, host_, *gatekeeper_, "DeleteWorld", context, request, response,
+      active_calls_, host_, *gatekeeper_, "DeleteWorld", context, request,
+      response,
       [&](const Caller& caller, const v1::DeleteWorldRequest& del,
           v1::DeleteWorldResponse*) {
         if (absl::Status allowed =
@@ -654,8 +658,7 @@ grpc::ServerUnaryReactor* XformService::Apply(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* bytes,
     grpc::ByteBuffer* response_bytes) {
   const CallHold hold(active_calls_);
-  absl::StatusOr<Caller> caller =
-      Admit(host_, *gatekeeper_, *context, "Apply");
+  absl::StatusOr<Caller> caller = Admit(host_, *gatekeeper_, *context, "Apply");
   if (!caller.ok()) return Done(context, caller.status());
   // An Apply in progress is a writer, as an ApplyStream is.
   absl::StatusOr<std::unique_ptr<Usage::Ticket>> writing =

@@ -98,8 +98,8 @@ absl::Status WriteSnapshotFile(const std::string& path, absl::string_view info,
   const int fd =
       open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot create ", temporary, ": ", std::strerror(errno)));
+    return absl::UnavailableError(
+        absl::StrCat("cannot create ", temporary, ": ", std::strerror(errno)));
   }
   CheckedWriter out(fd);
   bool ok = out.Write(kMagic.data(), kMagic.size()) &&

@@ -16,11 +16,11 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
-#include "absl/strings/match.h"
 #include "server/log.h"
 #include "server/snapshot_file.h"
 #include "xform/v1/wire.h"
@@ -95,11 +95,13 @@ absl::Status ParseSnapshotEvery(absl::string_view value,
   const std::string lower = absl::AsciiStrToLower(value);
   absl::string_view number = lower;
   uint64_t unit = 1;
-  for (const auto& [suffix, bytes] :
-       {std::pair{"kib", uint64_t{1} << 10}, {"mib", uint64_t{1} << 20},
-        {"gib", uint64_t{1} << 30}, {"kb", uint64_t{1000}},
-        {"mb", uint64_t{1000000}}, {"gb", uint64_t{1000000000}},
-        {"b", uint64_t{1}}}) {
+  for (const auto& [suffix, bytes] : {std::pair{"kib", uint64_t{1} << 10},
+                                      {"mib", uint64_t{1} << 20},
+                                      {"gib", uint64_t{1} << 30},
+                                      {"kb", uint64_t{1000}},
+                                      {"mb", uint64_t{1000000}},
+                                      {"gb", uint64_t{1000000000}},
+                                      {"b", uint64_t{1}}}) {
     if (absl::ConsumeSuffix(&number, suffix)) {
       unit = bytes;
       break;
@@ -179,12 +181,12 @@ absl::StatusOr<WorldLog::Snapshot> WorldLog::Prepare() {
     absl::MutexLock lock(&mu_);
     seq = seq_ + 1;
   }
-  const std::string path = absl::StrCat(dir_, "/", FileName(kJournalPrefix, seq));
+  const std::string path =
+      absl::StrCat(dir_, "/", FileName(kJournalPrefix, seq));
   std::error_code ignored;
   fs::remove(path, ignored);  // Left by a snapshot that failed.
   absl::StatusOr<std::unique_ptr<JournalWriter>> next = JournalWriter::Create(
-      path, options_.fsync,
-      EncodeRecord(RecordType::kWorld, 0, stored_world_));
+      path, options_.fsync, EncodeRecord(RecordType::kWorld, 0, stored_world_));
   if (!next.ok()) return next.status();
   Snapshot snapshot;
   snapshot.seq = seq;
@@ -238,8 +240,7 @@ Storage::~Storage() { close(lock_fd_); }
 absl::StatusOr<std::unique_ptr<Storage>> Storage::Open(StorageOptions options) {
   const std::string& root = options.data_dir;
   std::error_code error;
-  for (const std::string& dir :
-       {root, root + "/worlds", root + "/trash"}) {
+  for (const std::string& dir : {root, root + "/worlds", root + "/trash"}) {
     fs::create_directories(dir, error);
     if (error) return FsError("cannot create", dir, error);
   }
@@ -252,8 +253,8 @@ absl::StatusOr<std::unique_ptr<Storage>> Storage::Open(StorageOptions options) {
   if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
     close(fd);
     return absl::FailedPreconditionError(
-        absl::StrCat("--data_dir ", root,
-                     " is in use by another xformd (", lock_path, " is locked)"));
+        absl::StrCat("--data_dir ", root, " is in use by another xformd (",
+                     lock_path, " is locked)"));
   }
   // Worlds deleted before a crash.
   for (const fs::directory_entry& entry :
@@ -279,8 +280,7 @@ absl::StatusOr<std::unique_ptr<WorldLog>> Storage::CreateWorld(
       JournalWriter::Create(absl::StrCat(dir, "/", FileName(kJournalPrefix, 0)),
                             options_.fsync,
                             EncodeRecord(RecordType::kWorld, 0, bytes));
-  absl::Status synced =
-      journal.ok() ? SyncDirectory(worlds) : journal.status();
+  absl::Status synced = journal.ok() ? SyncDirectory(worlds) : journal.status();
   if (!synced.ok()) {
     fs::remove_all(dir, error);
     return synced;
@@ -292,9 +292,8 @@ absl::StatusOr<std::unique_ptr<WorldLog>> Storage::CreateWorld(
 absl::Status Storage::DeleteWorld(absl::string_view name) {
   const std::string worlds = options_.data_dir + "/worlds";
   const std::string dir = absl::StrCat(worlds, "/", kWorldPrefix, name);
-  const std::string trash = absl::StrCat(
-      options_.data_dir, "/trash/", name, ".",
-      absl::ToUnixNanos(absl::Now()));
+  const std::string trash = absl::StrCat(options_.data_dir, "/trash/", name,
+                                         ".", absl::ToUnixNanos(absl::Now()));
   std::error_code error;
   fs::rename(dir, trash, error);
   if (error) return FsError("cannot delete", dir, error);
@@ -389,8 +388,9 @@ absl::StatusOr<RecoveredWorld> Storage::RecoverWorld(const std::string& dir) {
           if (std::exchange(first, false)) {
             config::StoredWorld stored;
             if (record.type != RecordType::kWorld ||
-                !stored.ParseFromArray(record.payload.data(),
-                                       static_cast<int>(record.payload.size()))) {
+                !stored.ParseFromArray(
+                    record.payload.data(),
+                    static_cast<int>(record.payload.size()))) {
               return absl::DataLossError("the first record is not the world's");
             }
             if (stored_bytes.empty()) {
@@ -403,8 +403,9 @@ absl::StatusOr<RecoveredWorld> Storage::RecoverWorld(const std::string& dir) {
             return absl::DataLossError("a world record after the first");
           }
           v1::ApplyRequest request;
-          if (!request.ParseFromArray(record.payload.data(),
-                                      static_cast<int>(record.payload.size()))) {
+          if (!request.ParseFromArray(
+                  record.payload.data(),
+                  static_cast<int>(record.payload.size()))) {
             return absl::DataLossError("a batch that does not parse");
           }
           absl::StatusOr<std::vector<Command>> commands =
@@ -422,8 +423,8 @@ absl::StatusOr<RecoveredWorld> Storage::RecoverWorld(const std::string& dir) {
         });
     if (!scan.ok()) return scan.status();
     if (!scan->dropped.empty()) {
-      Log(scan->dropped.rfind("corruption", 0) == 0 ? 'E' : 'W', "recovery: ",
-          scan->dropped);
+      Log(scan->dropped.rfind("corruption", 0) == 0 ? 'E' : 'W',
+          "recovery: ", scan->dropped);
       if (scan->dropped.rfind("corruption", 0) == 0) stop = true;
     }
     if (scan->records == 0) {
@@ -444,8 +445,9 @@ absl::StatusOr<RecoveredWorld> Storage::RecoverWorld(const std::string& dir) {
     const std::string path =
         absl::StrCat(dir, "/", FileName(kJournalPrefix, first_journal));
     absl::StatusOr<std::unique_ptr<JournalWriter>> journal =
-        JournalWriter::Create(path, options_.fsync,
-                              EncodeRecord(RecordType::kWorld, 0, stored_bytes));
+        JournalWriter::Create(
+            path, options_.fsync,
+            EncodeRecord(RecordType::kWorld, 0, stored_bytes));
     if (!journal.ok()) return journal.status();
     recovered.log = std::make_unique<WorldLog>(
         dir, stored_bytes, options_, first_journal, *std::move(journal));

@@ -120,7 +120,7 @@ class WorldLog {
 // A world as recovery rebuilt it.
 struct RecoveredWorld {
   config::StoredWorld stored;
-  World world;  // Its frame open after the last one journaled.
+  World world;              // Its frame open after the last one journaled.
   uint64_t last_frame = 0;  // The last frame journaled (or snapshotted).
   std::unique_ptr<WorldLog> log;
   // For the log: where recovery spent its time.

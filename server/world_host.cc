@@ -80,10 +80,11 @@ absl::StatusOr<uint64_t> HostedWorld::Apply(const v1::ApplyRequest& request,
     }
     // Journaled once applied and before it is visible: a batch the journal
     // cannot take is taken back.
+    const uint64_t open_frame = world_.frame();
     const auto journal = [&]() -> absl::Status {
       if (journaled.empty()) return absl::OkStatus();
       absl::StatusOr<WorldLog::Written> appended =
-          log_->Append(world_.frame(), journaled);
+          log_->Append(open_frame, journaled);
       if (!appended.ok()) return appended.status();
       written = *std::move(appended);
       return absl::OkStatus();
@@ -285,9 +286,8 @@ absl::StatusOr<std::shared_ptr<HostedWorld>> WorldHost::Create(
           "the server holds its limit of ", limits_.max_worlds, " worlds"));
     }
   }
-  auto world = std::make_shared<HostedWorld>(request.name(), mode, tick_hz,
-                                             limits_.max_pending, burst_budget_,
-                                             owner);
+  auto world = std::make_shared<HostedWorld>(
+      request.name(), mode, tick_hz, limits_.max_pending, burst_budget_, owner);
   if (storage_ != nullptr) {
     // On disk before it exists for anyone: created means durable.
     config::StoredWorld stored;
@@ -328,8 +328,8 @@ absl::Status WorldHost::Recover() {
     world->Restore(std::move(recovered.world), recovered.last_frame);
     Log('I', "recovery: world ", Quoted(create.name()), ": ", size,
         " entities, frame ", recovered.last_frame, " (snapshot read in ",
-        absl::FormatDuration(recovered.snapshot_time), ", ",
-        recovered.replayed, " journaled batches replayed in ",
+        absl::FormatDuration(recovered.snapshot_time), ", ", recovered.replayed,
+        " journaled batches replayed in ",
         absl::FormatDuration(recovered.replay_time), ", published in ",
         absl::FormatDuration(absl::Now() - published), ")");
     world->Persist(std::move(recovered.log));
@@ -375,8 +375,8 @@ absl::Time WorldHost::TakeDueSnapshots() {
     }
     if (absl::Status s = world->SaveSnapshot(); !s.ok()) {
       world->log()->SnapshotFailed(absl::Now());
-      Log('E', "world ", Quoted(world->name()), ": snapshot failed: ",
-          s.message(), "; trying again in ",
+      Log('E', "world ", Quoted(world->name()),
+          ": snapshot failed: ", s.message(), "; trying again in ",
           absl::FormatDuration(WorldLog::kSnapshotRetryDelay));
     }
   }
@@ -390,8 +390,8 @@ void WorldHost::SnapshotAll() {
   for (const auto& world : List()) {
     if (!world->durable()) continue;
     if (absl::Status s = world->SaveSnapshot(); !s.ok()) {
-      Log('E', "world ", Quoted(world->name()), ": snapshot failed: ",
-          s.message());
+      Log('E', "world ", Quoted(world->name()),
+          ": snapshot failed: ", s.message());
     }
   }
 }

@@ -257,8 +257,8 @@ std::vector<std::string> FlagErrors() {
   check(fsync == "always" || fsync == "everysec" || fsync == "no",
         "--fsync must be always, everysec or no");
   StorageOptions storage;
-  if (absl::Status s = ParseSnapshotEvery(absl::GetFlag(FLAGS_snapshot_every),
-                                          &storage);
+  if (absl::Status s =
+          ParseSnapshotEvery(absl::GetFlag(FLAGS_snapshot_every), &storage);
       !s.ok()) {
     errors.emplace_back(s.message());
   }
@@ -322,9 +322,9 @@ int Main() {
     StorageOptions options;
     options.data_dir = data_dir;
     const std::string fsync = absl::GetFlag(FLAGS_fsync);
-    options.fsync = fsync == "always"   ? FsyncPolicy::kAlways
-                    : fsync == "no"     ? FsyncPolicy::kNo
-                                        : FsyncPolicy::kEverySecond;
+    options.fsync = fsync == "always" ? FsyncPolicy::kAlways
+                    : fsync == "no"   ? FsyncPolicy::kNo
+                                      : FsyncPolicy::kEverySecond;
     ParseSnapshotEvery(absl::GetFlag(FLAGS_snapshot_every), &options)
         .IgnoreError();  // Checked by FlagErrors.
     options.truncate_corrupt = absl::GetFlag(FLAGS_recover) == "truncate";
@@ -338,8 +338,9 @@ int Main() {
     Log('I', "worlds are durable in ", data_dir, " (--fsync=", fsync,
         ", --snapshot_every=", absl::GetFlag(FLAGS_snapshot_every), ")");
   } else {
-    Log('W', "no --data_dir: worlds live in memory only, and a restart loses "
-             "them");
+    Log('W',
+        "no --data_dir: worlds live in memory only, and a restart loses "
+        "them");
   }
   WorldHost host(limits, absl::GetFlag(FLAGS_tick_hz), std::move(storage));
   const std::string auth_file = absl::GetFlag(FLAGS_auth_file);

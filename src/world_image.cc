@@ -30,7 +30,8 @@ void World::CopyImage(WorldImage* image) const {
   image->Resize(n);
   image->frame = frame_;
   // The contiguous columns are copied whole; the rest gathered.
-  static_assert(sizeof(Index) == sizeof(uint32_t) && kNoIndex == WorldImage::kRoot);
+  static_assert(sizeof(Index) == sizeof(uint32_t) &&
+                kNoIndex == WorldImage::kRoot);
   std::memcpy(image->parent.data(), parent_.data(), n * sizeof(Index));
   std::memcpy(image->rotation.data(), rotation_.data(), n * sizeof(glm::quat));
   std::memcpy(image->scale.data(), scale_.data(), n * sizeof(glm::vec3));
@@ -79,7 +80,8 @@ absl::StatusOr<World> World::FromImage(WorldImage image) {
     }
     const Index p = world.parent_[i];
     if (p != kNoIndex && p >= i) {
-      return broken("instance ", i, "'s parent ", p, " does not come before it");
+      return broken("instance ", i, "'s parent ", p,
+                    " does not come before it");
     }
     world.local_[i] = ToMatrix(local);
     world.slot_[i] = i;

@@ -55,10 +55,10 @@ struct Writer {
   WorldOptions options;
   bool streamed = false;  // Through ApplyStream rather than Apply.
   testing::RandomBatches random;
-  World model;                                 // The acknowledged batches.
+  World model;                                  // The acknowledged batches.
   std::optional<std::vector<Command>> pending;  // In flight at the crash.
-  uint64_t acknowledged = 0;                   // Batches, over all cycles.
-  uint64_t last_frame = 0;                     // The last one acknowledged.
+  uint64_t acknowledged = 0;                    // Batches, over all cycles.
+  uint64_t last_frame = 0;                      // The last one acknowledged.
   bool in_flight_landed = false;
 };
 
@@ -87,7 +87,8 @@ std::string Differs(Client& client, const std::string& world,
     return absl::StrCat(info->entities, " entities, the model ", model.size());
   }
   std::vector<EntityId> ids;
-  model.ForEach([&](EntityId e, EntityId, const Matrix3x4&) { ids.push_back(e); });
+  model.ForEach(
+      [&](EntityId e, EntityId, const Matrix3x4&) { ids.push_back(e); });
   if (ids.empty()) return "";
   absl::StatusOr<std::vector<EntityState>> read = client.Read(world, ids);
   if (!read.ok()) return read.status().ToString();
@@ -116,8 +117,8 @@ void Write(Client& client, Writer& writer) {
     World next = writer.model;
     std::vector<Command> batch = writer.random.Next(next, 12);
     writer.pending = batch;
-    const ApplyOptions options{.end_frame = writer.options.mode ==
-                                            FrameMode::kDriven};
+    const ApplyOptions options{.end_frame =
+                                   writer.options.mode == FrameMode::kDriven};
     absl::StatusOr<uint64_t> frame =
         stream != nullptr ? stream->Write(batch, options)
                           : client.Apply(writer.world, batch, options);
@@ -139,9 +140,9 @@ TEST(CrashTest, AcknowledgedWritesSurviveKill9) {
   const std::string data_dir =
       absl::StrCat(::testing::TempDir(), "xform_crash_", getpid());
   std::filesystem::remove_all(data_dir);
-  const std::vector<std::string> flags = {
-      absl::StrCat("--data_dir=", data_dir), "--fsync=always",
-      "--snapshot_every=16KiB"};
+  const std::vector<std::string> flags = {absl::StrCat("--data_dir=", data_dir),
+                                          "--fsync=always",
+                                          "--snapshot_every=16KiB"};
   std::vector<Writer> writers;
   writers.push_back({.world = "tick",
                      .options = {.mode = FrameMode::kTick, .tick_hz = 100},
@@ -178,8 +179,8 @@ TEST(CrashTest, AcknowledgedWritesSurviveKill9) {
         ASSERT_TRUE(with_pending.Apply(*w.pending).ok());
         const std::string also = Differs(*client, w.world, with_pending);
         ASSERT_EQ(also, "") << "cycle " << cycle << ", world " << w.world
-                            << ": neither the acknowledged batches ("
-                            << differs << ") nor them and the one in flight";
+                            << ": neither the acknowledged batches (" << differs
+                            << ") nor them and the one in flight";
         w.model = std::move(with_pending);
         ++landed;
       }
@@ -209,8 +210,8 @@ TEST(CrashTest, AcknowledgedWritesSurviveKill9) {
       threads.emplace_back(
           [&client = *clients.back(), &w] { Write(client, w); });
     }
-    absl::SleepFor(absl::Milliseconds(
-        std::uniform_int_distribution<int>(150, 900)(rng)));
+    absl::SleepFor(
+        absl::Milliseconds(std::uniform_int_distribution<int>(150, 900)(rng)));
     server.Kill();
     for (std::thread& t : threads) t.join();
     const std::string log = server.Log();
@@ -237,8 +238,8 @@ TEST(CrashTest, AcknowledgedWritesSurviveKill9) {
 class SmallDisk {
  public:
   explicit SmallDisk(int megabytes)
-      : path_(absl::StrCat(::testing::TempDir(), "xform_small_disk_",
-                           getpid())) {
+      : path_(
+            absl::StrCat(::testing::TempDir(), "xform_small_disk_", getpid())) {
     std::filesystem::create_directories(path_);
     const std::string size = absl::StrCat("size=", megabytes, "m");
     if (mount("xform-test", path_.c_str(), "tmpfs", 0, size.c_str()) != 0) {
@@ -276,8 +277,8 @@ TEST(FullDiskTest, WritesFailUnavailableWhileStreamsGoOnThenResume) {
   if (!disk.error().empty()) {
     GTEST_SKIP() << "cannot mount a tmpfs here (" << disk.error() << ")";
   }
-  testing::Xformd server({absl::StrCat("--data_dir=", disk.path(), "/data"),
-                          "--fsync=always"});
+  testing::Xformd server(
+      {absl::StrCat("--data_dir=", disk.path(), "/data"), "--fsync=always"});
   std::unique_ptr<Client> client = ConnectReady(server.address());
   ASSERT_NE(client, nullptr) << server.Log();
   ASSERT_TRUE(
@@ -324,8 +325,8 @@ TEST(RecoveryTest, NotServingUntilRecoveryIsDone) {
   const std::string data_dir =
       absl::StrCat(::testing::TempDir(), "xform_recovery_", getpid());
   std::filesystem::remove_all(data_dir);
-  const std::vector<std::string> flags = {
-      absl::StrCat("--data_dir=", data_dir), "--snapshot_every=100GiB"};
+  const std::vector<std::string> flags = {absl::StrCat("--data_dir=", data_dir),
+                                          "--snapshot_every=100GiB"};
   constexpr EntityId kEntities = 1'000'000;
   {
     testing::Xformd server(flags);
@@ -335,8 +336,8 @@ TEST(RecoveryTest, NotServingUntilRecoveryIsDone) {
     for (EntityId first = 1; first <= kEntities; first += 50'000) {
       std::vector<Command> batch;
       for (EntityId e = first; e < first + 50'000; ++e) {
-        batch.push_back(CreateOp{e, e > 1 && e % 8 != 0 ? e - 1 : kNoEntity,
-                                 At(1)});
+        batch.push_back(
+            CreateOp{e, e > 1 && e % 8 != 0 ? e - 1 : kNoEntity, At(1)});
       }
       ASSERT_TRUE(client->Apply("big", batch).ok());
     }

@@ -30,11 +30,13 @@ class RandomBatches {
     for (;;) {
       World trial = model;
       std::vector<Command> batch;
-      const int count = std::uniform_int_distribution<int>(1, max_commands)(rng_);
+      const int count =
+          std::uniform_int_distribution<int>(1, max_commands)(rng_);
       const bool physics = Pick(3) == 0 && !mine_.empty();
       for (int k = 0; k < count; ++k) {
-        Command command = physics ? Command(SetLocalOp{Any(), RandomTransform()})
-                                  : RandomCommand(trial);
+        Command command = physics
+                              ? Command(SetLocalOp{Any(), RandomTransform()})
+                              : RandomCommand(trial);
         if (trial.Apply({&command, 1}).ok()) batch.push_back(command);
       }
       if (batch.empty()) continue;
@@ -50,9 +52,8 @@ class RandomBatches {
   // Takes `model`'s entities as its own (after a batch it made was lost).
   void Adopt(const World& model) {
     mine_.clear();
-    model.ForEach([&](EntityId e, EntityId, const Matrix3x4&) {
-      mine_.push_back(e);
-    });
+    model.ForEach(
+        [&](EntityId e, EntityId, const Matrix3x4&) { mine_.push_back(e); });
   }
 
  private:

@@ -5,6 +5,8 @@
 // files, and a WorldHost over a data directory rebuilt from its snapshot
 // and journal, and refusing writes with UNAVAILABLE when its disk is full.
 
+#include "server/storage.h"
+
 #include <sys/mount.h>
 #include <unistd.h>
 
@@ -22,7 +24,6 @@
 #include "server/crc32c.h"
 #include "server/journal.h"
 #include "server/snapshot_file.h"
-#include "server/storage.h"
 #include "server/world_host.h"
 #include "tests/random_batches.h"
 #include "xform/v1/wire.h"
@@ -78,7 +79,8 @@ class JournalTest : public ::testing::Test {
       starts_.push_back((*writer)->end());
       const std::string payload(100 + 37 * k, static_cast<char>('a' + k));
       ASSERT_TRUE(
-          (*writer)->Append(EncodeRecord(RecordType::kBatch, 10 + k, payload))
+          (*writer)
+              ->Append(EncodeRecord(RecordType::kBatch, 10 + k, payload))
               .ok());
     }
     ASSERT_TRUE((*writer)->WaitDurable((*writer)->end()).ok());
@@ -170,7 +172,8 @@ TEST_F(JournalTest, AppendsGoOnAfterATornTailIsCut) {
   absl::StatusOr<std::unique_ptr<JournalWriter>> writer =
       JournalWriter::Reopen(path_, FsyncPolicy::kNo, scan->valid_end);
   ASSERT_TRUE(writer.ok()) << writer.status();
-  ASSERT_TRUE((*writer)->Append(EncodeRecord(RecordType::kBatch, 99, "x")).ok());
+  ASSERT_TRUE(
+      (*writer)->Append(EncodeRecord(RecordType::kBatch, 99, "x")).ok());
   frames.clear();
   scan = Scan(ReadAll(path_), false, &frames);
   ASSERT_TRUE(scan.ok()) << scan.status();
@@ -231,9 +234,8 @@ void ExpectHolds(WorldHost& host, const std::string& name, const World& model) {
   ASSERT_EQ((*world)->Info().entities(), model.size());
   v1::ReadRequest read;
   read.set_world(name);
-  model.ForEach([&](EntityId e, EntityId, const Matrix3x4&) {
-    read.add_entity(e);
-  });
+  model.ForEach(
+      [&](EntityId e, EntityId, const Matrix3x4&) { read.add_entity(e); });
   v1::ReadResponse response;
   ASSERT_TRUE((*world)->Read(read, host.limits(), &response).ok());
   absl::StatusOr<std::vector<EntityState>> states =
@@ -244,8 +246,7 @@ void ExpectHolds(WorldHost& host, const std::string& name, const World& model) {
     const Matrix3x4 matrix = *model.WorldMatrix(got.entity);
     EXPECT_EQ(got.parent, *model.Parent(got.entity)) << got.entity;
     EXPECT_EQ(std::memcmp(&got.local, &local, sizeof local), 0) << got.entity;
-    EXPECT_EQ(std::memcmp(&got.world, &matrix, sizeof matrix), 0)
-        << got.entity;
+    EXPECT_EQ(std::memcmp(&got.world, &matrix, sizeof matrix), 0) << got.entity;
   }
 }
 
@@ -304,9 +305,9 @@ TEST_F(StorageTest, ReplaysTheJournalAfterTheSnapshot) {
     Write(*host, "w", 40);
     ASSERT_TRUE((*host->Get("w"))->SaveSnapshot().ok());
     // One snapshot and the journal since it: nothing older is kept.
-    EXPECT_EQ(Files("w"), (std::vector<std::string>{
-                              "journal-0000000000000001",
-                              "snapshot-0000000000000001"}));
+    EXPECT_EQ(Files("w"),
+              (std::vector<std::string>{"journal-0000000000000001",
+                                        "snapshot-0000000000000001"}));
     Write(*host, "w", 40);
   }  // Gone without a snapshot of its own, as after kill -9.
   std::unique_ptr<WorldHost> host = Start();
@@ -342,8 +343,8 @@ TEST_F(StorageTest, ACorruptJournalRefusesToStartUnlessTruncating) {
     std::unique_ptr<WorldHost> host = Start();
     Write(*host, "w", 30);
   }
-  const std::string journal = absl::StrCat(options_.data_dir,
-                                           "/worlds/w_w/journal-0000000000000000");
+  const std::string journal =
+      absl::StrCat(options_.data_dir, "/worlds/w_w/journal-0000000000000000");
   std::string bytes = ReadAll(journal);
   bytes[bytes.size() / 2] ^= 0x40;
   WriteAll(journal, bytes);

@@ -4,6 +4,8 @@
 // batch that its commit check refuses (what a journal that cannot write
 // does): both must leave the world exactly as it was, bit for bit.
 
+#include "xform/world_image.h"
+
 #include <cstring>
 #include <random>
 #include <vector>
@@ -12,7 +14,6 @@
 #include "gtest/gtest.h"
 #include "tests/random_batches.h"
 #include "xform/world.h"
-#include "xform/world_image.h"
 
 namespace xform {
 namespace {
@@ -152,10 +153,13 @@ TEST(WorldImageTest, ARefusedCommitChangesNothing) {
     EXPECT_EQ(got.reparented, want.reparented);
     // A commit that agrees leaves the batch applied.
     bool asked = false;
-    ASSERT_TRUE(world.Apply(batch, [&] {
-      asked = true;
-      return absl::OkStatus();
-    }).ok());
+    ASSERT_TRUE(world
+                    .Apply(batch,
+                           [&] {
+                             asked = true;
+                             return absl::OkStatus();
+                           })
+                    .ok());
     EXPECT_TRUE(asked);
     ExpectSameWorld(scratch, world);
   }

@@ -7,8 +7,8 @@
 #define XFORM_INTERNAL_HUGE_PAGE_ALLOCATOR_H_
 
 #include <cstddef>
-#include <memory>
 #include <functional>
+#include <memory>
 #include <new>
 #include <utility>
 #include <vector>
