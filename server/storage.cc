@@ -164,6 +164,11 @@ void WorldLog::SnapshotFailed(absl::Time now) {
   retry_after_ = now + kSnapshotRetryDelay;
 }
 
+uint64_t WorldLog::JournalEnd() const {
+  absl::MutexLock lock(&mu_);
+  return journal_->end();
+}
+
 bool WorldLog::SnapshotDue(absl::Time now) const {
   absl::MutexLock lock(&mu_);
   if (now < retry_after_) return false;

@@ -80,6 +80,8 @@ class WorldLog {
   static absl::Status WaitDurable(const Written& written);
   // The each-second sync (--fsync=everysec).
   absl::Status Sync();
+  // Bytes in the current journal: unchanged means no batch was journaled.
+  uint64_t JournalEnd() const;
   // Whether the journal has grown past --snapshot_every since the last
   // snapshot, or is broken (a snapshot starts a new one); never within
   // kSnapshotRetryDelay of a snapshot that failed (a full disk).

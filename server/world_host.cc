@@ -137,19 +137,48 @@ absl::Status HostedWorld::SaveSnapshot() {
     size = world_.size();
   }
   image.Resize(size + size / 8 + 1024);
+  // In two halves, each under the lock, so that a writer waits for half a
+  // copy at most (about 3 ms at 1M entities); the halves make one image
+  // when no batch was journaled between them, else the second hold copies
+  // it all.
+  // (A batch taken back, which is not journaled, may still have moved
+  // instances: the relocation count says so.)
   absl::Duration held;
+  size_t half = 0;
+  size_t size_then = 0;
+  uint64_t journal_end = 0;
+  uint64_t relocated = 0;
   {
     absl::MutexLock lock(&mu_);
     const absl::Time locked = absl::Now();
-    world_.CopyImage(&image);
-    log_->Switch(&*snapshot);
+    size_then = world_.size();
+    half = size_then / 2;
+    journal_end = log_->JournalEnd();
+    relocated = world_.stats().relocated;
+    world_.CopyImage(&image, 0, half);
     held = absl::Now() - locked;
+  }
+  bool whole_again = false;
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time locked = absl::Now();
+    if (log_->JournalEnd() == journal_end && world_.size() == size_then &&
+        world_.stats().relocated == relocated) {
+      world_.CopyImage(&image, half, world_.size());
+    } else {
+      whole_again = true;
+      world_.CopyImage(&image);
+    }
+    log_->Switch(&*snapshot);
+    held = std::max(held, absl::Now() - locked);
   }
   if (absl::Status s = log_->Finish(*snapshot, image); !s.ok()) return s;
   Log('I', "world ", Quoted(name_), ": snapshot of ", image.size(),
       " entities at frame ", image.frame, " in ",
       absl::FormatDuration(absl::Now() - start), " (world locked ",
-      absl::FormatDuration(held), ")");
+      absl::FormatDuration(held), " at most",
+      whole_again ? ", copied whole: a batch came between the halves" : "",
+      ")");
   return absl::OkStatus();
 }
 

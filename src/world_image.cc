@@ -25,17 +25,22 @@ void WorldImage::Resize(size_t n) {
   scale.resize(n);
 }
 
-void World::CopyImage(WorldImage* image) const {
-  const size_t n = size();
-  image->Resize(n);
+void World::CopyImage(WorldImage* image) const { CopyImage(image, 0, size()); }
+
+void World::CopyImage(WorldImage* image, size_t first, size_t last) const {
+  image->Resize(size());
   image->frame = frame_;
+  last = std::min(last, size());
+  if (first >= last) return;
+  const size_t n = last - first;
   // The contiguous columns are copied whole; the rest gathered.
   static_assert(sizeof(Index) == sizeof(uint32_t) &&
                 kNoIndex == WorldImage::kRoot);
-  std::memcpy(image->parent.data(), parent_.data(), n * sizeof(Index));
-  std::memcpy(image->rotation.data(), rotation_.data(), n * sizeof(glm::quat));
-  std::memcpy(image->scale.data(), scale_.data(), n * sizeof(glm::vec3));
-  for (Index i = 0; i < n; ++i) {
+  std::memcpy(&image->parent[first], &parent_[first], n * sizeof(Index));
+  std::memcpy(&image->rotation[first], &rotation_[first],
+              n * sizeof(glm::quat));
+  std::memcpy(&image->scale[first], &scale_[first], n * sizeof(glm::vec3));
+  for (size_t i = first; i < last; ++i) {
     image->entity[i] = slot_entity_[slot_[i]];
     image->position[i] = local_[i].translation();
   }

@@ -64,6 +64,27 @@ TEST(WorldImageTest, RoundTripIsExact) {
   }
 }
 
+TEST(WorldImageTest, HalvesMakeTheWholeImage) {
+  const World world = RandomWorld(9, 50);
+  WorldImage whole, halves;
+  world.CopyImage(&whole);
+  const size_t half = world.size() / 2;
+  world.CopyImage(&halves, 0, half);
+  world.CopyImage(&halves, half, world.size());
+  EXPECT_EQ(halves.entity, whole.entity);
+  EXPECT_EQ(halves.parent, whole.parent);
+  EXPECT_EQ(std::memcmp(halves.position.data(), whole.position.data(),
+                        whole.size() * sizeof(glm::vec3)),
+            0);
+  EXPECT_EQ(std::memcmp(halves.rotation.data(), whole.rotation.data(),
+                        whole.size() * sizeof(glm::quat)),
+            0);
+  EXPECT_EQ(std::memcmp(halves.scale.data(), whole.scale.data(),
+                        whole.size() * sizeof(glm::vec3)),
+            0);
+  EXPECT_EQ(halves.frame, whole.frame);
+}
+
 TEST(WorldImageTest, KeepsTheFrameOpen) {
   World world = RandomWorld(7, 10);
   FrameChanges changes;

@@ -240,6 +240,11 @@ class World {
   // 100 bytes an instance. `image` keeps its capacity, so a caller that
   // Resize()s it ahead faults nothing in here.
   void CopyImage(WorldImage* image) const;
+  // Part of it: sizes `image` to the world, sets its frame, and copies
+  // instances [first, last) only. Parts copied at different times make one
+  // image only if the world did not change in between: a snapshot copies
+  // in halves, each under the writer lock, when no batch came between.
+  void CopyImage(WorldImage* image, size_t first, size_t last) const;
   // The world `image` describes, its frame open and nothing changed in it.
   // DataLoss when the image is not a world: a repeated or zero id, a parent
   // not before its child, a range that is not pre-order, a value no batch
