@@ -242,6 +242,12 @@ Storage::Storage(StorageOptions options, int lock_fd)
 
 Storage::~Storage() { close(lock_fd_); }
 
+std::string Storage::WorldsDir() const { return options_.data_dir + "/worlds"; }
+
+std::string Storage::WorldDir(absl::string_view name) const {
+  return absl::StrCat(WorldsDir(), "/", kWorldPrefix, name);
+}
+
 absl::StatusOr<std::unique_ptr<Storage>> Storage::Open(StorageOptions options) {
   const std::string& root = options.data_dir;
   std::error_code error;
@@ -271,9 +277,8 @@ absl::StatusOr<std::unique_ptr<Storage>> Storage::Open(StorageOptions options) {
 
 absl::StatusOr<std::unique_ptr<WorldLog>> Storage::CreateWorld(
     const config::StoredWorld& stored) {
-  const std::string worlds = options_.data_dir + "/worlds";
-  const std::string dir =
-      absl::StrCat(worlds, "/", kWorldPrefix, stored.create().name());
+  const std::string worlds = WorldsDir();
+  const std::string dir = WorldDir(stored.create().name());
   std::error_code error;
   fs::remove_all(dir, error);  // A create that failed half way.
   if (!fs::create_directory(dir, error) || error) {
@@ -295,8 +300,8 @@ absl::StatusOr<std::unique_ptr<WorldLog>> Storage::CreateWorld(
 }
 
 absl::Status Storage::DeleteWorld(absl::string_view name) {
-  const std::string worlds = options_.data_dir + "/worlds";
-  const std::string dir = absl::StrCat(worlds, "/", kWorldPrefix, name);
+  const std::string worlds = WorldsDir();
+  const std::string dir = WorldDir(name);
   const std::string trash = absl::StrCat(options_.data_dir, "/trash/", name,
                                          ".", absl::ToUnixNanos(absl::Now()));
   std::error_code error;
@@ -309,7 +314,7 @@ absl::Status Storage::DeleteWorld(absl::string_view name) {
 
 absl::Status Storage::Recover(
     absl::FunctionRef<absl::Status(RecoveredWorld)> take) {
-  const std::string worlds = options_.data_dir + "/worlds";
+  const std::string worlds = WorldsDir();
   std::error_code error;
   std::vector<std::string> dirs;
   for (const fs::directory_entry& entry :

@@ -152,6 +152,9 @@ class Storage {
 
  private:
   Storage(StorageOptions options, int lock_fd);
+  // <data_dir>/worlds, and one world's directory in it (see above).
+  std::string WorldsDir() const;
+  std::string WorldDir(absl::string_view name) const;
   absl::StatusOr<RecoveredWorld> RecoverWorld(const std::string& dir);
 
   const StorageOptions options_;
