@@ -61,6 +61,16 @@ std::vector<CreateOp> MakeScene(SceneShape shape, size_t count, uint32_t seed) {
     }
     ops[i] = {i + 1, parent, RandomTransform(rng)};
   }
+  // A parent scaled unevenly skews its rotated children: their world
+  // matrices are no longer a rotation and a scale, which engines warn
+  // against and the compact encoding sends raw. So only leaves (ids are
+  // 1..count, a parent's op is ops[parent - 1]) keep a per-axis scale.
+  for (const CreateOp& op : ops) {
+    if (op.parent != kNoEntity) {
+      glm::vec3& scale = ops[op.parent - 1].local.scale;
+      scale = glm::vec3(scale.x);
+    }
+  }
   return ops;
 }
 

@@ -29,7 +29,8 @@ std::optional<SceneShape> ParseSceneShape(absl::string_view name);
 const char* SceneShapeName(SceneShape shape);
 
 // `count` creates, ids 1..count in order, parents before children, each
-// with a random local transform.
+// with a random local transform (RandomTransform's, but a parent's scale is
+// uniform: see MakeScene).
 std::vector<CreateOp> MakeScene(SceneShape shape, size_t count,
                                 uint32_t seed = 42);
 

@@ -34,6 +34,7 @@
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "tools/client_flags.h"
 #include "tools/load/load_run.h"
 #include "tools/load/report.h"
@@ -66,7 +67,8 @@ ABSL_FLAG(bool, max_rate, false,
 ABSL_FLAG(double, stall_s, 0,
           "One subscriber stops reading for this long, a third of the way in");
 ABSL_FLAG(double, seconds, 10, "Measured seconds per mode");
-ABSL_FLAG(std::string, mode, "stream", "stream, poll, redis, or all");
+ABSL_FLAG(std::string, mode, "stream",
+          "stream, poll, redis, a list of them (stream,redis), or all");
 ABSL_FLAG(std::string, redis_server, "redis-server",
           "redis mode: start this redis-server on --redis_port");
 ABSL_FLAG(int, redis_port, 6390, "redis mode: the port");
@@ -134,8 +136,14 @@ int Main() {
   const std::string mode = absl::GetFlag(FLAGS_mode);
   if (mode == "all") {
     modes = {"stream", "poll", "redis"};
-  } else if (mode == "stream" || mode == "poll" || mode == "redis") {
-    modes = {mode};
+  } else {
+    for (absl::string_view one : absl::StrSplit(mode, ',')) {
+      if (one != "stream" && one != "poll" && one != "redis") {
+        modes.clear();
+        break;
+      }
+      modes.emplace_back(one);
+    }
   }
   if (!shape || modes.empty() ||
       (frame_mode != "tick" && frame_mode != "driven") || config.entities < 1 ||

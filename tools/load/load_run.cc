@@ -30,7 +30,10 @@ absl::Status LoadRun::Build() {
   client_ = *std::move(client);
   const std::vector<CreateOp> scene =
       MakeScene(config_.shape, config_.entities);
-  for (const CreateOp& op : scene) ids_.push_back(op.entity);
+  for (const CreateOp& op : scene) {
+    ids_.push_back(op.entity);
+    locals_.push_back(op.local);
+  }
   movable_ = Leaves(scene);
   if (config_.keep_world) {
     // The scene is the same every run: one of its size is taken as built
@@ -189,15 +192,36 @@ void LoadRun::Write(int w, absl::Time end, std::atomic<uint64_t>* written,
   }
   const size_t per_frame = std::min<size_t>(
       mine.size(), (config_.move + config_.writers - 1) / config_.writers);
+  // Each entity moves on from where it is, a frame's worth of its own
+  // motion each time it is set: up to 1 m/s along a fixed heading, turning
+  // up to 1 rad/s about a fixed axis, as a game's objects do (not jumping
+  // to random poses, which no delta encoding could follow).
   std::mt19937 rng(1234 + w);
-  std::vector<Transform> poses(64);
-  for (Transform& t : poses) t = RandomTransform(rng);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  const float dt = static_cast<float>(1 / config_.hz);
+  struct Motion {
+    Transform pose;
+    glm::vec3 step;
+    glm::quat turn;
+  };
+  std::vector<Motion> motion(mine.size());
+  for (size_t i = 0; i < mine.size(); ++i) {
+    const glm::vec3 heading = glm::normalize(glm::vec3(u(rng), u(rng), u(rng)) +
+                                             glm::vec3(0, 0, 0.01f));
+    const glm::vec3 axis = glm::normalize(glm::vec3(u(rng), u(rng), u(rng)) +
+                                          glm::vec3(0.01f, 0, 0));
+    motion[i] = {locals_[mine[i] - 1], heading * (u(rng) * dt),
+                 glm::angleAxis(u(rng) * dt, axis)};
+  }
   std::vector<Command> batch(per_frame);
   const absl::Duration period = absl::Seconds(1 / config_.hz);
   size_t cursor = 0;
   for (absl::Time next = absl::Now(); next < end; next += period) {
     for (Command& c : batch) {
-      c = SetLocalOp{mine[cursor % mine.size()], poses[rng() % poses.size()]};
+      Motion& m = motion[cursor % mine.size()];
+      m.pose.position += m.step;
+      m.pose.rotation = glm::normalize(m.turn * m.pose.rotation);
+      c = SetLocalOp{mine[cursor % mine.size()], m.pose};
       ++cursor;
     }
     const absl::Time sent = absl::Now();

@@ -85,6 +85,7 @@ class LoadRun {
   ClientOptions options_;
   std::unique_ptr<Client> client_;
   std::vector<EntityId> ids_;
+  std::vector<Transform> locals_;  // The scene's, by id - 1.
   std::vector<EntityId> movable_;
   AckLog acks_;
 };

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <thread>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/time/clock.h"
 #include "hiredis/hiredis.h"
 #include "xform/mirror.h"
@@ -116,7 +117,8 @@ class PollSubscriber final : public Subscriber {
   std::atomic<bool> polled_once_{false};
 };
 
-// Redis payload: publish time (int64 ns), count, ids, 12 floats each.
+// Redis payload: xformd's publication time (int64 ns), count, ids, 12 floats
+// each.
 constexpr char kChannel[] = "xform-load";
 
 class RedisSubscriber final : public Subscriber {
@@ -172,11 +174,16 @@ class RedisSubscriber final : public Subscriber {
     if (size < 12) return;
     std::memcpy(&published_ns, data, 8);
     std::memcpy(&count, data + 8, 4);
-    // A renderer would copy the matrices out; so does this.
-    matrices_.resize(count);
-    const char* floats = data + 12 + 8 * size_t{count};
+    const char* ids = data + 12;
+    const char* floats = ids + 8 * size_t{count};
     if (floats + 48 * size_t{count} > data + size) return;
-    std::memcpy(matrices_.data(), floats, 48 * size_t{count});
+    // What a Mirror does with a message: each entity's matrix into its
+    // table, looked up by id.
+    for (size_t k = 0; k < count; ++k) {
+      EntityId e;
+      std::memcpy(&e, ids + 8 * k, 8);
+      std::memcpy(table_[e].m.data(), floats + 48 * k, 48);
+    }
     const double age = absl::ToDoubleMilliseconds(
         absl::Now() - absl::FromUnixNanos(published_ns));
     recorder_.Record({&age, 1}, 1, count, size);
@@ -186,7 +193,7 @@ class RedisSubscriber final : public Subscriber {
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> subscribed_{false};
-  std::vector<Matrix3x4> matrices_;
+  absl::flat_hash_map<EntityId, Matrix3x4> table_;
 };
 
 // Mirrors the world once and publishes each frame's moves to Redis.
@@ -203,9 +210,11 @@ class RedisRelayImpl final : public RedisRelay {
     mirror.on_update = [this](const MirrorUpdate& u) {
       if (u.snapshot) return;
       const uint32_t count = static_cast<uint32_t>(u.moved.size());
-      const int64_t now = absl::ToUnixNanos(absl::Now());
+      // xformd's publication time, carried through, so that a Redis
+      // subscriber's latency spans what a stream subscriber's does.
+      const int64_t published = absl::ToUnixNanos(u.published);
       payload_.resize(12 + 56 * size_t{count});
-      std::memcpy(payload_.data(), &now, 8);
+      std::memcpy(payload_.data(), &published, 8);
       std::memcpy(payload_.data() + 8, &count, 4);
       std::memcpy(payload_.data() + 12, u.moved.data(), 8 * size_t{count});
       std::memcpy(payload_.data() + 12 + 8 * size_t{count},

@@ -5,8 +5,11 @@
 //           moved.
 //   poll    the whole world read every frame (Client::Read, in chunks).
 //   redis   a relay mirrors the world once and PUBLISHes each frame's moves
-//           (the same 56 bytes an entity) to a local redis-server; each
-//           subscriber SUBSCRIBEs with hiredis and copies them out.
+//           (the same 56 bytes an entity, with xformd's publication time) to
+//           a local redis-server; each subscriber SUBSCRIBEs with hiredis
+//           and puts each matrix in a table by id, as a Mirror does.
+// Every mode's latency runs from xformd's publication to the subscriber
+// holding the update (poll: from the write's acknowledgement).
 // Each receives on threads of its own into its Recorder, and stalls when the
 // Recorder says so.
 
