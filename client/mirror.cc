@@ -15,6 +15,7 @@
 #include "client/client_internal.h"
 #include "client/mirror_state.h"
 #include "xform/net_changes.h"
+#include "xform/v1/compact_moves.h"
 #include "xform/v1/frame_update.h"
 #include "xform/v1/wire.h"
 
@@ -27,8 +28,9 @@ absl::Span<const T> SpanOf(const google::protobuf::RepeatedField<T>& field) {
 }
 
 struct Arrival {
-  v1::FrameUpdate update;
+  v1::FrameUpdate update;  // Raw: a compact one is decoded on arrival.
   absl::Time received;
+  size_t bytes = 0;  // On the wire.
 };
 
 }  // namespace
@@ -45,6 +47,10 @@ class Mirror::Impl {
     request_.set_max_rate_hz(options_.max_rate_hz);
     if (options_.no_echo) {
       request_.set_no_echo_client_id(client.options().client_id);
+    }
+    if (options_.encoding == MirrorOptions::Encoding::kCompact) {
+      request_.set_encoding(v1::ENCODING_COMPACT);
+      request_.set_position_precision(options_.position_precision);
     }
     thread_ = std::thread([this] { ReceiveLoop(); });
   }
@@ -176,13 +182,24 @@ class Mirror::Impl {
       }
       std::unique_ptr<grpc::ClientReader<v1::FrameUpdate>> reader =
           client_.channel_->stub->Subscribe(&context, request_);
+      // Compact deltas are against what this stream sent: a new stream
+      // starts afresh, with a snapshot.
+      compact_.Reset();
+      absl::Status broken;
       Arrival arrival;
       while (reader->Read(&arrival.update)) {
+        if (!broken.ok()) continue;  // Cancelled: Read() fails soon.
         arrival.received = absl::Now();
+        arrival.bytes = arrival.update.ByteSizeLong();
+        if (broken = compact_.Decode(arrival.update); !broken.ok()) {
+          context.TryCancel();  // Resynchronised on a new stream.
+          continue;
+        }
         backoff = options_.reconnect_min;
         if (!Receive(arrival)) break;
       }
-      const absl::Status ended = client_internal::FromGrpc(reader->Finish());
+      absl::Status ended = client_internal::FromGrpc(reader->Finish());
+      if (!broken.ok()) ended = broken;
       absl::MutexLock lock(&mu_);
       context_ = nullptr;
       stream_up_ = false;
@@ -236,7 +253,7 @@ class Mirror::Impl {
     update.frames_skipped = u.frames_skipped();
     update.published = absl::FromUnixNanos(u.server_time_unix_nanos());
     update.received = arrival.received;
-    update.bytes = u.ByteSizeLong();
+    update.bytes = arrival.bytes;
     update.moved = SpanOf(u.moved());
     update.moved_world = SpanOf(u.moved_world());
     update.created = SpanOf(u.created());
@@ -251,6 +268,7 @@ class Mirror::Impl {
   Client& client_;
   v1::SubscribeRequest request_;
   std::thread thread_;
+  v1::CompactMovesReader compact_;  // The receiving thread's.
 
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

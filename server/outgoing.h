@@ -11,6 +11,10 @@
 // makes its message only for as long as that takes, so a burst waits as its
 // copy (about 65 bytes an entity), not as messages and encodings both.
 //
+// A compact one (ENCODING_COMPACT) is made from a raw one, which it holds:
+// its message() is the raw entries (what the replicator folds), its
+// encoding the compact bytes, made once, outside the lock, like the raw.
+//
 // Thread-safe: const methods may be called from any thread.
 
 #ifndef XFORM_SERVER_OUTGOING_H_
@@ -21,8 +25,11 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <vector>
 
 #include "absl/strings/string_view.h"
+#include "xform/transform.h"
 #include "xform/v1/xform.pb.h"
 
 namespace xform::server {
@@ -45,9 +52,18 @@ class Outgoing {
   // holds what it reads.
   Outgoing(Header header, Maker make);
 
+  // `raw` with its moved entities in the compact encoding at `precision`:
+  // moved entity k coded against previous[k], the matrix its receivers
+  // hold, or whole where that is none (or `previous` is empty).
+  static std::shared_ptr<const Outgoing> Compact(
+      std::shared_ptr<const Outgoing> raw, float precision,
+      std::vector<std::optional<Matrix3x4>> previous = {});
+  // The compact encoding's precision, or 0 for a raw message.
+  float compact_precision() const { return precision_; }
+
   const Header& header() const { return header_; }
   // Whether it is made later: then reading or encoding it costs O(message).
-  bool made_later() const { return make_ != nullptr; }
+  bool made_later() const;
   // The message; one made later is made (and kept) on the first call.
   const v1::FrameUpdate& message() const;
   // Into a buffer that is not zeroed first: a part is megabytes, and
@@ -55,8 +71,19 @@ class Outgoing {
   absl::string_view encoded() const;
 
  private:
+  struct CompactTag {};
+  Outgoing(CompactTag, std::shared_ptr<const Outgoing> raw, float precision,
+           std::vector<std::optional<Matrix3x4>> previous);
+  // The message for encoding: kept, or made for the moment.
+  v1::FrameUpdate MakeForEncoding(const v1::FrameUpdate** kept) const;
+  // A compact one's message: `raw`, its moves coded.
+  v1::FrameUpdate CompactOf(const v1::FrameUpdate& raw) const;
+
   const Header header_;
   const Maker make_;
+  const std::shared_ptr<const Outgoing> raw_;  // A compact one's.
+  const float precision_ = 0;
+  const std::vector<std::optional<Matrix3x4>> previous_;
   const std::shared_ptr<const void> hold_;
   mutable std::once_flag message_once_;
   mutable v1::FrameUpdate message_;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <optional>
 #include <utility>
 
 #include "absl/types/span.h"
@@ -117,6 +118,10 @@ absl::flat_hash_set<Replicator::SubscriptionId> Replicator::ServeCaughtUp(
   // so nothing is missed.
   absl::flat_hash_set<SubscriptionId> served;
   std::vector<std::shared_ptr<const Outgoing>> shared;
+  // The compact encodings of `shared`, one per precision asked for, and the
+  // matrices their deltas are coded against.
+  CompactShared compact;
+  std::vector<std::vector<std::optional<Matrix3x4>>> previous;
   const size_t entities = changes.moved.size() + changes.destroyed.size() +
                           changes.reparented.size();
   for (auto& [id, s] : subs_) {
@@ -145,7 +150,11 @@ absl::flat_hash_set<Replicator::SubscriptionId> Replicator::ServeCaughtUp(
     if (shared.empty()) {
       shared = FrameParts(changes, time, s->options.part_budget_bytes);
     }
-    s->ready.insert(s->ready.end(), shared.begin(), shared.end());
+    const float precision = s->options.compact_precision;
+    const std::vector<std::shared_ptr<const Outgoing>>& parts =
+        precision == 0 ? shared
+                       : CompactParts(shared, precision, compact, previous);
+    s->ready.insert(s->ready.end(), parts.begin(), parts.end());
     ++s->ready_frames;
     s->ready_entities += entities;
     wake.push_back(s->sink);
@@ -369,6 +378,37 @@ std::vector<std::shared_ptr<const Outgoing>> Replicator::FrameParts(
   return Share(writer.Finish(/*frames_skipped=*/0));
 }
 
+const std::vector<std::shared_ptr<const Outgoing>>& Replicator::CompactParts(
+    const std::vector<std::shared_ptr<const Outgoing>>& raw, float precision,
+    CompactShared& compact,
+    std::vector<std::vector<std::optional<Matrix3x4>>>& previous) const {
+  auto [it, added] = compact.try_emplace(precision);
+  if (!added) return it->second;
+  if (previous.empty()) {
+    // What a caught-up subscriber holds of each moved entity: its matrix as
+    // last published, which the state has until it takes this frame in. A
+    // created entity (even one re-using a destroyed one's id) is new to it.
+    for (const auto& part : raw) {
+      const v1::FrameUpdate& u = part->message();
+      const absl::flat_hash_set<EntityId> created(u.created().begin(),
+                                                  u.created().end());
+      std::vector<std::optional<Matrix3x4>>& held = previous.emplace_back();
+      held.reserve(u.moved_size());
+      for (EntityId e : u.moved()) {
+        const Slot slot =
+            created.contains(e) ? PublishedState::kNoSlot : state_.Find(e);
+        held.push_back(slot == PublishedState::kNoSlot
+                           ? std::nullopt
+                           : std::optional<Matrix3x4>(state_.world(slot)));
+      }
+    }
+  }
+  for (size_t k = 0; k < raw.size(); ++k) {
+    it->second.push_back(Outgoing::Compact(raw[k], precision, previous[k]));
+  }
+  return it->second;
+}
+
 std::vector<std::shared_ptr<const Outgoing>> Replicator::Share(
     std::vector<v1::FrameUpdate> parts,
     const std::shared_ptr<const void>& hold) {
@@ -383,6 +423,11 @@ std::vector<std::shared_ptr<const Outgoing>> Replicator::Share(
 std::shared_ptr<const Outgoing> Replicator::TakePart(Subscription& s) {
   std::shared_ptr<const Outgoing> part = std::move(s.parts.front());
   s.parts.pop_front();
+  // A compact subscriber's own messages (a snapshot's, folded frames') are
+  // coded whole: what it holds is known only for frames it gets in turn.
+  if (s.options.compact_precision > 0 && part->compact_precision() == 0) {
+    part = Outgoing::Compact(std::move(part), s.options.compact_precision);
+  }
   if (part->header().last_part) s.last_frame_sent = part->header().frame;
   return part;
 }

@@ -39,6 +39,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -89,6 +90,11 @@ struct SubscriptionOptions {
   // budget well under the message size limit (xform/message_size.h), not
   // that limit.
   size_t part_budget_bytes = kDefaultPartBudgetBytes;
+  // ENCODING_COMPACT at this position precision (see xform/v1/
+  // compact_moves.h); 0: raw. Caught-up subscribers with the same
+  // precision share each frame's compact messages, coded as deltas against
+  // the frame before.
+  float compact_precision = 0;
 };
 
 struct SubscriberStats {
@@ -262,7 +268,18 @@ class Replicator {
   // The parts every caught-up whole-world subscriber gets for a frame.
   static std::vector<std::shared_ptr<const Outgoing>> FrameParts(
       const FrameChanges& changes, absl::Time time, size_t max_bytes);
-  // Takes the next of the parts committed to, noting the frame sent.
+  // The compact encodings of a frame's shared parts at `precision`, made
+  // once a frame for each precision; `previous` (found once, from the state
+  // before it takes the frame in) is what each moved entity's deltas are
+  // coded against.
+  using CompactShared =
+      absl::flat_hash_map<float, std::vector<std::shared_ptr<const Outgoing>>>;
+  const std::vector<std::shared_ptr<const Outgoing>>& CompactParts(
+      const std::vector<std::shared_ptr<const Outgoing>>& raw, float precision,
+      CompactShared& compact,
+      std::vector<std::vector<std::optional<Matrix3x4>>>& previous) const;
+  // Takes the next of the parts committed to, noting the frame sent (in the
+  // subscriber's encoding).
   static std::shared_ptr<const Outgoing> TakePart(Subscription& s);
   // Whether the live slot's entity is in a filtered subscription's view (as
   // of its last update); InView(s, e) is false for an entity not alive.

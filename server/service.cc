@@ -741,6 +741,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* XformService::Subscribe(
   options.subtrees.assign(request.subtree().begin(), request.subtree().end());
   options.max_rate_hz = request.max_rate_hz();
   options.no_echo_client_id = request.no_echo_client_id();
+  options.compact_precision = v1::CompactPrecision(request);
   // Snapshot chunks and deltas stay a few MB whatever the limit, and under
   // half of it.
   options.part_budget_bytes =

@@ -313,6 +313,142 @@ TEST_F(ClientTest, AMirrorJoiningAChurningWorldEndsExact) {
   RecordProperty("changed_mid_snapshot", changed_mid_snapshot);
 }
 
+// Within the compact encoding's bounds of the matrix Read gives: position
+// to half the precision (and a float's rounding), each rotation-and-scale
+// element to 2e-4 of the scale (0.01 degree is 1.75e-4 rad); bitwise where
+// the matrix has shear, which goes raw.
+void ExpectCompactMatch(const Matrix3x4& truth, const Matrix3x4& got,
+                        float precision, EntityId e) {
+  float scale = 0;
+  for (int j = 0; j < 3; ++j) {
+    scale = std::max(scale, glm::length(glm::vec3(truth.m[j], truth.m[4 + j],
+                                                  truth.m[8 + j])));
+  }
+  for (int i = 0; i < 3; ++i) {
+    const float t = truth.m[4 * i + 3];
+    EXPECT_LE(std::abs(t - got.m[4 * i + 3]),
+              precision / 2 + 1e-6f * std::abs(t) + 1e-6f)
+        << "entity " << e;
+    for (int j = 0; j < 3; ++j) {
+      EXPECT_LE(std::abs(truth.m[4 * i + j] - got.m[4 * i + j]), 2e-4f * scale)
+          << "entity " << e;
+    }
+  }
+}
+
+// Compact mirrors through a long run of small moves, structural changes,
+// sheared matrices, skipped frames and resyncs: a mirror that keeps up, one
+// whose caller falls behind (folded frames, sent whole), and one that
+// stops reading until the server resends its view (max_pending). Each must
+// end within the encoding's bounds of the server, with nothing drifted.
+TEST_F(ClientTest, CompactMirrorsStayWithinBoundsThroughSkipsAndResyncs) {
+  server_.Stop();
+  ASSERT_TRUE(server_.Start(Limits{.max_pending = 2000}));
+  client_ = Connect();
+  ASSERT_TRUE(client_->CreateWorld("w", {.mode = FrameMode::kDriven}).ok());
+  constexpr EntityId kEntities = 3000;
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1, 1);
+  // Roots scaled evenly, their children anyhow; every 10th root unevenly,
+  // so its rotated children are sheared.
+  std::vector<Transform> local(kEntities + 1);
+  std::vector<Command> build;
+  for (EntityId e = 1; e <= kEntities; ++e) {
+    const bool root = e % 10 == 1;
+    Transform t;
+    t.position = {u(rng) * 100, u(rng) * 100, u(rng) * 100};
+    t.rotation = glm::normalize(glm::quat(u(rng), u(rng), u(rng), u(rng)));
+    const float s = 1 + 0.3f * u(rng);
+    t.scale = !root || e % 100 == 1 ? glm::vec3(s, 1 + 0.3f * u(rng), s)
+                                    : glm::vec3(s);
+    local[e] = t;
+    build.push_back(CreateOp{e, root ? kNoEntity : e - (e - 1) % 10, t});
+  }
+  ASSERT_TRUE(client_->Apply("w", build, {.end_frame = true}).ok());
+
+  constexpr float kPrecision = 0.001f;
+  const MirrorOptions compact = {.world = "w",
+                                 .encoding = MirrorOptions::Encoding::kCompact,
+                                 .position_precision = kPrecision};
+  uint64_t skipped = 0;
+  MirrorOptions keeping_up = compact;
+  MirrorOptions behind = compact;
+  behind.driver = MirrorOptions::Driver::kCaller;
+  behind.max_queued = 1;
+  behind.on_update = [&](const MirrorUpdate& m) {
+    skipped += m.frames_skipped;
+  };
+  MirrorOptions stopping = compact;
+  stopping.driver = MirrorOptions::Driver::kCaller;
+  stopping.max_queued = 1;
+  std::unique_ptr<Mirror> mirrors[] = {
+      StartMirror(keeping_up), StartMirror(behind), StartMirror(stopping)};
+  ASSERT_TRUE(mirrors[0]->WaitForSync(kWait));
+  for (int k = 1; k < 3; ++k) {
+    const absl::Time deadline = absl::Now() + kWait;
+    while (!mirrors[k]->synced() && absl::Now() < deadline) {
+      mirrors[k]->Update();
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    ASSERT_TRUE(mirrors[k]->synced());
+  }
+
+  uint64_t last = 0;
+  EntityId next = kEntities + 1;
+  for (int frame = 0; frame < 600; ++frame) {
+    std::vector<Command> batch;
+    for (int k = 0; k < 150; ++k) {  // A frame's step each.
+      const EntityId e = 1 + rng() % kEntities;
+      local[e].position += glm::vec3(u(rng), u(rng), u(rng)) * 0.02f;
+      local[e].rotation =
+          glm::normalize(glm::angleAxis(0.03f * u(rng), glm::vec3(0, 1, 0)) *
+                         local[e].rotation);
+      batch.push_back(SetLocalOp{e, local[e]});
+    }
+    if (frame % 7 == 0) {  // Come and go, under a live root.
+      batch.push_back(CreateOp{next++, 1 + 10 * (rng() % 300), At(u(rng))});
+      if (next > kEntities + 5) batch.push_back(DestroyOp{next - 5});
+    }
+    if (frame % 11 == 0) {
+      batch.push_back(LinkOp{2 + 10 * (rng() % 299), 1 + 10 * (rng() % 300)});
+    }
+    absl::StatusOr<uint64_t> applied =
+        client_->Apply("w", batch, {.end_frame = true});
+    ASSERT_TRUE(applied.ok()) << applied.status();
+    last = *applied;
+    if (frame % 9 == 0) mirrors[1]->Update();  // Behind, so frames fold.
+    if (frame == 300) {
+      // The stopped one reads again, long after max_pending was passed.
+      while (mirrors[2]->Update() > 0) {
+      }
+    }
+  }
+  const absl::Time deadline = absl::Now() + kWait;
+  for (auto& mirror : mirrors) {
+    while (mirror->frame() < last && absl::Now() < deadline) {
+      mirror->Update();
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    ASSERT_EQ(mirror->frame(), last);
+    std::vector<EntityId> ids;
+    std::vector<Matrix3x4> worlds;
+    mirror->CopyAll(&ids, &worlds);
+    absl::StatusOr<std::vector<EntityState>> read = client_->Read("w", ids);
+    ASSERT_TRUE(read.ok()) << read.status();
+    absl::StatusOr<WorldInfo> info = client_->GetWorld("w");
+    ASSERT_TRUE(info.ok());
+    ASSERT_EQ(ids.size(), info->entities);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      ExpectCompactMatch((*read)[i].world, worlds[i], kPrecision, ids[i]);
+      EXPECT_EQ(*mirror->Parent(ids[i]), (*read)[i].parent);
+    }
+    EXPECT_TRUE(mirror->status().ok()) << mirror->status();
+  }
+  EXPECT_GT(skipped, 0u);               // The one behind folded frames.
+  EXPECT_GE(mirrors[2]->resyncs(), 1);  // The stopped one was resent whole.
+  EXPECT_EQ(mirrors[0]->resyncs(), 0);  // Never a decode failure.
+}
+
 TEST_F(ClientTest, ACallerDrivenMirrorChangesOnlyInUpdate) {
   MakeWorld();
   int updates = 0;

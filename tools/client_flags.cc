@@ -9,6 +9,7 @@
 #include "absl/flags/flag.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 ABSL_FLAG(std::string, token, "",
           "Bearer token, sent as \"authorization: Bearer <token>\" (a "
@@ -24,6 +25,13 @@ ABSL_FLAG(std::string, tls_key, "",
 ABSL_FLAG(std::string, tls_server_name, "",
           "The name the server's certificate must carry, when it is not the "
           "--server host");
+
+ABSL_FLAG(std::string, encoding, "raw",
+          "How a subscription's matrices come: raw (12 floats) or compact "
+          "(quantized, a few bytes; see --precision)");
+ABSL_FLAG(float, precision, 0,
+          "compact encoding: positions to within this (0: the server's "
+          "default, 0.001)");
 
 namespace xform::tools {
 namespace {
@@ -67,6 +75,28 @@ absl::Status ApplyClientFlags(ClientOptions* options) {
   }
   if (!options->tls_server_name.empty()) options->tls = true;
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<MirrorOptions::Encoding>> EncodingFlags() {
+  std::vector<MirrorOptions::Encoding> encodings;
+  for (absl::string_view name :
+       absl::StrSplit(absl::GetFlag(FLAGS_encoding), ',')) {
+    if (name == "raw") {
+      encodings.push_back(MirrorOptions::Encoding::kRaw);
+    } else if (name == "compact") {
+      encodings.push_back(MirrorOptions::Encoding::kCompact);
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--encoding takes raw or compact, not '", name, "'"));
+    }
+  }
+  return encodings;
+}
+
+float PrecisionFlag() { return absl::GetFlag(FLAGS_precision); }
+
+const char* EncodingName(MirrorOptions::Encoding encoding) {
+  return encoding == MirrorOptions::Encoding::kCompact ? "compact" : "raw";
 }
 
 }  // namespace xform::tools

@@ -2,13 +2,18 @@
 //
 // The flags every tool that talks to xformd takes to reach it securely
 // (--token, --tls_ca, --tls_cert, --tls_key, --tls_server_name), in one
-// place, and their reading into ClientOptions.
+// place, and their reading into ClientOptions; and the flags of every tool
+// that subscribes (--encoding, --precision), read into MirrorOptions.
 
 #ifndef XFORM_TOOLS_CLIENT_FLAGS_H_
 #define XFORM_TOOLS_CLIENT_FLAGS_H_
 
+#include <vector>
+
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "xform/client.h"
+#include "xform/mirror.h"
 
 namespace xform::tools {
 
@@ -16,6 +21,12 @@ namespace xform::tools {
 // files they name; INVALID_ARGUMENT naming a flag whose file is unreadable,
 // or --tls_cert without --tls_key.
 absl::Status ApplyClientFlags(ClientOptions* options);
+
+// The encodings --encoding names (raw or compact, or a list a,b for a
+// tool that compares them), or INVALID_ARGUMENT; and --precision.
+absl::StatusOr<std::vector<MirrorOptions::Encoding>> EncodingFlags();
+float PrecisionFlag();
+const char* EncodingName(MirrorOptions::Encoding encoding);
 
 }  // namespace xform::tools
 

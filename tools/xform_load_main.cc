@@ -132,6 +132,9 @@ int Main() {
   config.stall_s = absl::GetFlag(FLAGS_stall_s);
   config.seconds = absl::GetFlag(FLAGS_seconds);
   config.server_pid = absl::GetFlag(FLAGS_server_pid);
+  config.precision = tools::PrecisionFlag();
+  const absl::StatusOr<std::vector<MirrorOptions::Encoding>> encodings =
+      tools::EncodingFlags();
   std::vector<std::string> modes;
   const std::string mode = absl::GetFlag(FLAGS_mode);
   if (mode == "all") {
@@ -145,7 +148,7 @@ int Main() {
       modes.emplace_back(one);
     }
   }
-  if (!shape || modes.empty() ||
+  if (!shape || modes.empty() || !encodings.ok() ||
       (frame_mode != "tick" && frame_mode != "driven") || config.entities < 1 ||
       config.writers < 1 || config.move < 1 || !(config.hz > 0) ||
       config.subscribers < 1 || !(config.seconds > 0)) {
@@ -190,11 +193,26 @@ int Main() {
                    built.ToString().c_str());
       exit_code = 1;
     }
-    for (size_t m = 0; m < modes.size() && exit_code == 0; ++m) {
+    // Stream mode runs once per --encoding.
+    struct Round {
+      std::string mode;
+      MirrorOptions::Encoding encoding = MirrorOptions::Encoding::kRaw;
+    };
+    std::vector<Round> rounds;
+    for (const std::string& m : modes) {
+      if (m != "stream") {
+        rounds.push_back({m});
+        continue;
+      }
+      for (MirrorOptions::Encoding e : *encodings) rounds.push_back({m, e});
+    }
+    for (size_t r = 0; r < rounds.size() && exit_code == 0; ++r) {
+      const Round& round = rounds[r];
       absl::StatusOr<ModeResult> result =
-          run.Run(modes[m], modes[m] == "redis" ? redis : 0, redis_port);
+          run.Run(round.mode, round.mode == "redis" ? redis : 0, redis_port,
+                  round.encoding);
       if (!result.ok()) {
-        std::fprintf(stderr, "%s: %s\n", modes[m].c_str(),
+        std::fprintf(stderr, "%s: %s\n", round.mode.c_str(),
                      result.status().ToString().c_str());
         exit_code = 1;
         break;

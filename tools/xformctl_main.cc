@@ -347,10 +347,10 @@ const Command kCommands[] = {
      &Ctl::EntitiesGet},
     {"watch",
      "xformctl watch WORLD [--entities=a,b] [--subtrees=a,b] [--rate_hz=HZ] "
-     "[--frames=N] [--verbose]",
-     "Subscribes and prints a line per message: frame, counts and latency "
-     "(publish to receive), or every change with --verbose. Reconnects if "
-     "the stream drops.",
+     "[--frames=N] [--verbose] [--encoding=raw|compact] [--precision=P]",
+     "Subscribes and prints a line per message: frame, counts, bytes and "
+     "latency (publish to receive), or every change with --verbose. "
+     "Reconnects if the stream drops.",
      1, false, &Ctl::Watch},
     {"auth hash-token", "xformctl auth hash-token < token-file",
      "Prints the SHA-256 of the token on stdin (its first line), as an "
@@ -433,6 +433,13 @@ int Ctl::Watch(const std::vector<std::string>& args) {
     return UsageError("--entities and --subtrees take ids a,b,c", "watch");
   }
   options.max_rate_hz = absl::GetFlag(FLAGS_rate_hz);
+  absl::StatusOr<std::vector<MirrorOptions::Encoding>> encodings =
+      tools::EncodingFlags();
+  if (!encodings.ok() || encodings->size() != 1) {
+    return UsageError("--encoding takes raw or compact", "watch");
+  }
+  options.encoding = encodings->front();
+  options.position_precision = tools::PrecisionFlag();
   const int frames = absl::GetFlag(FLAGS_frames);
   const bool verbose = absl::GetFlag(FLAGS_verbose);
   const bool json = absl::GetFlag(FLAGS_json);

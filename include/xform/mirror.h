@@ -57,7 +57,7 @@ struct MirrorUpdate {
   uint64_t frames_skipped = 0;
   absl::Time published;  // The server's clock at publication.
   absl::Time received;   // This process's clock at arrival.
-  size_t bytes = 0;      // The message's encoded size.
+  size_t bytes = 0;      // The message's size on the wire.
   absl::Span<const EntityId> moved;
   absl::Span<const float> moved_world;  // 12 per moved entity.
   absl::Span<const EntityId> created;
@@ -86,6 +86,15 @@ struct MirrorOptions {
   double max_rate_hz = 0;
   // Leave out what this client's own batches set (Client's client_id).
   bool no_echo = false;
+
+  // How the server sends world matrices. kRaw: 12 floats each. kCompact:
+  // a few bytes each, positions to within position_precision (0: the
+  // server's default, 0.001) and rotations to within 0.01 degree; a matrix
+  // with shear still comes exact. The copy and the callbacks see matrices
+  // either way.
+  enum class Encoding { kRaw, kCompact };
+  Encoding encoding = Encoding::kRaw;
+  float position_precision = 0;
 
   Driver driver = Driver::kBackground;
   // kCaller: how many messages may wait for Update() before the stream waits.

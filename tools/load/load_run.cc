@@ -81,7 +81,8 @@ absl::Status LoadRun::Build() {
 }
 
 absl::StatusOr<ModeResult> LoadRun::Run(const std::string& mode,
-                                        pid_t redis_pid, int redis_port) {
+                                        pid_t redis_pid, int redis_port,
+                                        MirrorOptions::Encoding encoding) {
   acks_.Clear();
   std::unique_ptr<RedisRelay> relay;
   if (mode == "redis") {
@@ -94,7 +95,8 @@ absl::StatusOr<ModeResult> LoadRun::Run(const std::string& mode,
   for (int s = 0; s < config_.subscribers; ++s) {
     const bool stalls = config_.stall_s > 0 && s == 0;
     if (mode == "stream") {
-      subs.push_back(StartStreamSubscriber(options_, config_.world, stalls));
+      subs.push_back(StartStreamSubscriber(options_, config_.world, encoding,
+                                           config_.precision, stalls));
     } else if (mode == "poll") {
       subs.push_back(StartPollSubscriber(options_, config_.world, ids_,
                                          config_.hz, acks_, stalls));
@@ -152,7 +154,10 @@ absl::StatusOr<ModeResult> LoadRun::Run(const std::string& mode,
   absl::SleepFor(absl::Milliseconds(500));  // The last frames arrive.
 
   ModeResult result;
-  result.mode = mode;
+  result.mode =
+      mode == "stream" && encoding == MirrorOptions::Encoding::kCompact
+          ? "stream (compact)"
+          : mode;
   const double frames = static_cast<double>(frames_written.load()) /
                         static_cast<double>(config_.writers);
   result.frames_per_s = frames / absl::ToDoubleSeconds(elapsed);

@@ -21,6 +21,7 @@
 #include "tools/load/measure.h"
 #include "tools/scenes.h"
 #include "xform/client.h"
+#include "xform/mirror.h"
 
 namespace xform::load {
 
@@ -41,6 +42,7 @@ struct Config {
   // writer's moves), instead of a world ticking at hz.
   bool driven = false;
   int subscribers;
+  float precision = 0;  // The compact encoding's (0: the server's default).
   // Writers send each batch as soon as the last is acknowledged, not at hz
   // (the world still ticks at hz): the server's write throughput.
   bool max_rate = false;
@@ -70,9 +72,11 @@ class LoadRun {
 
   absl::Status Build();
   // `mode` is stream, poll or redis (then redis-server runs on redis_port,
-  // as redis_pid, which may be 0 when not local).
-  absl::StatusOr<ModeResult> Run(const std::string& mode, pid_t redis_pid,
-                                 int redis_port);
+  // as redis_pid, which may be 0 when not local); stream subscribers use
+  // `encoding`.
+  absl::StatusOr<ModeResult> Run(
+      const std::string& mode, pid_t redis_pid, int redis_port,
+      MirrorOptions::Encoding encoding = MirrorOptions::Encoding::kRaw);
 
  private:
   // Writer w moves its share of the movable entities, a new set each frame,

@@ -20,6 +20,7 @@ namespace {
 class StreamSubscriber final : public Subscriber {
  public:
   StreamSubscriber(const ClientOptions& options, const std::string& world,
+                   MirrorOptions::Encoding encoding, float precision,
                    bool stalls)
       : Subscriber(stalls) {
     absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
@@ -27,6 +28,8 @@ class StreamSubscriber final : public Subscriber {
     client_ = *std::move(client);
     MirrorOptions mirror;
     mirror.world = world;
+    mirror.encoding = encoding;
+    mirror.position_precision = precision;
     mirror.on_update = [this](const MirrorUpdate& u) {
       if (u.snapshot) return;
       recorder_.MaybeStall();
@@ -242,10 +245,11 @@ class RedisRelayImpl final : public RedisRelay {
 
 }  // namespace
 
-std::unique_ptr<Subscriber> StartStreamSubscriber(const ClientOptions& options,
-                                                  const std::string& world,
-                                                  bool stalls) {
-  return std::make_unique<StreamSubscriber>(options, world, stalls);
+std::unique_ptr<Subscriber> StartStreamSubscriber(
+    const ClientOptions& options, const std::string& world,
+    MirrorOptions::Encoding encoding, float precision, bool stalls) {
+  return std::make_unique<StreamSubscriber>(options, world, encoding, precision,
+                                            stalls);
 }
 
 std::unique_ptr<Subscriber> StartPollSubscriber(

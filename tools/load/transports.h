@@ -22,6 +22,7 @@
 
 #include "tools/load/measure.h"
 #include "xform/client.h"
+#include "xform/mirror.h"
 
 namespace xform::load {
 
@@ -37,9 +38,9 @@ class Subscriber {
   Recorder recorder_;
 };
 
-std::unique_ptr<Subscriber> StartStreamSubscriber(const ClientOptions& options,
-                                                  const std::string& world,
-                                                  bool stalls);
+std::unique_ptr<Subscriber> StartStreamSubscriber(
+    const ClientOptions& options, const std::string& world,
+    MirrorOptions::Encoding encoding, float precision, bool stalls);
 // Reads `ids` (which must outlive it) every 1 / hz s; `acks` tells it how old
 // the writes it sees are.
 std::unique_ptr<Subscriber> StartPollSubscriber(

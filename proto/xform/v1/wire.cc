@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "xform/v1/compact_moves.h"
 
 namespace xform::v1 {
 namespace {
@@ -99,7 +100,27 @@ absl::Status CheckSubscribeRequest(const SubscribeRequest& request,
       return absl::InvalidArgumentError("entity id 0 in a subscription filter");
     }
   }
+  if (request.encoding() != ENCODING_UNSPECIFIED &&
+      request.encoding() != ENCODING_RAW &&
+      request.encoding() != ENCODING_COMPACT) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown encoding ", request.encoding()));
+  }
+  const float precision = request.position_precision();
+  if (precision != 0 && !(precision >= kMinPositionPrecision &&
+                          precision <= kMaxPositionPrecision)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("position_precision must be 0 (the default, ",
+                     kDefaultPositionPrecision, ") or in [",
+                     kMinPositionPrecision, ", ", kMaxPositionPrecision, "]"));
+  }
   return absl::OkStatus();
+}
+
+float CompactPrecision(const SubscribeRequest& request) {
+  if (request.encoding() != ENCODING_COMPACT) return 0;
+  return request.position_precision() == 0 ? kDefaultPositionPrecision
+                                           : request.position_precision();
 }
 
 size_t EntitiesNamed(const ApplyRequest& request) {

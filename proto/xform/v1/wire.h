@@ -42,9 +42,13 @@ absl::StatusOr<std::vector<EntityState>> EntityStatesFromWire(
 // Whether a Subscribe may start as asked, before its world is looked up:
 // RESOURCE_EXHAUSTED when its filter names more than `max_filter_ids`
 // entities and subtrees (--max_filter_ids), INVALID_ARGUMENT for a
-// max_rate_hz outside [0, 1e6] or an entity id 0 in the filter. O(filter).
+// max_rate_hz outside [0, 1e6], an entity id 0 in the filter, an unknown
+// encoding or a position_precision outside [1e-6, 1e3]. O(filter).
 absl::Status CheckSubscribeRequest(const SubscribeRequest& request,
                                    size_t max_filter_ids);
+// A checked request's compact encoding precision, its default filled in; 0
+// for the raw encoding.
+float CompactPrecision(const SubscribeRequest& request);
 
 // Entities the request's commands name, counted without converting them:
 // O(commands).

@@ -1,0 +1,160 @@
+// Copyright 2026 The xform Authors.
+//
+// What a moved entity costs to put on the wire and take off it, raw (the
+// FrameUpdate's moved and moved_world) against compact (compact_moves.h),
+// per entity, for a frame of 5,000 moves like xform-load's scene workload:
+// leaves of the scene stepping a frame's worth of motion (deltas), or sent
+// whole (a snapshot, a folded frame). The encoding's bytes per entity are
+// reported as a counter.
+
+#include <random>
+#include <vector>
+
+#include "benchmark/benchmark.h"
+#include "glm/gtc/quaternion.hpp"
+#include "tools/scenes.h"
+#include "xform/v1/compact_moves.h"
+#include "xform/v1/frame_update.h"
+#include "xform/world.h"
+
+namespace xform {
+namespace {
+
+constexpr int kMoves = 5000;
+
+// The world matrices of 5,000 leaves of a 100k scene before and after one
+// frame's step (as xform-load moves them).
+struct Frame {
+  std::vector<EntityId> ids;
+  std::vector<Matrix3x4> before, after;
+};
+
+const Frame& SceneFrame() {
+  static const Frame* frame = [] {
+    auto* f = new Frame;
+    const std::vector<CreateOp> scene = MakeScene(SceneShape::kScene, 100'000);
+    World world;
+    std::vector<Command> create(scene.begin(), scene.end());
+    (void)world.Apply(create);
+    FrameChanges changes;
+    world.EndFrame(&changes);
+    std::vector<EntityId> leaves = Leaves(scene);
+    std::mt19937 rng(5);
+    std::shuffle(leaves.begin(), leaves.end(), rng);
+    leaves.resize(kMoves);
+    std::sort(leaves.begin(), leaves.end());
+    std::uniform_real_distribution<float> u(-1, 1);
+    std::vector<Command> step;
+    for (EntityId e : leaves) {
+      f->ids.push_back(e);
+      f->before.push_back(*world.WorldMatrix(e));
+      Transform t = scene[e - 1].local;
+      t.position += glm::vec3(u(rng), u(rng), u(rng)) / 60.0f;
+      t.rotation = glm::normalize(
+          glm::angleAxis(u(rng) / 60,
+                         glm::normalize(glm::vec3(u(rng), u(rng), 1))) *
+          t.rotation);
+      step.push_back(SetLocalOp{e, t});
+    }
+    (void)world.Apply(step);
+    world.EndFrame(&changes);
+    for (EntityId e : leaves) f->after.push_back(*world.WorldMatrix(e));
+    return f;
+  }();
+  return *frame;
+}
+
+void BM_EncodeRaw(benchmark::State& state) {
+  const Frame& f = SceneFrame();
+  size_t bytes = 0;
+  for (auto _ : state) {
+    v1::FrameUpdateWriter writer(1, absl::Now(), 64 << 20, false);
+    writer.Moved(f.ids, f.after[0].m.data());
+    std::vector<v1::FrameUpdate> parts = writer.Finish(0);
+    std::string out = parts[0].SerializeAsString();
+    bytes = out.size();
+    benchmark::DoNotOptimize(out);
+  }
+  state.SetItemsProcessed(state.iterations() * kMoves);
+  state.counters["bytes_per_entity"] = static_cast<double>(bytes) / kMoves;
+}
+BENCHMARK(BM_EncodeRaw);
+
+void EncodeCompact(benchmark::State& state, bool deltas) {
+  const Frame& f = SceneFrame();
+  size_t bytes = 0;
+  for (auto _ : state) {
+    v1::CompactMovesWriter writer(v1::kDefaultPositionPrecision, kMoves);
+    for (int k = 0; k < kMoves; ++k) {
+      writer.Add(f.ids[k], f.after[k].m.data(),
+                 deltas ? &f.before[k] : nullptr);
+    }
+    v1::FrameUpdate u;
+    u.set_compact_moved(writer.Finish());
+    u.set_position_precision(v1::kDefaultPositionPrecision);
+    std::string out = u.SerializeAsString();
+    bytes = out.size();
+    benchmark::DoNotOptimize(out);
+  }
+  state.SetItemsProcessed(state.iterations() * kMoves);
+  state.counters["bytes_per_entity"] = static_cast<double>(bytes) / kMoves;
+}
+void BM_EncodeCompactDeltas(benchmark::State& state) {
+  EncodeCompact(state, true);
+}
+void BM_EncodeCompactWhole(benchmark::State& state) {
+  EncodeCompact(state, false);
+}
+BENCHMARK(BM_EncodeCompactDeltas);
+BENCHMARK(BM_EncodeCompactWhole);
+
+void BM_DecodeRaw(benchmark::State& state) {
+  const Frame& f = SceneFrame();
+  v1::FrameUpdateWriter writer(1, absl::Now(), 64 << 20, false);
+  writer.Moved(f.ids, f.after[0].m.data());
+  const std::string bytes = writer.Finish(0)[0].SerializeAsString();
+  for (auto _ : state) {
+    v1::FrameUpdate u;
+    u.ParseFromString(bytes);
+    benchmark::DoNotOptimize(u);
+  }
+  state.SetItemsProcessed(state.iterations() * kMoves);
+}
+BENCHMARK(BM_DecodeRaw);
+
+// The receiver holds the frame before (as a caught-up Mirror does).
+void BM_DecodeCompactDeltas(benchmark::State& state) {
+  const Frame& f = SceneFrame();
+  v1::CompactMovesWriter whole(v1::kDefaultPositionPrecision);
+  v1::CompactMovesWriter delta(v1::kDefaultPositionPrecision);
+  for (int k = 0; k < kMoves; ++k) {
+    whole.Add(f.ids[k], f.before[k].m.data(), nullptr);
+    delta.Add(f.ids[k], f.after[k].m.data(), &f.before[k]);
+  }
+  v1::FrameUpdate first, next;
+  first.set_position_precision(v1::kDefaultPositionPrecision);
+  first.set_compact_moved(whole.Finish());
+  next.set_position_precision(v1::kDefaultPositionPrecision);
+  next.set_compact_moved(delta.Finish());
+  const std::string first_bytes = first.SerializeAsString();
+  const std::string bytes = next.SerializeAsString();
+  for (auto _ : state) {
+    state.PauseTiming();
+    v1::CompactMovesReader reader;
+    v1::FrameUpdate held;
+    held.ParseFromString(first_bytes);
+    (void)reader.Decode(held);
+    state.ResumeTiming();
+    v1::FrameUpdate u;
+    u.ParseFromString(bytes);
+    if (!reader.Decode(u).ok()) state.SkipWithError("decode failed");
+    benchmark::DoNotOptimize(u);
+  }
+  state.SetItemsProcessed(state.iterations() * kMoves);
+}
+BENCHMARK(BM_DecodeCompactDeltas);
+
+}  // namespace
+}  // namespace xform
+
+BENCHMARK_MAIN();

@@ -1,0 +1,292 @@
+// Copyright 2026 The xform Authors.
+
+#include "xform/v1/compact_moves.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "glm/gtc/quaternion.hpp"
+#include "glm/mat3x3.hpp"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/wire_format_lite.h"
+
+namespace xform::v1 {
+namespace {
+
+using ::google::protobuf::internal::WireFormatLite;
+using ::google::protobuf::io::CodedInputStream;
+using ::google::protobuf::io::CodedOutputStream;
+
+// The three smallest quaternion components lie within +-1/sqrt(2): 15 bits.
+constexpr double kRotationScale = 16383 * 1.4142135623730951;
+constexpr double kLogScaleScale = 65536;
+// Columns this far from orthogonal (cosine of their angle) are shear.
+constexpr float kMaxSkew = 1e-4f;
+// Beyond this many precisions a double no longer holds the position exactly.
+constexpr double kMaxPositionSteps = 4503599627370496.0;  // 2^52
+
+// Round to nearest (halves away from zero), inline: std::lround is a
+// library call, and this runs 3 * 3 times a moved entity.
+inline int64_t Round(double x) {
+  return static_cast<int64_t>(x + (x >= 0 ? 0.5 : -0.5));
+}
+
+enum Kind : uint8_t { kDelta = 0, kWhole = 1, kRaw = 2 };
+constexpr uint8_t kScalePresent = 1 << 4;
+constexpr uint8_t kRotationWhole = 1 << 5;
+// An id and flags, and the larger of a raw entry and nine varints.
+constexpr size_t kMaxEntryBytes = 10 + 1 + 9 * 10;
+
+// Writers at a cursor into room made beforehand (kMaxEntryBytes an entry).
+void PutVarint(uint64_t v, uint8_t*& out) {
+  out = CodedOutputStream::WriteVarint64ToArray(v, out);
+}
+void PutSigned(int64_t v, uint8_t*& out) {
+  PutVarint(WireFormatLite::ZigZagEncode64(v), out);
+}
+bool GetSigned(CodedInputStream& in, int64_t* v) {
+  uint64_t raw;
+  if (!in.ReadVarint64(&raw)) return false;
+  *v = WireFormatLite::ZigZagDecode64(raw);
+  return true;
+}
+template <typename T, size_t N>
+void PutDeltas(const std::array<T, N>& now, const std::array<T, N>& before,
+               uint8_t*& out) {
+  for (size_t i = 0; i < N; ++i) {
+    PutSigned(static_cast<int64_t>(now[i]) - static_cast<int64_t>(before[i]),
+              out);
+  }
+}
+// Reads N values, each added to base[i]; false on bad bytes or a value out
+// of T's range.
+template <typename T, size_t N>
+bool GetDeltas(CodedInputStream& in, const std::array<T, N>& base,
+               std::array<T, N>* out) {
+  for (size_t i = 0; i < N; ++i) {
+    int64_t d;
+    if (!GetSigned(in, &d)) return false;
+    // Wrapping arithmetic: hostile bytes must not be undefined behaviour.
+    const int64_t v = static_cast<int64_t>(static_cast<uint64_t>(base[i]) +
+                                           static_cast<uint64_t>(d));
+    if (v < std::numeric_limits<T>::min() || v > std::numeric_limits<T>::max())
+      return false;
+    (*out)[i] = static_cast<T>(v);
+  }
+  return true;
+}
+
+}  // namespace
+
+std::optional<QuantizedPose> PoseQuantizer::Quantize(const Matrix3x4& m) const {
+  glm::vec3 col[3];
+  float scale[3];
+  for (int j = 0; j < 3; ++j) {
+    col[j] = {m.m[j], m.m[4 + j], m.m[8 + j]};
+    scale[j] = glm::length(col[j]);
+    if (!(scale[j] > 0) || !std::isfinite(scale[j])) return std::nullopt;
+    col[j] /= scale[j];
+  }
+  if (std::abs(glm::dot(col[0], col[1])) > kMaxSkew ||
+      std::abs(glm::dot(col[0], col[2])) > kMaxSkew ||
+      std::abs(glm::dot(col[1], col[2])) > kMaxSkew ||
+      glm::dot(glm::cross(col[0], col[1]), col[2]) <= 0) {
+    return std::nullopt;
+  }
+  QuantizedPose q;
+  for (int i = 0; i < 3; ++i) {
+    const double steps = static_cast<double>(m.m[4 * i + 3]) / precision_;
+    if (!(std::abs(steps) < kMaxPositionSteps)) return std::nullopt;
+    q.position[i] = Round(steps);
+    // A float's log2 is 2^-23 exact, far finer than the 2^-16 kept.
+    const float log_scale = std::log2(scale[i]);
+    q.log_scale[i] = static_cast<int32_t>(Round(log_scale * kLogScaleScale));
+  }
+  const glm::quat r =
+      glm::normalize(glm::quat_cast(glm::mat3(col[0], col[1], col[2])));
+  std::array<float, 4> c = {r.x, r.y, r.z, r.w};
+  int largest = 0;
+  for (int i = 1; i < 4; ++i) {
+    if (std::abs(c[i]) > std::abs(c[largest])) largest = i;
+  }
+  const float sign = c[largest] < 0 ? -1.0f : 1.0f;
+  q.largest = static_cast<uint8_t>(largest);
+  for (int i = 0, k = 0; i < 4; ++i) {
+    if (i == largest) continue;
+    q.rotation[k++] = static_cast<int32_t>(Round(sign * c[i] * kRotationScale));
+  }
+  return q;
+}
+
+Matrix3x4 PoseQuantizer::Dequantize(const QuantizedPose& q) const {
+  std::array<double, 4> c;
+  double sum = 0;
+  for (int i = 0, k = 0; i < 4; ++i) {
+    if (i == q.largest) continue;
+    c[i] = q.rotation[k++] / kRotationScale;
+    sum += c[i] * c[i];
+  }
+  c[q.largest] = std::sqrt(std::max(0.0, 1.0 - sum));
+  const glm::quat r = glm::normalize(
+      glm::quat(static_cast<float>(c[3]), static_cast<float>(c[0]),
+                static_cast<float>(c[1]), static_cast<float>(c[2])));
+  const glm::mat3 rotation = glm::mat3_cast(r);
+  Matrix3x4 m;
+  for (int j = 0; j < 3; ++j) {
+    const float s =
+        std::exp2(static_cast<float>(q.log_scale[j] / kLogScaleScale));
+    for (int i = 0; i < 3; ++i) m.m[4 * i + j] = rotation[j][i] * s;
+  }
+  for (int i = 0; i < 3; ++i) {
+    m.m[4 * i + 3] =
+        static_cast<float>(q.position[i] * static_cast<double>(precision_));
+  }
+  return m;
+}
+
+std::string CompactMovesWriter::Finish() {
+  std::sort(entries_.begin(), entries_.end(),
+            [](const Entry& a, const Entry& b) { return a.id < b.id; });
+  // Written at a cursor into room for the worst case, then copied out at
+  // its size: appending byte by byte costs more than the quantizing, and
+  // fresh room for the worst case (half a MB a 5,000-entity frame) would
+  // be mapped and faulted in anew each time. So the room is the thread's,
+  // kept.
+  thread_local std::vector<uint8_t> room;
+  room.resize(std::max(room.size(), 10 + kMaxEntryBytes * entries_.size()));
+  uint8_t* const begin = room.data();
+  uint8_t* out = begin;
+  PutVarint(entries_.size(), out);
+  EntityId last_id = 0;
+  std::array<int64_t, 3> origin = {0, 0, 0};
+  constexpr std::array<int32_t, 3> kZero = {0, 0, 0};
+  for (const Entry& e : entries_) {
+    PutVarint(e.id - last_id, out);
+    last_id = e.id;
+    Matrix3x4 world;
+    std::copy_n(e.world, 12, world.m.begin());
+    const std::optional<QuantizedPose> pose = quantizer_.Quantize(world);
+    if (!pose) {
+      *out++ = kRaw;
+      // Little-endian floats: the byte order of every machine we build for.
+      std::memcpy(out, e.world, 48);
+      out += 48;
+      continue;
+    }
+    const QuantizedPose& p = *pose;
+    const std::optional<QuantizedPose> held =
+        e.previous != nullptr ? quantizer_.Quantize(*e.previous) : std::nullopt;
+    uint8_t flags = p.largest << 2;
+    if (!held) {
+      *out++ = flags | kWhole;
+      PutDeltas(p.position, origin, out);
+      origin = p.position;
+      PutDeltas(p.rotation, kZero, out);
+      PutDeltas(p.log_scale, kZero, out);
+      continue;
+    }
+    const QuantizedPose& h = *held;
+    const bool rotation_whole = h.largest != p.largest;
+    const bool scale = h.log_scale != p.log_scale;
+    if (rotation_whole) flags |= kRotationWhole;
+    if (scale) flags |= kScalePresent;
+    *out++ = flags | kDelta;
+    PutDeltas(p.position, h.position, out);
+    PutDeltas(p.rotation, rotation_whole ? kZero : h.rotation, out);
+    if (scale) PutDeltas(p.log_scale, h.log_scale, out);
+  }
+  entries_.clear();
+  return std::string(reinterpret_cast<const char*>(begin), out - begin);
+}
+
+absl::Status CompactMovesReader::Decode(FrameUpdate& u) {
+  // A snapshot begun afresh sends everything whole: what is held goes.
+  if (u.snapshot() && u.part() == 0) held_.clear();
+  for (EntityId e : u.destroyed()) held_.erase(e);
+  if (u.compact_moved().empty()) return absl::OkStatus();
+  const auto bad = [&u](absl::string_view why) {
+    return absl::DataLossError(absl::StrCat(
+        "compact moves of frame ", u.frame(), " part ", u.part(), ": ", why));
+  };
+  if (!(u.position_precision() >= kMinPositionPrecision &&
+        u.position_precision() <= kMaxPositionPrecision)) {
+    return bad("no valid position_precision");
+  }
+  const PoseQuantizer quantizer(u.position_precision());
+  const std::string& bytes = u.compact_moved();
+  CodedInputStream in(reinterpret_cast<const uint8_t*>(bytes.data()),
+                      static_cast<int>(bytes.size()));
+  uint64_t count;
+  // Each entry takes at least 2 bytes: a count beyond that is a lie.
+  if (!in.ReadVarint64(&count) || count > bytes.size() / 2) {
+    return bad("bad count");
+  }
+  auto* moved = u.mutable_moved();
+  auto* worlds = u.mutable_moved_world();
+  moved->Reserve(moved->size() + static_cast<int>(count));
+  worlds->Reserve(worlds->size() + 12 * static_cast<int>(count));
+  EntityId id = 0;
+  std::array<int64_t, 3> origin = {0, 0, 0};
+  constexpr std::array<int32_t, 3> kZero = {0, 0, 0};
+  for (uint64_t k = 0; k < count; ++k) {
+    uint64_t id_delta;
+    uint8_t flags;
+    if (!in.ReadVarint64(&id_delta) || !in.ReadRaw(&flags, 1)) {
+      return bad("cut short");
+    }
+    id += id_delta;
+    const uint8_t kind = flags & 3;
+    if (kind == kRaw) {
+      Matrix3x4 m;
+      if (!in.ReadRaw(m.m.data(), 48)) return bad("cut short");
+      held_.erase(id);
+      moved->Add(id);
+      worlds->Add(m.m.begin(), m.m.end());
+      continue;
+    }
+    QuantizedPose p;
+    p.largest = (flags >> 2) & 3;
+    QuantizedPose* held = nullptr;  // A delta's, updated in place.
+    bool ok;
+    if (kind == kWhole) {
+      ok = GetDeltas(in, origin, &p.position) &&
+           GetDeltas(in, kZero, &p.rotation) &&
+           GetDeltas(in, kZero, &p.log_scale);
+      origin = p.position;
+    } else if (kind == kDelta) {
+      auto it = held_.find(id);
+      if (it == held_.end()) {
+        return bad(absl::StrCat("a delta for entity ", id, ", not held"));
+      }
+      held = &it->second;
+      const QuantizedPose& h = *held;
+      ok = GetDeltas(in, h.position, &p.position) &&
+           GetDeltas(in, (flags & kRotationWhole) ? kZero : h.rotation,
+                     &p.rotation);
+      p.log_scale = h.log_scale;
+      if (ok && (flags & kScalePresent)) {
+        ok = GetDeltas(in, h.log_scale, &p.log_scale);
+      }
+    } else {
+      return bad("unknown entry kind");
+    }
+    if (!ok) return bad("cut short or out of range");
+    const Matrix3x4 m = quantizer.Dequantize(p);
+    if (held != nullptr) {
+      *held = p;
+    } else {
+      held_[id] = p;
+    }
+    moved->Add(id);
+    worlds->Add(m.m.begin(), m.m.end());
+  }
+  if (in.CurrentPosition() != static_cast<int>(bytes.size())) {
+    return bad("bytes after the last entry");
+  }
+  u.clear_compact_moved();
+  return absl::OkStatus();
+}
+
+}  // namespace xform::v1

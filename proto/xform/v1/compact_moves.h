@@ -1,0 +1,126 @@
+// Copyright 2026 The xform Authors.
+//
+// The compact encoding of a FrameUpdate's moved entities (ENCODING_COMPACT):
+// what FrameUpdate.compact_moved holds, both directions.
+//
+// A world matrix that is a rotation and a per-axis scale (R * S, no shear)
+// is sent decomposed and quantized (QuantizedPose):
+// - position: integer multiples of the subscription's precision;
+// - rotation: smallest-three, each of the three at 1 / 23170 (15 bits), the
+//   largest component left out and rebuilt; at most 0.01 degree off;
+// - scale: log2 of each axis' scale at 1 / 65536 (relative error 1e-5).
+// Quantizing absolute values and delta-coding the integers means a receiver
+// holds exactly the integers the sender coded against: errors never add up.
+//
+// The bytes: varint count, then per entry, in ascending id order:
+//   varint   id minus the previous entry's id (the first: minus 0)
+//   byte     flags: bits 0-1 the kind (0 delta, 1 whole, 2 raw); bits 2-3
+//            the rotation's left-out component; bit 4 the scale is present
+//            (delta); bit 5 the rotation is whole, not a delta (delta)
+//   delta:   3 zigzag varints, position minus the held position; 3 zigzag
+//            varints, the rotation minus the held one (or whole); if
+//            present, 3 zigzag varints, log scale minus the held one
+//   whole:   3 zigzag varints, position minus the previous whole entry's in
+//            this message (the first: minus 0), so that a cluster far from
+//            the origin costs its spread, not its distance; 3 zigzag
+//            varints rotation; 3 zigzag varints log scale
+//   raw:     the 12 floats of the matrix, little-endian
+// A delta is coded against the pose the receiver holds for the entity: the
+// one the stream last carried for it. The server sends deltas only where it
+// knows that pose (a frame shared by subscribers that have every frame
+// before it, see server/replicator.h), wholes elsewhere.
+
+#ifndef XFORM_V1_COMPACT_MOVES_H_
+#define XFORM_V1_COMPACT_MOVES_H_
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "xform/transform.h"
+#include "xform/v1/xform.pb.h"
+
+namespace xform::v1 {
+
+inline constexpr float kDefaultPositionPrecision = 0.001f;
+inline constexpr float kMinPositionPrecision = 1e-6f;
+inline constexpr float kMaxPositionPrecision = 1e3f;
+
+// A world matrix as the compact encoding carries it.
+struct QuantizedPose {
+  std::array<int64_t, 3> position;
+  std::array<int32_t, 3> rotation;  // The three smallest, in x y z w order.
+  std::array<int32_t, 3> log_scale;
+  uint8_t largest;  // The left-out component (0 x .. 3 w), never negative.
+};
+
+class PoseQuantizer {
+ public:
+  explicit PoseQuantizer(float precision) : precision_(precision) {}
+
+  // The matrix's pose, or none for one that is not a rotation and a positive
+  // scale within 1e-4 (shear, a reflection, a zero or non-finite scale, a
+  // position beyond 2^52 precisions): such an entry goes raw. Deterministic:
+  // the same matrix always gives the same integers.
+  std::optional<QuantizedPose> Quantize(const Matrix3x4& m) const;
+  Matrix3x4 Dequantize(const QuantizedPose& q) const;
+
+  float precision() const { return precision_; }
+
+ private:
+  const float precision_;
+};
+
+// Writes one message's compact_moved. Entries may be added in any order;
+// what they point to must stay valid until Finish().
+class CompactMovesWriter {
+ public:
+  explicit CompactMovesWriter(float precision, size_t expected = 0)
+      : quantizer_(precision) {
+    entries_.reserve(expected);
+  }
+
+  // `world`: 12 floats. `previous`: the matrix the receiver was last sent
+  // for the entity, when the receiver is known to hold it; null sends it
+  // whole.
+  void Add(EntityId e, const float* world, const Matrix3x4* previous) {
+    entries_.push_back({e, world, previous});
+  }
+  // The bytes, in id order: O(n log n) for the sort, O(n) quantizing.
+  std::string Finish();
+
+ private:
+  struct Entry {
+    EntityId id;
+    const float* world;
+    const Matrix3x4* previous;
+  };
+  const PoseQuantizer quantizer_;
+  std::vector<Entry> entries_;
+};
+
+// Turns compact FrameUpdates back into raw ones (moved, moved_world), in the
+// order a stream delivers them, holding each entity's last pose. One per
+// stream: a new stream starts with Reset().
+class CompactMovesReader {
+ public:
+  // Decodes `update`'s compact_moved (if any) into its moved and
+  // moved_world, in place, and forgets the destroyed. DATA_LOSS for bytes
+  // that do not parse, or a delta for an entity it holds no pose of: the
+  // stream must then be dropped and the view resynced.
+  absl::Status Decode(FrameUpdate& update);
+  void Reset() { held_.clear(); }
+  size_t held() const { return held_.size(); }
+
+ private:
+  absl::flat_hash_map<EntityId, QuantizedPose> held_;
+};
+
+}  // namespace xform::v1
+
+#endif  // XFORM_V1_COMPACT_MOVES_H_

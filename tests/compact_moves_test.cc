@@ -1,0 +1,325 @@
+// Copyright 2026 The xform Authors.
+//
+// The compact encoding, both directions: its error bounds, that a long run
+// of deltas, wholes and resyncs never drifts, its size on motion like a
+// game's, and that hostile bytes are refused without harm.
+
+#include "xform/v1/compact_moves.h"
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "glm/gtc/quaternion.hpp"
+#include "glm/mat3x3.hpp"
+#include "gtest/gtest.h"
+#include "xform/transform.h"
+#include "xform/v1/wire.h"
+
+namespace xform::v1 {
+namespace {
+
+constexpr float kPrecision = 0.001f;
+constexpr double kMaxRotationErrorDegrees = 0.01;
+
+Matrix3x4 MatrixOf(const glm::vec3& position, const glm::quat& rotation,
+                   const glm::vec3& scale) {
+  const glm::mat3 r = glm::mat3_cast(rotation);
+  Matrix3x4 m;
+  for (int i = 0; i < 3; ++i) {
+    for (int j = 0; j < 3; ++j) m.m[4 * i + j] = r[j][i] * scale[j];
+    m.m[4 * i + 3] = position[i];
+  }
+  return m;
+}
+
+// The rotation of a matrix without shear.
+glm::quat RotationOf(const Matrix3x4& m) {
+  glm::vec3 col[3];
+  for (int j = 0; j < 3; ++j) {
+    col[j] = glm::normalize(glm::vec3(m.m[j], m.m[4 + j], m.m[8 + j]));
+  }
+  return glm::normalize(glm::quat_cast(glm::mat3(col[0], col[1], col[2])));
+}
+
+// In doubles, and from the chord, not acos of a dot near 1: a float's
+// rounding there alone is 0.04 degree.
+double AngleDegrees(const glm::quat& a, const glm::quat& b) {
+  const glm::dquat x(a), y(b);
+  const double sign = glm::dot(x, y) < 0 ? -1 : 1;
+  const double chord = glm::length(x - sign * y);
+  return 4 * std::asin(std::min(1.0, chord / 2)) * 180 / 3.14159265358979;
+}
+
+struct Errors {
+  double position = 0;  // Largest, in units.
+  double rotation = 0;  // Largest, in degrees.
+  double scale = 0;     // Largest, relative.
+};
+
+void Measure(const Matrix3x4& truth, const Matrix3x4& got, Errors& e) {
+  for (int i = 0; i < 3; ++i) {
+    e.position = std::max<double>(
+        e.position, std::abs(truth.m[4 * i + 3] - got.m[4 * i + 3]));
+    const float s =
+        glm::length(glm::vec3(truth.m[i], truth.m[4 + i], truth.m[8 + i]));
+    const float t =
+        glm::length(glm::vec3(got.m[i], got.m[4 + i], got.m[8 + i]));
+    e.scale = std::max<double>(e.scale, std::abs(s - t) / s);
+  }
+  e.rotation =
+      std::max(e.rotation, AngleDegrees(RotationOf(truth), RotationOf(got)));
+}
+
+glm::quat RandomRotation(std::mt19937& rng) {
+  std::normal_distribution<float> n;
+  return glm::normalize(glm::quat(n(rng), n(rng), n(rng), n(rng)));
+}
+
+TEST(PoseQuantizerTest, ErrorsStayWithinTheirBounds) {
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(-1, 1);
+  const PoseQuantizer quantizer(kPrecision);
+  Errors e;
+  for (int k = 0; k < 200'000; ++k) {
+    const Matrix3x4 m = MatrixOf(
+        {u(rng) * 500, u(rng) * 500, u(rng) * 500}, RandomRotation(rng),
+        {std::exp2(u(rng) * 4), std::exp2(u(rng) * 4), std::exp2(u(rng) * 4)});
+    const std::optional<QuantizedPose> q = quantizer.Quantize(m);
+    ASSERT_TRUE(q.has_value()) << k;
+    Measure(m, quantizer.Dequantize(*q), e);
+  }
+  std::printf("largest errors: position %.3g, rotation %.3g deg, scale %.3g\n",
+              e.position, e.rotation, e.scale);
+  // Half a step, and a float's rounding at 500 units (3e-5).
+  EXPECT_LE(e.position, kPrecision / 2 + 1e-4);
+  EXPECT_LE(e.rotation, kMaxRotationErrorDegrees);
+  EXPECT_LE(e.scale, 2e-5);
+}
+
+TEST(PoseQuantizerTest, ShearReflectionAndNonFiniteAreNotPoses) {
+  const PoseQuantizer quantizer(kPrecision);
+  // A parent scaled unevenly, rotating its child: shear.
+  const Matrix3x4 parent =
+      MatrixOf({0, 0, 0}, glm::quat(1, 0, 0, 0), {1, 2, 1});
+  const Matrix3x4 child =
+      MatrixOf({0, 0, 0}, glm::angleAxis(0.7f, glm::vec3(0, 0, 1)), {1, 1, 1});
+  EXPECT_FALSE(quantizer.Quantize(Multiply(parent, child)).has_value());
+  EXPECT_FALSE(
+      quantizer.Quantize(MatrixOf({0, 0, 0}, glm::quat(1, 0, 0, 0), {-1, 1, 1}))
+          .has_value());
+  EXPECT_FALSE(
+      quantizer.Quantize(MatrixOf({0, 0, 0}, glm::quat(1, 0, 0, 0), {0, 1, 1}))
+          .has_value());
+  EXPECT_FALSE(
+      quantizer
+          .Quantize(MatrixOf({NAN, 0, 0}, glm::quat(1, 0, 0, 0), {1, 1, 1}))
+          .has_value());
+  EXPECT_FALSE(
+      quantizer
+          .Quantize(MatrixOf({1e30f, 0, 0}, glm::quat(1, 0, 0, 0), {1, 1, 1}))
+          .has_value());
+}
+
+// A sender and a receiver of compact messages over a long random run: the
+// sender codes against what it last sent (as the server's shared frames
+// do), or sends whole (folded frames), or starts a snapshot afresh (a
+// resync); entities move a frame's worth, jump, are destroyed and created.
+// The receiver must always be within the bounds of the truth.
+TEST(CompactMovesTest, LongRunsNeverDrift) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1, 1);
+  constexpr int kEntities = 2000;
+  struct Body {
+    Matrix3x4 truth;
+    glm::vec3 position, step;
+    glm::quat rotation, turn;
+    glm::vec3 scale;
+    bool alive = true;
+  };
+  std::vector<Body> bodies(kEntities);
+  for (Body& b : bodies) {
+    b.position = {u(rng) * 1000, u(rng) * 1000, u(rng) * 1000};
+    b.step = glm::vec3(u(rng), u(rng), u(rng)) * 0.05f;
+    b.rotation = RandomRotation(rng);
+    b.turn = glm::angleAxis(u(rng) * 0.05f,
+                            glm::normalize(glm::vec3(u(rng), u(rng), 1)));
+    b.scale = glm::vec3(1 + 0.5f * u(rng));
+    b.truth = MatrixOf(b.position, b.rotation, b.scale);
+  }
+  // What the sender last sent each entity, and whether the receiver holds it.
+  std::vector<Matrix3x4> sent(kEntities);
+  std::vector<bool> held(kEntities, false);
+  CompactMovesReader reader;
+  Errors e;
+  uint64_t deltas_bytes = 0, deltas = 0;
+  for (int frame = 1; frame <= 3000; ++frame) {
+    FrameUpdate update;
+    update.set_frame(frame);
+    update.set_position_precision(kPrecision);
+    const int what = static_cast<int>(rng() % 100);
+    const bool resync = what == 0;  // A snapshot afresh: everything whole.
+    const bool folded = what < 5;   // Several frames folded: whole.
+    if (resync) {
+      update.set_snapshot(true);
+      update.set_part(0);
+    }
+    std::vector<int> moving;
+    for (int i = 0; i < kEntities; ++i) {
+      Body& b = bodies[i];
+      if (!b.alive) {
+        if (rng() % 50 == 0)
+          b.alive = true;  // Created again, same id.
+        else
+          continue;
+      }
+      if (rng() % 200 == 0) {  // Destroyed.
+        b.alive = false;
+        if (!resync) update.add_destroyed(i + 1);
+        held[i] = false;
+        continue;
+      }
+      b.position += b.step;
+      b.rotation = glm::normalize(b.turn * b.rotation);
+      if (rng() % 500 == 0) b.position = {u(rng) * 1e4f, 0, 0};  // A jump.
+      if (rng() % 300 == 0) b.scale *= 1.01f;
+      b.truth = MatrixOf(b.position, b.rotation, b.scale);
+      if (resync || !held[i] || rng() % 3 == 0) moving.push_back(i);
+    }
+    CompactMovesWriter writer(kPrecision);
+    for (int i : moving) {
+      const bool delta = held[i] && !folded && !resync;
+      writer.Add(i + 1, bodies[i].truth.m.data(), delta ? &sent[i] : nullptr);
+    }
+    const std::string bytes = writer.Finish();
+    update.set_compact_moved(bytes);
+    ASSERT_TRUE(reader.Decode(update).ok()) << frame;
+    ASSERT_EQ(update.moved_size(), static_cast<int>(moving.size()));
+    if (!folded && !resync) {
+      deltas_bytes += bytes.size();
+      deltas += moving.size();
+    }
+    if (resync) std::fill(held.begin(), held.end(), false);
+    for (int k = 0; k < update.moved_size(); ++k) {
+      const int i = static_cast<int>(update.moved(k)) - 1;
+      Matrix3x4 got;
+      std::copy_n(update.moved_world().data() + 12 * k, 12, got.m.begin());
+      Measure(bodies[i].truth, got, e);
+      sent[i] = bodies[i].truth;
+      held[i] = true;
+    }
+  }
+  std::printf(
+      "largest errors: position %.3g, rotation %.3g deg, scale %.3g; "
+      "%.2f bytes a delta entry\n",
+      e.position, e.rotation, e.scale,
+      static_cast<double>(deltas_bytes) / static_cast<double>(deltas));
+  // Positions reach 1e4, where a float's step is 1e-3: half of each.
+  EXPECT_LE(e.position, kPrecision / 2 + 5e-4);
+  EXPECT_LE(e.rotation, kMaxRotationErrorDegrees);
+  EXPECT_LE(e.scale, 2e-5);
+  // Moves of a frame's worth (5 cm, 3 degrees at most) cost under 12 bytes.
+  ASSERT_GT(deltas, 0u);
+  EXPECT_LE(static_cast<double>(deltas_bytes) / deltas, 12.0);
+}
+
+TEST(CompactMovesTest, ShearGoesRawAndExact) {
+  const Matrix3x4 parent =
+      MatrixOf({0, 0, 0}, glm::quat(1, 0, 0, 0), {1, 2, 1});
+  const Matrix3x4 sheared = Multiply(
+      parent,
+      MatrixOf({1, 2, 3}, glm::angleAxis(0.7f, glm::vec3(0, 0, 1)), {1, 1, 1}));
+  CompactMovesWriter writer(kPrecision);
+  writer.Add(9, sheared.m.data(), &sheared);
+  FrameUpdate update;
+  update.set_position_precision(kPrecision);
+  update.set_compact_moved(writer.Finish());
+  CompactMovesReader reader;
+  ASSERT_TRUE(reader.Decode(update).ok());
+  ASSERT_EQ(update.moved_size(), 1);
+  EXPECT_EQ(update.moved(0), 9u);
+  for (int i = 0; i < 12; ++i) EXPECT_EQ(update.moved_world(i), sheared.m[i]);
+  EXPECT_EQ(reader.held(), 0u);  // A raw entry leaves nothing to delta on.
+}
+
+FrameUpdate Compact(const std::string& bytes) {
+  FrameUpdate update;
+  update.set_position_precision(kPrecision);
+  update.set_compact_moved(bytes);
+  return update;
+}
+
+TEST(CompactMovesTest, HostileBytesAreDataLoss) {
+  const Matrix3x4 m =
+      MatrixOf({1, 2, 3}, glm::angleAxis(0.3f, glm::vec3(0, 1, 0)), {1, 1, 1});
+  CompactMovesWriter writer(kPrecision);
+  writer.Add(5, m.m.data(), nullptr);
+  writer.Add(6, m.m.data(), nullptr);
+  const std::string good = writer.Finish();
+  // Every cut of it.
+  for (size_t n = 1; n < good.size(); ++n) {
+    FrameUpdate u = Compact(good.substr(0, n));
+    EXPECT_EQ(CompactMovesReader().Decode(u).code(),
+              absl::StatusCode::kDataLoss)
+        << n;
+  }
+  // Bytes after it, a count that lies, an unknown kind.
+  FrameUpdate longer = Compact(good + "x");
+  EXPECT_EQ(CompactMovesReader().Decode(longer).code(),
+            absl::StatusCode::kDataLoss);
+  FrameUpdate lying = Compact(std::string("\xff\xff\xff\x0f", 4) + good);
+  EXPECT_EQ(CompactMovesReader().Decode(lying).code(),
+            absl::StatusCode::kDataLoss);
+  FrameUpdate kind = Compact(std::string("\x01\x05\x03", 3));
+  EXPECT_EQ(CompactMovesReader().Decode(kind).code(),
+            absl::StatusCode::kDataLoss);
+  // A delta for an entity the reader does not hold.
+  CompactMovesWriter delta(kPrecision);
+  delta.Add(5, m.m.data(), &m);
+  FrameUpdate orphan = Compact(delta.Finish());
+  EXPECT_EQ(CompactMovesReader().Decode(orphan).code(),
+            absl::StatusCode::kDataLoss);
+  // No precision.
+  FrameUpdate no_precision = Compact(good);
+  no_precision.set_position_precision(0);
+  EXPECT_EQ(CompactMovesReader().Decode(no_precision).code(),
+            absl::StatusCode::kDataLoss);
+  // And random bytes: refused or read, never a crash (the fuzz target goes
+  // further).
+  std::mt19937 rng(3);
+  for (int k = 0; k < 20'000; ++k) {
+    std::string bytes(rng() % 64, '\0');
+    for (char& c : bytes) c = static_cast<char>(rng());
+    FrameUpdate u = Compact(bytes);
+    CompactMovesReader reader;
+    (void)reader.Decode(u);
+  }
+}
+
+TEST(CompactMovesTest, SubscriptionsAskForItWithinBounds) {
+  SubscribeRequest request;
+  request.set_world("w");
+  EXPECT_TRUE(CheckSubscribeRequest(request, 10).ok());
+  EXPECT_EQ(CompactPrecision(request), 0);  // Raw.
+  request.set_encoding(ENCODING_COMPACT);
+  EXPECT_EQ(CompactPrecision(request), kDefaultPositionPrecision);
+  request.set_position_precision(0.01f);
+  EXPECT_TRUE(CheckSubscribeRequest(request, 10).ok());
+  EXPECT_EQ(CompactPrecision(request), 0.01f);
+  for (float bad : {-1.0f, 1e-9f, 1e9f, NAN, INFINITY}) {
+    request.set_position_precision(bad);
+    EXPECT_EQ(CheckSubscribeRequest(request, 10).code(),
+              absl::StatusCode::kInvalidArgument)
+        << bad;
+  }
+  request.set_position_precision(0);
+  request.set_encoding(static_cast<Encoding>(77));
+  EXPECT_EQ(CheckSubscribeRequest(request, 10).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace xform::v1
