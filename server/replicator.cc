@@ -83,7 +83,7 @@ void Replicator::Publish(const FrameChanges& changes, absl::Time time,
     std::lock_guard<std::mutex> lock(mu_);
     served = ServeCaughtUp(changes, time, wake);
   }
-  for (auto& sink : wake) sink->Wake();
+  WakeAll(std::move(wake));
   wake.clear();
 
   {
@@ -97,7 +97,15 @@ void Replicator::Publish(const FrameChanges& changes, absl::Time time,
     UpdateFilteredViews(changes, views, echoes);
     CloseFrame(served, wake);
   }
-  for (auto& sink : wake) sink->Wake();
+  WakeAll(std::move(wake));
+}
+
+void Replicator::WakeAll(std::vector<std::shared_ptr<UpdateSink>> sinks) {
+  if (fanout_ != nullptr) {
+    fanout_->WakeAll(std::move(sinks));
+    return;
+  }
+  for (auto& sink : sinks) sink->Wake();
 }
 
 void Replicator::PublishWhole(const World& world, uint64_t frame,
@@ -420,6 +428,21 @@ std::vector<std::shared_ptr<const Outgoing>> Replicator::Share(
   return out;
 }
 
+void Replicator::CommitFirstReadyFrame(Subscription& s) {
+  size_t end = 0;
+  while (end < s.ready.size() && !s.ready[end]->header().last_part) ++end;
+  end = std::min(end + 1, s.ready.size());
+  for (size_t k = 0; k < end; ++k) {
+    const v1::FrameUpdate& u = s.ready[k]->message();
+    s.ready_entities -=
+        std::min<size_t>(s.ready_entities, u.moved_size() + u.destroyed_size() +
+                                               u.reparented_size());
+    s.parts.push_back(std::move(s.ready[k]));
+  }
+  s.ready.erase(s.ready.begin(), s.ready.begin() + end);
+  --s.ready_frames;
+}
+
 std::shared_ptr<const Outgoing> Replicator::TakePart(Subscription& s) {
   std::shared_ptr<const Outgoing> part = std::move(s.parts.front());
   s.parts.pop_front();
@@ -509,6 +532,12 @@ std::shared_ptr<const Outgoing> Replicator::Take(SubscriptionId id,
       s.ready_frames = 0;
       s.ready_entities = 0;
       s.frames_with_changes = 0;
+    } else if (s.options.compact_precision > 0) {
+      // A compact subscriber a few frames behind takes the kept frames in
+      // turn: each is encoded already, shared, and a delta on the frame
+      // before, where a fold would be encoded for it alone, whole. It
+      // folds only once they hold more than the world (ServeCaughtUp).
+      CommitFirstReadyFrame(s);
     } else if (s.ready.back()->header().frame > frame_) {
       // The last frame is not in the published state yet (Publish serves
       // shared parts first): it is woken again once it is.

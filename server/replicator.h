@@ -70,6 +70,14 @@ class UpdateSink {
   virtual void End(const absl::Status& status) = 0;
 };
 
+// Wakes the sinks a published frame concerns, perhaps spread over threads
+// (FanoutPool); without one, the replicator wakes them in turn itself.
+class Fanout {
+ public:
+  virtual ~Fanout() = default;
+  virtual void WakeAll(std::vector<std::shared_ptr<UpdateSink>> sinks) = 0;
+};
+
 // Who set which entities directly in a frame, for echo suppression: the
 // writer's client id, or "" when several (or anonymous) writers set it.
 using FrameWriters = absl::flat_hash_map<EntityId, std::string>;
@@ -115,14 +123,19 @@ class Replicator {
   // snapshot makes at most max_pending entities' parts ahead of its stream,
   // or, to end while the world changes faster than it streams, what changed
   // behind its scan, within `burst_budget` (none: never more).
+  // A frame's sinks are woken through `fanout`, when given.
   explicit Replicator(size_t max_pending = 65'536,
-                      std::shared_ptr<BurstBudget> burst_budget = nullptr)
-      : max_pending_(max_pending), burst_budget_(std::move(burst_budget)) {}
+                      std::shared_ptr<BurstBudget> burst_budget = nullptr,
+                      std::shared_ptr<Fanout> fanout = nullptr)
+      : max_pending_(max_pending),
+        burst_budget_(std::move(burst_budget)),
+        fanout_(std::move(fanout)) {}
   Replicator(const Replicator&) = delete;
   Replicator& operator=(const Replicator&) = delete;
 
   // Publishes the frame `changes` closes (see xform::FrameChanges) and wakes
-  // the subscribers it concerns.
+  // the subscribers it concerns (through the Fanout, if any: their writes
+  // may then still be starting when it returns).
   void Publish(const FrameChanges& changes, absl::Time time,
                const FrameWriters& writers = {});
   // Publishes all of `world` as frame `frame`, before it has subscribers (a
@@ -258,9 +271,11 @@ class Replicator {
   void UpdateFilteredViews(const FrameChanges& changes, ViewsBefore& before,
                            const Echoes& echoes);
   // 6. Counts the frame for those it changed, and finds whom to wake.
+  // (Then the woken are woken: WakeAll, without the lock.)
   void CloseFrame(const absl::flat_hash_set<SubscriptionId>& served,
                   std::vector<std::shared_ptr<UpdateSink>>& wake);
 
+  void WakeAll(std::vector<std::shared_ptr<UpdateSink>> sinks);
   // A writer's parts, each to be shared by the streams that send it.
   static std::vector<std::shared_ptr<const Outgoing>> Share(
       std::vector<v1::FrameUpdate> parts,
@@ -278,6 +293,9 @@ class Replicator {
       const std::vector<std::shared_ptr<const Outgoing>>& raw, float precision,
       CompactShared& compact,
       std::vector<std::vector<std::optional<Matrix3x4>>>& previous) const;
+  // Commits the first of the kept frames' shared parts (a compact
+  // subscriber's, sent in turn).
+  static void CommitFirstReadyFrame(Subscription& s);
   // Takes the next of the parts committed to, noting the frame sent (in the
   // subscriber's encoding).
   static std::shared_ptr<const Outgoing> TakePart(Subscription& s);
@@ -333,6 +351,7 @@ class Replicator {
   // The private helpers above expect it held.
   const size_t max_pending_;
   const std::shared_ptr<BurstBudget> burst_budget_;
+  const std::shared_ptr<Fanout> fanout_;
   mutable std::mutex mu_;
   PublishedState state_;
   uint64_t frame_ = 0;

@@ -44,14 +44,14 @@ std::string Quoted(absl::string_view name) {
 HostedWorld::HostedWorld(std::string name, v1::FrameMode mode, double tick_hz,
                          size_t max_pending,
                          std::shared_ptr<BurstBudget> burst_budget,
-                         std::string owner)
+                         std::string owner, std::shared_ptr<Fanout> fanout)
     : name_(std::move(name)),
       owner_(std::move(owner)),
       mode_(mode),
       tick_hz_(tick_hz),
       tick_(mode == v1::FRAME_MODE_TICK ? absl::Seconds(1.0 / tick_hz)
                                         : absl::InfiniteDuration()),
-      replicator_(max_pending, std::move(burst_budget)) {}
+      replicator_(max_pending, std::move(burst_budget), std::move(fanout)) {}
 
 HostedWorld::MemoryReturn::~MemoryReturn() { malloc_trim(0); }
 
@@ -261,9 +261,11 @@ std::unique_ptr<PeriodicThread> StartTicker(
 }  // namespace
 
 WorldHost::WorldHost(Limits limits, double default_tick_hz,
-                     std::unique_ptr<Storage> storage)
+                     std::unique_ptr<Storage> storage, int fanout_threads)
     : limits_(limits),
       burst_budget_(std::make_shared<BurstBudget>(limits.snapshot_burst_bytes)),
+      fanout_(fanout_threads > 1 ? std::make_shared<FanoutPool>(fanout_threads)
+                                 : nullptr),
       default_tick_hz_(default_tick_hz),
       storage_(std::move(storage)),
       ready_(storage_ == nullptr) {
@@ -315,8 +317,9 @@ absl::StatusOr<std::shared_ptr<HostedWorld>> WorldHost::Create(
           "the server holds its limit of ", limits_.max_worlds, " worlds"));
     }
   }
-  auto world = std::make_shared<HostedWorld>(
-      request.name(), mode, tick_hz, limits_.max_pending, burst_budget_, owner);
+  auto world = std::make_shared<HostedWorld>(request.name(), mode, tick_hz,
+                                             limits_.max_pending, burst_budget_,
+                                             owner, fanout_);
   if (storage_ != nullptr) {
     // On disk before it exists for anyone: created means durable.
     config::StoredWorld stored;
@@ -350,7 +353,7 @@ absl::Status WorldHost::Recover() {
     const v1::CreateWorldRequest& create = recovered.stored.create();
     auto world = std::make_shared<HostedWorld>(
         create.name(), create.mode(), create.tick_hz(), limits_.max_pending,
-        burst_budget_, recovered.stored.owner());
+        burst_budget_, recovered.stored.owner(), fanout_);
     entities += recovered.world.size();
     const size_t size = recovered.world.size();
     const absl::Time published = absl::Now();

@@ -27,6 +27,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/burst_budget.h"
+#include "server/fanout_pool.h"
 #include "server/periodic_thread.h"
 #include "server/replicator.h"
 #include "server/storage.h"
@@ -71,7 +72,7 @@ class HostedWorld {
   HostedWorld(std::string name, v1::FrameMode mode, double tick_hz,
               size_t max_pending = 65'536,
               std::shared_ptr<BurstBudget> burst_budget = nullptr,
-              std::string owner = "");
+              std::string owner = "", std::shared_ptr<Fanout> fanout = nullptr);
 
   const std::string& name() const { return name_; }
   // The principal that created it (for its max_worlds_owned quota); "" for
@@ -133,8 +134,10 @@ class HostedWorld {
 class WorldHost {
  public:
   // With `storage`, worlds are durable (see storage.h): Recover() first.
+  // Each frame's subscribers are woken by `fanout_threads` threads, the
+  // publishing one included (FanoutPool).
   WorldHost(Limits limits, double default_tick_hz,
-            std::unique_ptr<Storage> storage = nullptr);
+            std::unique_ptr<Storage> storage = nullptr, int fanout_threads = 1);
   ~WorldHost();
   WorldHost(const WorldHost&) = delete;
   WorldHost& operator=(const WorldHost&) = delete;
@@ -175,6 +178,7 @@ class WorldHost {
 
   const Limits limits_;
   const std::shared_ptr<BurstBudget> burst_budget_;
+  const std::shared_ptr<Fanout> fanout_;  // Shared by the worlds; or none.
   const double default_tick_hz_;
   const std::unique_ptr<Storage> storage_;
   // Creates and deletes, one at a time: their files are written outside

@@ -85,6 +85,10 @@ ABSL_FLAG(int, write_timeout_ms, 10'000,
 ABSL_FLAG(int, build_threads, 2,
           "Threads that make subscribers' snapshot parts and pending "
           "changes, apart from gRPC's threads (1 to 64)");
+ABSL_FLAG(int, fanout_threads, 0,
+          "Threads that start a published frame's writes to its caught-up "
+          "subscribers, the publishing thread included (1: it alone; 0: the "
+          "core count)");
 ABSL_FLAG(int, shutdown_grace_ms, 5'000,
           "How long shutdown waits for calls before cancelling them");
 ABSL_FLAG(std::string, tls_cert, "",
@@ -237,6 +241,9 @@ std::vector<std::string> FlagErrors() {
   }
   check(absl::GetFlag(FLAGS_write_timeout_ms) > 0,
         "--write_timeout_ms must be at least 1");
+  check(absl::GetFlag(FLAGS_fanout_threads) >= 0 &&
+            absl::GetFlag(FLAGS_fanout_threads) <= 64,
+        "--fanout_threads must be 0 to 64");
   check(absl::GetFlag(FLAGS_build_threads) >= 1 &&
             absl::GetFlag(FLAGS_build_threads) <= 64,
         "--build_threads must be 1 to 64");
@@ -342,7 +349,12 @@ int Main() {
         "no --data_dir: worlds live in memory only, and a restart loses "
         "them");
   }
-  WorldHost host(limits, absl::GetFlag(FLAGS_tick_hz), std::move(storage));
+  const int fanout_threads =
+      absl::GetFlag(FLAGS_fanout_threads) > 0
+          ? absl::GetFlag(FLAGS_fanout_threads)
+          : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  WorldHost host(limits, absl::GetFlag(FLAGS_tick_hz), std::move(storage),
+                 fanout_threads);
   const std::string auth_file = absl::GetFlag(FLAGS_auth_file);
   std::shared_ptr<const AccessPolicy> policy = AccessPolicy::OpenToAll();
   if (!auth_file.empty()) {

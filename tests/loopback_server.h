@@ -29,7 +29,9 @@ class LoopbackServer {
   // there, whole, when it reconnects.
   bool Start(const Limits& limits, ServiceOptions options = {}, int port = 0,
              std::function<void(WorldHost&)> prepare = nullptr) {
-    host_ = std::make_unique<WorldHost>(limits, 60);
+    // Frames fan out over two threads, as on a 2-core xformd.
+    host_ =
+        std::make_unique<WorldHost>(limits, 60, nullptr, /*fanout_threads=*/2);
     if (prepare) prepare(*host_);
     service_ = std::make_unique<XformService>(*host_, options);
     grpc::EnableDefaultHealthCheckService(true);

@@ -46,6 +46,9 @@ ABSL_FLAG(std::string, server, "127.0.0.1:50051", "xformd address");
 ABSL_FLAG(std::string, xformd, "",
           "Start this xformd binary on --server's port for the run (and "
           "measure it); otherwise use a running one");
+ABSL_FLAG(std::string, xformd_args, "",
+          "More flags for the xformd that --xformd starts, space-separated "
+          "(--fanout_threads=1, say)");
 ABSL_FLAG(int, server_pid, 0, "The running xformd's pid, to read its CPU/RSS");
 ABSL_FLAG(std::string, world, "load", "World to build (replaced if present)");
 ABSL_FLAG(std::string, shape, "scene", "wide, scene or chains");
@@ -159,10 +162,16 @@ int Main() {
 
   pid_t spawned = 0;
   if (const std::string xformd = absl::GetFlag(FLAGS_xformd); !xformd.empty()) {
-    spawned = Spawn({xformd, absl::StrCat("--listen=", config.client.address),
-                     absl::StrCat("--max_message_bytes=", kLoadMaxMessageBytes),
-                     absl::StrCat("--max_entities=", config.entities),
-                     "--write_timeout_ms=60000"});
+    std::vector<std::string> command = {
+        xformd, absl::StrCat("--listen=", config.client.address),
+        absl::StrCat("--max_message_bytes=", kLoadMaxMessageBytes),
+        absl::StrCat("--max_entities=", config.entities),
+        "--write_timeout_ms=60000"};
+    for (absl::string_view arg : absl::StrSplit(
+             absl::GetFlag(FLAGS_xformd_args), ' ', absl::SkipEmpty())) {
+      command.emplace_back(arg);
+    }
+    spawned = Spawn(command);
     if (spawned == 0) {
       std::fprintf(stderr, "cannot start %s\n", xformd.c_str());
       return 1;
