@@ -28,9 +28,10 @@ absl::Span<const T> SpanOf(const google::protobuf::RepeatedField<T>& field) {
 }
 
 struct Arrival {
-  v1::FrameUpdate update;  // Raw: a compact one is decoded on arrival.
+  v1::FrameUpdate update;  // As it came: a compact one is decoded when taken.
   absl::Time received;
-  size_t bytes = 0;  // On the wire.
+  size_t bytes = 0;     // On the wire.
+  uint64_t stream = 0;  // Which of the mirror's streams it came on.
 };
 
 }  // namespace
@@ -52,32 +53,30 @@ class Mirror::Impl {
       request_.set_encoding(v1::ENCODING_COMPACT);
       request_.set_position_precision(options_.position_precision);
     }
-    thread_ = std::thread([this] { ReceiveLoop(); });
+    supervisor_ = std::thread([this] { Supervise(); });
+    if (options_.driver == MirrorOptions::Driver::kBackground) {
+      applier_ = std::thread([this] { ApplyLoop(); });
+    }
   }
 
   ~Impl() {
+    Stream* resume = nullptr;
     {
       absl::MutexLock lock(&mu_);
-      stopping_ = true;
-      if (context_ != nullptr) context_->TryCancel();
+      stopping_ = true;  // The supervisor cancels the stream.
+      std::swap(resume, paused_);
     }
-    thread_.join();
+    if (resume != nullptr) resume->Resume();  // Its read fails: it ends.
+    supervisor_.join();
+    if (applier_.joinable()) applier_.join();
   }
 
+  // kCaller: applies what has arrived, on the caller's thread.
   int Update() {
+    // kBackground: the mirror's thread takes every message.
+    if (options_.driver == MirrorOptions::Driver::kBackground) return 0;
     int applied = 0;
-    while (true) {
-      Arrival arrival;
-      {
-        absl::MutexLock lock(&mu_);
-        if (queue_.empty()) break;
-        arrival = std::move(queue_.front());
-        queue_.pop_front();
-        state_.Apply(arrival.update);
-      }
-      Notify(arrival);
-      ++applied;
-    }
+    while (TakeAndApply(/*wait=*/false)) ++applied;
     return applied;
   }
 
@@ -166,47 +165,186 @@ class Mirror::Impl {
     return absl::NotFoundError(absl::StrCat("entity ", e, " is not mirrored"));
   }
 
+  // One stream: gRPC's callback API reads it, and each message is handed
+  // to the mirror's queue (a move, on gRPC's thread: nothing else runs
+  // there). When the queue is full, the next read waits (a hold keeps the
+  // stream alive meanwhile) until a message is taken: the stream stops, and
+  // the server folds frames, as it does for any slow reader.
+  enum class Next { kRead, kPause, kStop };  // What a stream does next.
+  class Stream final : public grpc::ClientReadReactor<v1::FrameUpdate> {
+   public:
+    Stream(Impl& impl, uint64_t id) : impl_(impl), id_(id) {
+      client_internal::Prepare(impl.client_.options(), /*with_deadline=*/false,
+                               &context_);
+      impl.client_.channel_->stub->async()->Subscribe(&context_, &impl.request_,
+                                                      this);
+      StartRead(&update_);
+      StartCall();
+    }
+    uint64_t id() const { return id_; }
+    void Cancel() { context_.TryCancel(); }
+    // Reads on after a pause.
+    void Resume() {
+      StartRead(&update_);
+      RemoveHold();
+    }
+
+    void OnReadDone(bool ok) override {
+      if (!ok) return;  // The stream is over: OnDone follows.
+      Arrival arrival{
+          .update = std::move(update_), .received = absl::Now(), .stream = id_};
+      update_.Clear();
+      arrival.bytes = arrival.update.ByteSizeLong();
+      // Held before the queue can hand the message to a taker who might
+      // resume this stream, so that OnDone cannot come in between.
+      AddHold();
+      switch (impl_.Arrived(this, std::move(arrival))) {
+        case Next::kRead:
+          StartRead(&update_);
+          RemoveHold();
+          break;
+        case Next::kPause:
+          break;  // Resume() reads on, and lets go of the hold.
+        case Next::kStop:
+          RemoveHold();
+          break;
+      }
+    }
+    void OnDone(const grpc::Status& status) override {
+      impl_.Ended(id_, client_internal::FromGrpc(status));  // The last act.
+    }
+
+   private:
+    Impl& impl_;
+    const uint64_t id_;
+    grpc::ClientContext context_;
+    v1::FrameUpdate update_;
+  };
+  // gRPC's thread: queues the message, and says whether to read on.
+  Next Arrived(Stream* stream, Arrival arrival) {
+    absl::MutexLock lock(&mu_);
+    if (stopping_ || stream->id() == broken_stream_) return Next::kStop;
+    received_on_stream_ = true;
+    queue_.push_back(std::move(arrival));
+    if (queue_.size() < static_cast<size_t>(options_.max_queued)) {
+      return Next::kRead;
+    }
+    paused_ = stream;
+    return Next::kPause;
+  }
+
+  void Ended(uint64_t id, absl::Status status) {
+    absl::MutexLock lock(&mu_);
+    if (id == broken_stream_) status = broken_;
+    ended_status_ = status;
+    stream_done_ = true;
+  }
+
+  // Takes the next message (waiting for one, for the mirror's thread),
+  // decodes and applies it, and tells the caller's callbacks; false when
+  // there was none, or the mirror is stopping.
+  bool TakeAndApply(bool wait) {
+    // One taker at a time, from the queue to the copy: messages decode and
+    // apply in order.
+    absl::ReleasableMutexLock take(&take_mu_);
+    Arrival arrival;
+    Stream* resume = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || !queue_.empty();
+      };
+      if (wait) mu_.Await(absl::Condition(&ready));
+      if (stopping_ || queue_.empty()) return false;
+      arrival = std::move(queue_.front());
+      queue_.pop_front();
+      std::swap(resume, paused_);
+    }
+    if (resume != nullptr) resume->Resume();
+    // Only this thread (or Update()'s caller) decodes: in order. Compact
+    // deltas are against what their stream sent: a new stream starts
+    // afresh, with a snapshot.
+    if (arrival.stream != decoding_stream_) {
+      compact_.Reset();
+      decoding_stream_ = arrival.stream;
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      if (arrival.stream == broken_stream_) return true;  // Dropped.
+    }
+    if (absl::Status decoded = compact_.Decode(arrival.update); !decoded.ok()) {
+      // The supervisor cancels it (never under a lock: gRPC may run the
+      // stream's reactions inline), and resynchronises on a new stream.
+      absl::MutexLock lock(&mu_);
+      broken_stream_ = arrival.stream;
+      broken_ = decoded;
+      return true;
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      state_.Apply(arrival.update);
+      // Up once its messages reach the copy, not merely the queue.
+      if (arrival.stream == stream_id_) {
+        stream_up_ = true;
+        status_ = absl::OkStatus();
+      }
+    }
+    take.Release();
+    Notify(arrival);
+    return true;
+  }
+
+  // The mirror's thread (kBackground): applies each message as it comes.
+  void ApplyLoop() {
+    while (true) {
+      if (!TakeAndApply(/*wait=*/true)) {
+        absl::MutexLock lock(&mu_);
+        if (stopping_) return;
+      }
+    }
+  }
+
   // One subscription after another until the mirror stops: a stream that
   // ends for any reason but our own cancel is re-established after a backoff
-  // that doubles while the server stays away.
-  void ReceiveLoop() {
+  // that doubles while the server stays away. This thread does nothing per
+  // message.
+  void Supervise() {
     absl::Duration backoff = options_.reconnect_min;
-    while (true) {
-      grpc::ClientContext context;
-      client_internal::Prepare(client_.options(), /*with_deadline=*/false,
-                               &context);
+    for (uint64_t id = 1;; ++id) {
       {
         absl::MutexLock lock(&mu_);
         if (stopping_) return;
-        context_ = &context;
+        stream_done_ = false;
+        received_on_stream_ = false;
       }
-      std::unique_ptr<grpc::ClientReader<v1::FrameUpdate>> reader =
-          client_.channel_->stub->Subscribe(&context, request_);
-      // Compact deltas are against what this stream sent: a new stream
-      // starts afresh, with a snapshot.
-      compact_.Reset();
-      absl::Status broken;
-      Arrival arrival;
-      while (reader->Read(&arrival.update)) {
-        if (!broken.ok()) continue;  // Cancelled: Read() fails soon.
-        arrival.received = absl::Now();
-        arrival.bytes = arrival.update.ByteSizeLong();
-        if (broken = compact_.Decode(arrival.update); !broken.ok()) {
-          context.TryCancel();  // Resynchronised on a new stream.
-          continue;
-        }
-        backoff = options_.reconnect_min;
-        if (!Receive(arrival)) break;
+      auto stream = std::make_unique<Stream>(*this, id);
+      mu_.Lock();
+      stream_id_ = id;
+      // Cancelled here, outside the lock, when the mirror stops or a
+      // message of it does not decode; then waited out.
+      bool cancelled = false;
+      auto due = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stream_done_ ||
+               (!cancelled && (stopping_ || broken_stream_ == id));
+      };
+      while (true) {
+        mu_.Await(absl::Condition(&due));
+        if (stream_done_) break;
+        cancelled = true;
+        mu_.Unlock();
+        stream->Cancel();
+        mu_.Lock();
       }
-      absl::Status ended = client_internal::FromGrpc(reader->Finish());
-      if (!broken.ok()) ended = broken;
+      mu_.Unlock();
+      stream.reset();
       absl::MutexLock lock(&mu_);
-      context_ = nullptr;
+      stream_id_ = 0;
       stream_up_ = false;
       if (stopping_) return;
-      status_ = ended.ok()
+      status_ = ended_status_.ok()
                     ? absl::UnavailableError("the server ended the stream")
-                    : ended;
+                    : ended_status_;
+      if (received_on_stream_) backoff = options_.reconnect_min;
       auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         return stopping_;
       };
@@ -215,35 +353,13 @@ class Mirror::Impl {
     }
   }
 
-  // Applies or queues one message; false when the mirror is stopping.
-  bool Receive(Arrival& arrival) {
-    if (options_.driver == MirrorOptions::Driver::kBackground) {
-      {
-        absl::MutexLock lock(&mu_);
-        if (stopping_) return false;
-        stream_up_ = true;
-        status_ = absl::OkStatus();
-        state_.Apply(arrival.update);
-      }
-      Notify(arrival);
-      return true;
-    }
-    absl::MutexLock lock(&mu_);
-    auto room = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return stopping_ ||
-             queue_.size() < static_cast<size_t>(options_.max_queued);
-    };
-    mu_.Await(absl::Condition(&room));
-    if (stopping_) return false;
-    stream_up_ = true;
-    status_ = absl::OkStatus();
-    queue_.push_back(std::move(arrival));
-    return true;
-  }
-
   void Notify(const Arrival& arrival) {
-    if (!options_.on_update) return;
     const v1::FrameUpdate& u = arrival.update;
+    if (options_.on_frame &&
+        (u.snapshot() ? u.snapshot_done() : u.last_part())) {
+      options_.on_frame(u.frame());
+    }
+    if (!options_.on_update) return;
     MirrorUpdate update;
     update.frame = u.frame();
     update.snapshot = u.snapshot();
@@ -267,16 +383,29 @@ class Mirror::Impl {
   const MirrorOptions options_;
   Client& client_;
   v1::SubscribeRequest request_;
-  std::thread thread_;
-  v1::CompactMovesReader compact_;  // The receiving thread's.
+  std::thread supervisor_;
+  std::thread applier_;  // kBackground's.
+
+  // The taker's (the mirror's thread, or Update()'s caller).
+  absl::Mutex take_mu_;
+  v1::CompactMovesReader compact_ ABSL_GUARDED_BY(take_mu_);
+  uint64_t decoding_stream_ ABSL_GUARDED_BY(take_mu_) = 0;
 
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
+  uint64_t stream_id_ ABSL_GUARDED_BY(mu_) = 0;  // The supervisor's stream.
+  bool stream_done_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status ended_status_ ABSL_GUARDED_BY(mu_);
+  bool received_on_stream_ ABSL_GUARDED_BY(mu_) = false;
+  // The stream whose read waits for room in the queue.
+  Stream* paused_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // A stream whose message would not decode: the rest of it is dropped.
+  uint64_t broken_stream_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status broken_ ABSL_GUARDED_BY(mu_);
   bool stream_up_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status status_ ABSL_GUARDED_BY(mu_) =
       absl::UnavailableError("not connected yet");
-  std::deque<Arrival> queue_ ABSL_GUARDED_BY(mu_);  // kCaller only.
+  std::deque<Arrival> queue_ ABSL_GUARDED_BY(mu_);  // At most max_queued.
 
   client_internal::MirrorState state_ ABSL_GUARDED_BY(mu_);
 };

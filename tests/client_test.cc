@@ -416,7 +416,9 @@ TEST_F(ClientTest, CompactMirrorsStayWithinBoundsThroughSkipsAndResyncs) {
         client_->Apply("w", batch, {.end_frame = true});
     ASSERT_TRUE(applied.ok()) << applied.status();
     last = *applied;
-    if (frame % 9 == 0) mirrors[1]->Update();  // Behind, so frames fold.
+    // Behind by more frames than the server keeps for it in turn (their
+    // entities would outnumber the world), so they fold.
+    if (frame % 45 == 0) mirrors[1]->Update();
     if (frame == 300) {
       // The stopped one reads again, long after max_pending was passed.
       while (mirrors[2]->Update() > 0) {
@@ -478,6 +480,39 @@ TEST_F(ClientTest, ACallerDrivenMirrorChangesOnlyInUpdate) {
   EXPECT_EQ(mirror->WorldMatrix(4)->translation(), glm::vec3(8, 0, 1));
   EXPECT_GE(updates, 2);
   ExpectMirrorsServer(*mirror);
+}
+
+// A renderer's push: on_frame once per whole frame, snapshot included, in
+// order, with the copy already at that frame.
+TEST_F(ClientTest, OnFrameIsCalledOncePerWholeFrame) {
+  MakeWorld();
+  absl::Mutex mu;
+  std::vector<uint64_t> frames;
+  std::unique_ptr<Mirror> mirror;
+  MirrorOptions options = {.world = "w"};
+  options.on_frame = [&](uint64_t frame) {
+    absl::MutexLock lock(&mu);
+    frames.push_back(frame);
+  };
+  mirror = StartMirror(options);
+  ASSERT_TRUE(mirror->WaitForSync(kWait));
+  uint64_t last = 0;
+  for (int k = 0; k < 3; ++k) {
+    absl::StatusOr<uint64_t> frame = client_->Apply(
+        "w", {SetLocalOp{2, At(static_cast<float>(k))}}, {.end_frame = true});
+    ASSERT_TRUE(frame.ok());
+    last = *frame;
+    ASSERT_TRUE(mirror->WaitForFrame(last, kWait));
+  }
+  const absl::Time deadline = absl::Now() + kWait;
+  absl::MutexLock lock(&mu);
+  auto all = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return !frames.empty() && frames.back() == last;
+  };
+  ASSERT_TRUE(mu.AwaitWithDeadline(absl::Condition(&all), deadline));
+  ASSERT_EQ(frames.size(), 4u);  // The snapshot, then each frame.
+  for (size_t k = 1; k < frames.size(); ++k)
+    EXPECT_LT(frames[k - 1], frames[k]);
 }
 
 TEST_F(ClientTest, AFilteredMirrorHoldsOnlyItsSubtree) {

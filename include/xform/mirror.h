@@ -5,13 +5,16 @@
 // subscription stream. A renderer asks it for an entity's matrix, for all of
 // them, or for what changed since it last asked; it never polls the server.
 //
-// Two ways to drive it:
+// The stream is read with gRPC's callback API: gRPC's threads only hand
+// each message to a queue of at most max_queued messages; nothing of the
+// caller's ever runs on them. Two ways to take from the queue:
 // - kBackground: a thread of the mirror's own applies every message as it
 //   arrives; reads lock briefly and always see whole frames.
-// - kCaller: messages wait (a few at most) until the caller calls Update(),
-//   typically once at the start of its own frame, so the copy changes only
-//   when the caller says. A caller that falls behind makes the stream wait,
-//   and the server then folds the frames it missed into one.
+// - kCaller: messages wait until the caller calls Update(), typically once
+//   at the start of its own frame, so the copy changes only when the caller
+//   says.
+// Either way, a taker that falls behind fills the queue, the stream stops
+// reading, and the server then folds the frames it missed into one.
 //
 // When the stream drops (the server restarts, the network fails) the mirror
 // reconnects with backoff and resynchronises from a fresh snapshot; the
@@ -97,7 +100,8 @@ struct MirrorOptions {
   float position_precision = 0;
 
   Driver driver = Driver::kBackground;
-  // kCaller: how many messages may wait for Update() before the stream waits.
+  // How many messages may wait to be applied (for kCaller, for Update())
+  // before the stream waits.
   int max_queued = 4;
   // Reconnect backoff: doubles from min to max while the server is away.
   absl::Duration reconnect_min = absl::Milliseconds(50);
@@ -106,6 +110,10 @@ struct MirrorOptions {
   // (the mirror's own, or Update()'s caller), without the mirror's lock
   // held: it may read the mirror.
   std::function<void(const MirrorUpdate&)> on_update;
+  // Called once a frame (or a snapshot) is whole in the copy, with its
+  // number, after on_update, on the same thread and terms: a renderer's
+  // push.
+  std::function<void(uint64_t frame)> on_frame;
 };
 
 // What changed since the caller last asked: net, each entity in at most one
