@@ -316,10 +316,10 @@ class Mirror::Impl {
         if (stopping_) return;
         stream_done_ = false;
         received_on_stream_ = false;
+        stream_id_ = id;  // Before its first message can be applied.
       }
       auto stream = std::make_unique<Stream>(*this, id);
       mu_.Lock();
-      stream_id_ = id;
       // Cancelled here, outside the lock, when the mirror stops or a
       // message of it does not decode; then waited out.
       bool cancelled = false;
