@@ -249,6 +249,7 @@ class Mirror::Impl {
     absl::ReleasableMutexLock take(&take_mu_);
     Arrival arrival;
     Stream* resume = nullptr;
+    bool dropped = false;
     {
       absl::MutexLock lock(&mu_);
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -259,18 +260,18 @@ class Mirror::Impl {
       arrival = std::move(queue_.front());
       queue_.pop_front();
       std::swap(resume, paused_);
+      // The rest of a stream that would not decode is dropped. (Only a
+      // taker marks one, so this cannot change before the decode below.)
+      dropped = arrival.stream == broken_stream_;
     }
     if (resume != nullptr) resume->Resume();
+    if (dropped) return true;
     // Only this thread (or Update()'s caller) decodes: in order. Compact
     // deltas are against what their stream sent: a new stream starts
     // afresh, with a snapshot.
     if (arrival.stream != decoding_stream_) {
       compact_.Reset();
       decoding_stream_ = arrival.stream;
-    }
-    {
-      absl::MutexLock lock(&mu_);
-      if (arrival.stream == broken_stream_) return true;  // Dropped.
     }
     if (absl::Status decoded = compact_.Decode(arrival.update); !decoded.ok()) {
       // The supervisor cancels it (never under a lock: gRPC may run the

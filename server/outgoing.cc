@@ -62,20 +62,11 @@ v1::FrameUpdate Outgoing::MakeForEncoding(const v1::FrameUpdate** kept) const {
 }
 
 v1::FrameUpdate Outgoing::CompactOf(const v1::FrameUpdate& raw) const {
-  // Every field but the moves, which go compact.
-  v1::FrameUpdate c;
-  c.set_frame(raw.frame());
-  c.set_server_time_unix_nanos(raw.server_time_unix_nanos());
-  c.set_snapshot(raw.snapshot());
-  c.set_snapshot_done(raw.snapshot_done());
-  *c.mutable_created() = raw.created();
-  *c.mutable_created_parent() = raw.created_parent();
-  *c.mutable_destroyed() = raw.destroyed();
-  *c.mutable_reparented() = raw.reparented();
-  *c.mutable_reparented_parent() = raw.reparented_parent();
-  c.set_frames_skipped(raw.frames_skipped());
-  c.set_part(raw.part());
-  c.set_last_part(raw.last_part());
+  // Every field but the moves, which go compact. (Copied whole, then
+  // cleared: a field added to FrameUpdate later is not dropped here.)
+  v1::FrameUpdate c = raw;
+  c.clear_moved();
+  c.clear_moved_world();
   v1::CompactMovesWriter writer(precision_, raw.moved_size());
   for (int k = 0; k < raw.moved_size(); ++k) {
     const size_t at = static_cast<size_t>(k);

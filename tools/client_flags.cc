@@ -95,8 +95,4 @@ absl::StatusOr<std::vector<MirrorOptions::Encoding>> EncodingFlags() {
 
 float PrecisionFlag() { return absl::GetFlag(FLAGS_precision); }
 
-const char* EncodingName(MirrorOptions::Encoding encoding) {
-  return encoding == MirrorOptions::Encoding::kCompact ? "compact" : "raw";
-}
-
 }  // namespace xform::tools

@@ -26,7 +26,6 @@ absl::Status ApplyClientFlags(ClientOptions* options);
 // tool that compares them), or INVALID_ARGUMENT; and --precision.
 absl::StatusOr<std::vector<MirrorOptions::Encoding>> EncodingFlags();
 float PrecisionFlag();
-const char* EncodingName(MirrorOptions::Encoding encoding);
 
 }  // namespace xform::tools
 
