@@ -147,6 +147,28 @@ class Mirror::Impl {
     return changes;
   }
 
+  MirrorChangedState TakeChangedState() {
+    MirrorChangedState state;
+    absl::MutexLock lock(&mu_);
+    const NetChanges::Map pending = state_.TakeChanges(&state.resynced);
+    state.frame = state_.frame();
+    const client_internal::Copy& copy = state_.copy();
+    state.entities.reserve(pending.size());
+    state.parents.reserve(pending.size());
+    state.worlds.reserve(pending.size());
+    for (const auto& [e, flags] : pending) {
+      const uint32_t i = copy.Find(e);
+      if (i == client_internal::Copy::kAbsent) {
+        if (flags & kDestroyed) state.destroyed.push_back(e);
+        continue;
+      }
+      state.entities.push_back(e);
+      state.parents.push_back(copy.parent(i));
+      state.worlds.push_back(copy.world(i));
+    }
+    return state;
+  }
+
   bool synced() const {
     absl::MutexLock lock(&mu_);
     return SyncedLocked();
@@ -456,6 +478,9 @@ void Mirror::CopyAll(std::vector<EntityId>* entities,
   impl_->CopyAll(entities, worlds);
 }
 MirrorChanges Mirror::TakeChanges() { return impl_->TakeChanges(); }
+MirrorChangedState Mirror::TakeChangedState() {
+  return impl_->TakeChangedState();
+}
 bool Mirror::synced() const { return impl_->synced(); }
 int Mirror::resyncs() const { return impl_->resyncs(); }
 absl::Status Mirror::status() const { return impl_->status(); }

@@ -7,13 +7,11 @@
 #include <malloc.h>
 #include <sys/resource.h>
 
-#include <cmath>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <memory>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,14 +26,13 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "absl/types/span.h"
-#include "glm/gtc/quaternion.hpp"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "server/acceptor.h"
 #include "server/access_policy.h"
+#include "server/demo.h"
 #include "server/gatekeeper.h"
 #include "server/log.h"
 #include "server/service.h"
@@ -123,74 +120,12 @@ ABSL_FLAG(std::string, recover, "strict",
           "naming the file and offset; truncate drops it and the rest of "
           "that world's journal, logging what it dropped");
 ABSL_FLAG(bool, demo, false,
-          "Create world 'demo' (a 10,000-entity scene) and move 1% of it at "
-          "every tick, for trying the server out");
+          "Create and drive worlds for trying the server out: 'demo' (a "
+          "10,000-entity scene moving 1% a tick) and 'solar' (a solar "
+          "system of 3,000+ entities whose parents move, for xform-web)");
 
 namespace xform::server {
 namespace {
-
-// The demo world: 100 trees of 100 entities, each entity under a random
-// earlier one of its tree. Every tick turns the roots of 10 trees, so each
-// published frame moves about 1,000 entities. Written as core commands and
-// sent through the wire conversions, as a client's would be.
-void RunDemo(WorldHost& host, const absl::Notification& stop) {
-  v1::CreateWorldRequest create_world;
-  create_world.set_name("demo");
-  create_world.set_mode(v1::FRAME_MODE_TICK);
-  create_world.set_tick_hz(30);
-  absl::StatusOr<std::shared_ptr<HostedWorld>> world =
-      host.Create(create_world);
-  if (absl::IsAlreadyExists(world.status())) {
-    // Recovered from --data_dir: the demo starts its scene afresh.
-    host.Delete("demo").IgnoreError();
-    world = host.Create(create_world);
-  }
-  if (!world.ok()) {
-    Log('E', "demo: ", world.status().ToString());
-    return;
-  }
-  const auto apply = [&](absl::Span<const Command> batch) {
-    v1::ApplyRequest request;
-    request.set_world("demo");
-    v1::AppendCommands(batch, &request);
-    absl::StatusOr<uint64_t> frame = (*world)->Apply(request, host.limits());
-    if (!frame.ok()) Log('E', "demo: ", frame.status().ToString());
-    return frame.ok();
-  };
-  std::mt19937 rng(1);
-  std::uniform_real_distribution<float> u(-1, 1);
-  std::vector<Command> scene;
-  for (EntityId tree = 0; tree < 100; ++tree) {
-    for (EntityId k = 0; k < 100; ++k) {
-      CreateOp create;
-      create.entity = tree * 100 + k + 1;
-      if (k > 0) {
-        create.parent = tree * 100 + 1 +
-                        std::uniform_int_distribution<EntityId>(0, k - 1)(rng);
-      }
-      create.local.position = {10 * u(rng), 10 * u(rng), 10 * u(rng)};
-      scene.emplace_back(create);
-    }
-  }
-  if (!apply(scene)) return;
-  Log('I',
-      "demo: world 'demo' has 10000 entities in 100 trees; moving 10 trees per "
-      "tick");
-  std::vector<Command> move;
-  for (uint64_t step = 0;
-       !stop.WaitForNotificationWithTimeout(absl::Milliseconds(33)); ++step) {
-    move.clear();
-    const float angle = 0.05f * static_cast<float>(step);
-    for (EntityId tree = step % 10; tree < 100; tree += 10) {
-      SetLocalOp set;
-      set.entity = tree * 100 + 1;
-      set.local.position = {static_cast<float>(tree), 0, 0};
-      set.local.rotation = glm::angleAxis(angle, glm::vec3(0, 1, 0));
-      move.emplace_back(set);
-    }
-    if (!apply(move)) return;
-  }
-}
 
 // Whether HOST:PORT names this machine's loopback only.
 bool IsLoopback(absl::string_view listen) {
@@ -465,7 +400,7 @@ int Main() {
   absl::Notification stop_demo;
   std::thread demo;
   if (absl::GetFlag(FLAGS_demo))
-    demo = std::thread([&] { RunDemo(host, stop_demo); });
+    demo = std::thread([&] { RunDemoWorlds(host, stop_demo); });
 
   int signal = 0;
   for (;;) {

@@ -256,6 +256,44 @@ TEST_F(ClientTest, ABackgroundMirrorFollowsEveryKindOfChange) {
   EXPECT_TRUE(mirror->TakeChanges().empty());
 }
 
+// TakeChangedState: the same net changes as TakeChanges, each with the
+// parent and world matrix the copy holds, all from one frame.
+TEST_F(ClientTest, TakeChangedStateGivesEachChangeWithItsValues) {
+  MakeWorld();
+  std::unique_ptr<Mirror> mirror = StartMirror({.world = "w"});
+  ASSERT_TRUE(mirror->WaitForSync(kWait));
+  const auto expect_values = [&](const MirrorChangedState& state) {
+    ASSERT_EQ(state.parents.size(), state.entities.size());
+    ASSERT_EQ(state.worlds.size(), state.entities.size());
+    absl::StatusOr<std::vector<EntityState>> read =
+        client_->Read("w", state.entities);
+    ASSERT_TRUE(read.ok()) << read.status();
+    for (size_t i = 0; i < state.entities.size(); ++i) {
+      EXPECT_EQ(state.parents[i], (*read)[i].parent) << state.entities[i];
+      EXPECT_EQ(state.worlds[i], (*read)[i].world) << state.entities[i];
+    }
+  };
+  MirrorChangedState first = mirror->TakeChangedState();
+  EXPECT_THAT(first.entities, UnorderedElementsAre(1, 2, 3, 4));
+  EXPECT_TRUE(first.destroyed.empty());
+  expect_values(first);
+
+  // 1 moves (and with it 2, 3, 4), 4 goes, 6 comes and goes unseen.
+  absl::StatusOr<uint64_t> frame = client_->Apply(
+      "w",
+      {SetLocalOp{1, At(7)}, DestroyOp{4}, CreateOp{6, 1, At(2)}, DestroyOp{6}},
+      {.end_frame = true});
+  ASSERT_TRUE(frame.ok());
+  ASSERT_TRUE(mirror->WaitForFrame(*frame, kWait));
+  MirrorChangedState moved = mirror->TakeChangedState();
+  EXPECT_EQ(moved.frame, *frame);
+  EXPECT_THAT(moved.entities, UnorderedElementsAre(1, 2, 3));
+  EXPECT_THAT(moved.destroyed, UnorderedElementsAre(4));
+  expect_values(moved);
+  EXPECT_TRUE(mirror->TakeChangedState().empty());
+  EXPECT_TRUE(mirror->TakeChanges().empty());  // One drain for both.
+}
+
 // A Mirror joining a big world while a writer churns it gets a snapshot
 // streamed in parts, with later parts destroying, re-parenting and moving
 // what earlier ones created, and ends holding exactly what the server holds.

@@ -134,6 +134,22 @@ struct MirrorChanges {
   }
 };
 
+// TakeChanges() with the values: every entity created, moved or
+// re-parented since the caller last asked, each with its parent and world
+// matrix as the copy holds them now, and the entities destroyed. All of it
+// is read in one lock, so it is one frame's copy, coherent: what a gateway
+// forwarding the copy (xform-web) sends on.
+struct MirrorChangedState {
+  uint64_t frame = 0;
+  bool resynced = false;           // As in MirrorChanges.
+  std::vector<EntityId> entities;  // Created, moved or re-parented.
+  std::vector<EntityId> parents;   // Parallel to entities.
+  std::vector<Matrix3x4> worlds;   // Parallel to entities.
+  std::vector<EntityId> destroyed;
+
+  bool empty() const { return entities.empty() && destroyed.empty(); }
+};
+
 class Mirror {
  public:
   // Subscribes through `client`, which must outlive the mirror. Returns at
@@ -167,6 +183,10 @@ class Mirror {
 
   // What changed since the previous call (or since Start).
   MirrorChanges TakeChanges();
+  // The same, with the values (above); it drains what TakeChanges() would
+  // report, so a caller uses one or the other. O(changes), in the lock that
+  // applying messages takes too.
+  MirrorChangedState TakeChangedState();
 
   bool synced() const;          // A complete snapshot is applied, stream up.
   int resyncs() const;          // Snapshots applied after the first one.

@@ -1,0 +1,215 @@
+// Copyright 2026 The xform Authors.
+
+#include "server/demo.h"
+
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "glm/gtc/quaternion.hpp"
+#include "proto/xform/v1/wire.h"
+#include "server/log.h"
+#include "xform/world.h"
+
+namespace xform::server {
+namespace {
+
+// One self-driving world: `build` makes its entities once, then `step`
+// writes the commands of tick k every 1/hz seconds until `stop`.
+struct DemoWorld {
+  std::string name;
+  double hz = 30;
+  std::function<std::vector<Command>()> build;
+  std::function<void(uint64_t tick, std::vector<Command>* commands)> step;
+  std::string description;
+};
+
+void Drive(WorldHost& host, const DemoWorld& demo,
+           const absl::Notification& stop) {
+  v1::CreateWorldRequest create_world;
+  create_world.set_name(demo.name);
+  create_world.set_mode(v1::FRAME_MODE_TICK);
+  create_world.set_tick_hz(demo.hz);
+  absl::StatusOr<std::shared_ptr<HostedWorld>> world =
+      host.Create(create_world);
+  if (absl::IsAlreadyExists(world.status())) {
+    // Recovered from --data_dir: the demo starts afresh.
+    host.Delete(demo.name).IgnoreError();
+    world = host.Create(create_world);
+  }
+  if (!world.ok()) {
+    Log('E', "demo ", demo.name, ": ", world.status().ToString());
+    return;
+  }
+  const auto apply = [&](absl::Span<const Command> batch) {
+    v1::ApplyRequest request;
+    request.set_world(demo.name);
+    v1::AppendCommands(batch, &request);
+    absl::StatusOr<uint64_t> frame = (*world)->Apply(request, host.limits());
+    if (!frame.ok()) {
+      Log('E', "demo ", demo.name, ": ", frame.status().ToString());
+    }
+    return frame.ok();
+  };
+  if (!apply(demo.build())) return;
+  Log('I', "demo: world '", demo.name, "': ", demo.description);
+  std::vector<Command> commands;
+  const absl::Duration period = absl::Seconds(1 / demo.hz);
+  for (uint64_t tick = 0; !stop.WaitForNotificationWithTimeout(period);
+       ++tick) {
+    commands.clear();
+    demo.step(tick, &commands);
+    if (!apply(commands)) return;
+  }
+}
+
+// 100 trees of 100 entities, each entity under a random earlier one of its
+// tree; each tick turns the roots of 10 trees.
+DemoWorld SceneDemo() {
+  DemoWorld demo{.name = "demo", .hz = 30};
+  demo.description =
+      "10000 entities in 100 trees; moving 10 trees per tick, 30 Hz";
+  demo.build = [] {
+    std::mt19937 rng(1);
+    std::uniform_real_distribution<float> u(-1, 1);
+    std::vector<Command> scene;
+    for (EntityId tree = 0; tree < 100; ++tree) {
+      for (EntityId k = 0; k < 100; ++k) {
+        CreateOp create;
+        create.entity = tree * 100 + k + 1;
+        if (k > 0) {
+          create.parent =
+              tree * 100 + 1 +
+              std::uniform_int_distribution<EntityId>(0, k - 1)(rng);
+        }
+        create.local.position = {10 * u(rng), 10 * u(rng), 10 * u(rng)};
+        scene.emplace_back(create);
+      }
+    }
+    return scene;
+  };
+  demo.step = [](uint64_t tick, std::vector<Command>* move) {
+    const float angle = 0.05f * static_cast<float>(tick);
+    for (EntityId tree = tick % 10; tree < 100; tree += 10) {
+      SetLocalOp set;
+      set.entity = tree * 100 + 1;
+      set.local.position = {static_cast<float>(tree), 0, 0};
+      set.local.rotation = glm::angleAxis(angle, glm::vec3(0, 1, 0));
+      move->emplace_back(set);
+    }
+  };
+  return demo;
+}
+
+// The solar system's ids.
+constexpr EntityId kSystem = 1;  // The root, at the origin.
+constexpr EntityId kSun = 2;
+constexpr EntityId kBelt = 3;         // The asteroid belt's pivot.
+constexpr EntityId kOrbit = 10;       // + planet: its orbit pivot.
+constexpr EntityId kPlanet = 20;      // + planet.
+constexpr EntityId kMoonOrbit = 100;  // + 10 planet + moon.
+constexpr EntityId kMoon = 200;       // + 10 planet + moon.
+constexpr EntityId kAsteroid = 1000;  // + asteroid.
+constexpr int kAsteroids = 3000;
+
+struct Planet {
+  float radius, scale;
+  int moons;
+};
+constexpr Planet kPlanets[] = {{8, 0.6f, 0},  {12, 1.0f, 0}, {17, 1.1f, 1},
+                               {23, 0.8f, 2}, {44, 2.6f, 4}, {56, 2.2f, 3},
+                               {68, 1.6f, 2}, {80, 1.5f, 3}};
+
+glm::quat Turn(float angle, glm::vec3 axis = {0, 1, 0}) {
+  return glm::angleAxis(angle, glm::normalize(axis));
+}
+
+DemoWorld SolarDemo() {
+  DemoWorld demo{.name = "solar", .hz = 60};
+  demo.description =
+      "a sun, 8 planets, 15 moons and 3000 asteroids; every motion is a "
+      "pivot's, which its children follow, 60 Hz";
+  demo.build = [] {
+    std::vector<Command> scene;
+    const auto create = [&](EntityId e, EntityId parent, glm::vec3 position,
+                            float scale) {
+      CreateOp op;
+      op.entity = e;
+      op.parent = parent;
+      op.local.position = position;
+      op.local.scale = glm::vec3(scale);
+      scene.emplace_back(op);
+    };
+    create(kSystem, kNoEntity, {0, 0, 0}, 1);
+    create(kSun, kSystem, {0, 0, 0}, 5);
+    for (EntityId p = 0; p < std::size(kPlanets); ++p) {
+      const Planet& planet = kPlanets[p];
+      create(kOrbit + p, kSystem, {0, 0, 0}, 1);
+      create(kPlanet + p, kOrbit + p, {planet.radius, 0, 0}, planet.scale);
+      for (EntityId m = 0; m < static_cast<EntityId>(planet.moons); ++m) {
+        create(kMoonOrbit + 10 * p + m, kPlanet + p, {0, 0, 0}, 1);
+        create(kMoon + 10 * p + m, kMoonOrbit + 10 * p + m,
+               {1.4f + 0.7f * static_cast<float>(m), 0, 0}, 0.3f);
+      }
+    }
+    create(kBelt, kSystem, {0, 0, 0}, 1);
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> angle(0, 2 * M_PI);
+    std::uniform_real_distribution<float> radius(29, 36);
+    std::uniform_real_distribution<float> height(-0.8f, 0.8f);
+    std::uniform_real_distribution<float> size(0.1f, 0.35f);
+    for (int a = 0; a < kAsteroids; ++a) {
+      const float theta = angle(rng), r = radius(rng);
+      create(kAsteroid + a, kBelt,
+             {r * std::cos(theta), height(rng), r * std::sin(theta)},
+             size(rng));
+    }
+    return scene;
+  };
+  demo.step = [](uint64_t tick, std::vector<Command>* move) {
+    const float t = static_cast<float>(tick) / 60;
+    const auto turn = [&](EntityId e, glm::quat rotation,
+                          glm::vec3 position = {0, 0, 0}, float scale = 1) {
+      SetLocalOp op;
+      op.entity = e;
+      op.local.position = position;
+      op.local.rotation = rotation;
+      op.local.scale = glm::vec3(scale);
+      move->emplace_back(op);
+    };
+    turn(kSun, Turn(0.2f * t), {0, 0, 0}, 5);
+    turn(kBelt, Turn(0.04f * t));
+    for (EntityId p = 0; p < std::size(kPlanets); ++p) {
+      const Planet& planet = kPlanets[p];
+      // Kepler-ish: the outer planets are slower.
+      const float year = 3 / std::sqrt(planet.radius);
+      turn(kOrbit + p, Turn(year * t + static_cast<float>(p),
+                            {0.03f * static_cast<float>(p), 1, 0}));
+      turn(kPlanet + p, Turn(1.5f * t), {planet.radius, 0, 0}, planet.scale);
+      for (EntityId m = 0; m < static_cast<EntityId>(planet.moons); ++m) {
+        turn(kMoonOrbit + 10 * p + m,
+             Turn((2.5f - 0.4f * static_cast<float>(m)) * t +
+                      static_cast<float>(m),
+                  {0.2f * static_cast<float>(m), 1, 0}));
+      }
+    }
+  };
+  return demo;
+}
+
+}  // namespace
+
+void RunDemoWorlds(WorldHost& host, const absl::Notification& stop) {
+  std::thread solar([&] { Drive(host, SolarDemo(), stop); });
+  Drive(host, SceneDemo(), stop);
+  solar.join();
+}
+
+}  // namespace xform::server

@@ -1,0 +1,26 @@
+// Copyright 2026 The xform Authors.
+//
+// xformd --demo: worlds that drive themselves, for trying the server out
+// and for looking at (xform-web). Each is written as core commands sent
+// through the wire conversions, as a client's would be.
+//   demo   10,000 entities in 100 random trees; 10 trees turn a tick, so a
+//          frame moves about 1,000 entities. 30 Hz.
+//   solar  a sun, 8 planets on orbit pivots with 15 moons on pivots of
+//          their own, and a belt of 3,000 asteroids under one pivot: every
+//          motion is a parent's, which its children follow. 60 Hz.
+
+#ifndef XFORM_SERVER_DEMO_H_
+#define XFORM_SERVER_DEMO_H_
+
+#include "absl/synchronization/notification.h"
+#include "server/world_host.h"
+
+namespace xform::server {
+
+// Creates the demo worlds (replacing ones recovered from --data_dir) and
+// moves them until `stop`. Blocks; errors are logged.
+void RunDemoWorlds(WorldHost& host, const absl::Notification& stop);
+
+}  // namespace xform::server
+
+#endif  // XFORM_SERVER_DEMO_H_

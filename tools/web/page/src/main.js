@@ -1,0 +1,279 @@
+// xform-web's page: picks a world, opens a WebSocket to the gateway for it,
+// and draws every entity of the view at its world matrix as the frames
+// come. The gateway's mirror does resync and filtering; the page only
+// applies what it is sent.
+
+import * as THREE from 'three';
+import { OrbitControls } from 'three/examples/jsm/controls/OrbitControls.js';
+import { decodeFrame } from './frame.js';
+import { Entities } from './entities.js';
+
+const $ = (id) => document.getElementById(id);
+
+// ---- the 3D view ------------------------------------------------------------
+
+// Antialiasing multiplies a software renderer's work (headless Chromium's
+// SwiftShader, llvmpipe): on those, go without.
+function softwareGl() {
+  const gl = document.createElement('canvas').getContext('webgl2');
+  const info = gl && gl.getExtension('WEBGL_debug_renderer_info');
+  const name = info ? gl.getParameter(info.UNMASKED_RENDERER_WEBGL) : '';
+  gl?.getExtension('WEBGL_lose_context')?.loseContext();
+  return /swiftshader|llvmpipe|software/i.test(name);
+}
+// ?draw=instanced or ?draw=points overrides the choice (entities.js).
+const software = softwareGl();
+const draw = new URLSearchParams(location.search).get('draw') ||
+  (software ? 'points' : 'instanced');
+const renderer = new THREE.WebGLRenderer({ antialias: !software });
+renderer.setPixelRatio(window.devicePixelRatio);
+$('view').appendChild(renderer.domElement);
+const scene = new THREE.Scene();
+scene.background = new THREE.Color(0x14161c);
+scene.add(new THREE.AmbientLight(0xffffff, 1.6));
+const sun = new THREE.DirectionalLight(0xffffff, 1.8);
+sun.position.set(1, 2, 1.5);
+scene.add(sun);
+const camera = new THREE.PerspectiveCamera(50, 1, 0.01, 1e6);
+camera.position.set(0, 10, 20);
+const controls = new OrbitControls(camera, renderer.domElement);
+controls.enableDamping = true;
+const entities = new Entities(scene, { points: draw === 'points' });
+
+function resize() {
+  const { clientWidth: w, clientHeight: h } = $('view');
+  renderer.setSize(w, h);
+  camera.aspect = w / Math.max(1, h);
+  camera.updateProjectionMatrix();
+  entities.points?.setViewport(h * renderer.getPixelRatio(), camera.fov);
+}
+window.addEventListener('resize', resize);
+resize();
+
+function frameAll() {
+  const box = entities.bounds();
+  if (box.isEmpty()) return;
+  const center = box.getCenter(new THREE.Vector3());
+  const radius = Math.max(2, box.getSize(new THREE.Vector3()).length() / 2 + 1);
+  const distance = radius / Math.sin(THREE.MathUtils.degToRad(camera.fov / 2));
+  const direction = new THREE.Vector3(0, 0.5, 1).normalize();
+  controls.target.copy(center);
+  camera.position.copy(center).addScaledVector(direction, distance);
+  camera.near = distance / 1000;
+  camera.far = distance * 100;
+  camera.updateProjectionMatrix();
+  controls.update();
+}
+
+// ---- stats ------------------------------------------------------------------
+
+const stats = {
+  world: '', state: 'connecting', message: '', frame: 0, messages: 0,
+  entities: 0, updatesPerSecond: 0, bytesPerSecond: 0, latencyMs: 0,
+  latencyMaxMs: 0, fps: 0, resyncs: 0,
+};
+let second = { start: performance.now(), updates: 0, bytes: 0, frames: 0, latency: [] };
+
+function rollStats(now) {
+  const seconds = (now - second.start) / 1000;
+  if (seconds < 1) return;
+  stats.updatesPerSecond = Math.round(second.updates / seconds);
+  stats.bytesPerSecond = Math.round(second.bytes / seconds);
+  stats.fps = Math.round(second.frames / seconds);
+  const sorted = second.latency.sort((a, b) => a - b);
+  stats.latencyMs = sorted.length ? sorted[Math.floor(sorted.length / 2)] : 0;
+  stats.latencyMaxMs = sorted.length ? sorted[sorted.length - 1] : 0;
+  second = { start: now, updates: 0, bytes: 0, frames: 0, latency: [] };
+  $('stats').textContent = [
+    `frame     ${stats.frame}`,
+    `entities  ${stats.entities}`,
+    `updates/s ${stats.updatesPerSecond}`,
+    `bytes/s   ${stats.bytesPerSecond}`,
+    `latency   ${stats.latencyMs.toFixed(1)} ms (max ${stats.latencyMaxMs.toFixed(1)})`,
+    `fps       ${stats.fps} (${draw})`,
+  ].join('\n');
+}
+
+function showStatus(state, message) {
+  stats.state = state;
+  stats.message = message || '';
+  const badge = $('status');
+  badge.className = state;
+  badge.textContent = message ? `${state}: ${message}` : state;
+}
+
+// ---- the gateway ------------------------------------------------------------
+
+let socket = null;
+let paused = false;
+let retryTimer = null;
+let framedOnce = false;
+
+function connect() {
+  clearTimeout(retryTimer);
+  if (socket) {
+    socket.onclose = null;
+    socket.close();
+  }
+  entities.clear();
+  stats.entities = 0;
+  framedOnce = false;
+  const world = $('world').value;
+  stats.world = world;
+  if (!world) return;
+  const query = new URLSearchParams({ world });
+  const subtrees = $('subtrees').value.replace(/\s+/g, '');
+  if (subtrees) query.set('subtrees', subtrees);
+  const url = `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/ws?${query}`;
+  showStatus('connecting');
+  socket = new WebSocket(url);
+  socket.binaryType = 'arraybuffer';
+  socket.onopen = () => {
+    if (paused) socket.send(JSON.stringify({ pause: true }));
+  };
+  socket.onmessage = (event) => {
+    if (typeof event.data === 'string') {
+      const status = JSON.parse(event.data);
+      if (status.type === 'status') {
+        showStatus(status.synced ? 'live' : 'reconnecting', status.message);
+      }
+      return;
+    }
+    const frame = decodeFrame(event.data);
+    entities.apply(frame);
+    // The gateway sends the next message only when told this one is in:
+    // a page busy rendering skips frames instead of queueing them.
+    socket.send(JSON.stringify({ ack: frame.frame }));
+    stats.frame = frame.frame;
+    stats.messages += 1;
+    stats.entities = entities.count;
+    if (frame.flags & 1) stats.resyncs += 1;
+    second.updates += frame.ids.length;
+    second.bytes += event.data.byteLength;
+    if (frame.publishedMs > 0) second.latency.push(Date.now() - frame.publishedMs);
+    if (!framedOnce && entities.count > 0) {
+      framedOnce = true;
+      frameAll();
+    }
+  };
+  socket.onclose = (event) => {
+    showStatus('reconnecting', `gateway closed (${event.code}${event.reason ? ': ' + event.reason : ''})`);
+    retryTimer = setTimeout(connect, 1000);
+  };
+}
+
+async function refreshWorlds() {
+  try {
+    const response = await fetch('api/worlds');
+    const list = await response.json();
+    const select = $('world');
+    const wanted = select.value || new URLSearchParams(location.search).get('world') || '';
+    const names = list.worlds.map((w) => w.name);
+    if (wanted && !names.includes(wanted)) names.unshift(wanted);
+    if (names.join('\n') !== [...select.options].map((o) => o.value).join('\n')) {
+      select.replaceChildren(...names.map((name) => new Option(name, name)));
+    }
+    const before = stats.world;
+    select.value = wanted || names[0] || '';
+    if (select.value !== before) connect();
+  } catch (error) {
+    showStatus('reconnecting', `gateway unreachable (${error.message})`);
+  }
+}
+
+$('world').addEventListener('change', connect);
+$('apply').addEventListener('click', connect);
+$('subtrees').addEventListener('keydown', (e) => { if (e.key === 'Enter') connect(); });
+$('frame-all').addEventListener('click', frameAll);
+$('lines').addEventListener('change', (e) => entities.setLines(e.target.checked));
+$('pause').addEventListener('click', () => {
+  paused = !paused;
+  $('pause').textContent = paused ? 'resume' : 'pause';
+  if (socket && socket.readyState === WebSocket.OPEN) {
+    socket.send(JSON.stringify({ pause: paused }));
+  }
+});
+
+// ---- picking ----------------------------------------------------------------
+
+let pickedId = null;
+const raycaster = new THREE.Raycaster();
+renderer.domElement.addEventListener('click', (event) => {
+  const rect = renderer.domElement.getBoundingClientRect();
+  const pointer = new THREE.Vector2(
+    ((event.clientX - rect.left) / rect.width) * 2 - 1,
+    -((event.clientY - rect.top) / rect.height) * 2 + 1);
+  raycaster.setFromCamera(pointer, camera);
+  pickedId = entities.pick(raycaster);
+  showPicked();
+});
+
+function showPicked() {
+  const world = pickedId === null ? null : entities.world(pickedId);
+  if (!world) {
+    $('picked').textContent = '';
+    return;
+  }
+  const row = (r) => world.slice(4 * r, 4 * r + 4).map((v) => v.toFixed(3).padStart(9)).join(' ');
+  $('picked').textContent = [
+    `entity ${pickedId}`,
+    `parent ${entities.parentOf.get(pickedId) || 'none (a root)'}`,
+    'world',
+    row(0), row(1), row(2),
+  ].join('\n');
+}
+
+// ---- the loop ---------------------------------------------------------------
+
+function animate(now) {
+  requestAnimationFrame(animate);
+  controls.update();
+  renderer.render(scene, camera);
+  second.frames += 1;
+  if (pickedId !== null) showPicked();
+  rollStats(now);
+}
+requestAnimationFrame(animate);
+
+refreshWorlds();
+setInterval(refreshWorlds, 2000);
+
+// Renders now and reads the canvas back: for each colour class (by which
+// channel dominates), how many pixels and their centroid in [0, 1]. Tests
+// check what is on screen with it.
+function readPixels() {
+  renderer.render(scene, camera);
+  const gl = renderer.getContext();
+  const w = gl.drawingBufferWidth;
+  const h = gl.drawingBufferHeight;
+  const pixels = new Uint8Array(w * h * 4);
+  gl.readPixels(0, 0, w, h, gl.RGBA, gl.UNSIGNED_BYTE, pixels);
+  const classes = { lit: [0, 0, 0], orange: [0, 0, 0], cyan: [0, 0, 0] };
+  for (let y = 0; y < h; ++y) {
+    for (let x = 0; x < w; ++x) {
+      const o = 4 * (y * w + x);
+      const r = pixels[o];
+      const g = pixels[o + 1];
+      const b = pixels[o + 2];
+      const add = (c) => { c[0] += 1; c[1] += x; c[2] += h - 1 - y; };
+      if (r + g + b > 200) add(classes.lit);
+      if (r > 150 && b < 100 && r > g) add(classes.orange);
+      if (b > 150 && r < 100) add(classes.cyan);
+    }
+  }
+  const summary = {};
+  for (const [name, [n, sx, sy]] of Object.entries(classes)) {
+    summary[name] = { pixels: n, x: n ? sx / n / w : null, y: n ? sy / n / h : null };
+  }
+  return summary;
+}
+
+// For tests and the curious: the page's state.
+window.xformWeb = {
+  stats,
+  world: (id) => entities.world(id),
+  parent: (id) => entities.parentOf.get(id),
+  frameAll,
+  readPixels,
+  draw,
+};

@@ -1,0 +1,94 @@
+// Copyright 2026 The xform Authors.
+//
+// xform-web: a live 3D view of xformd's worlds in a browser. Serves the
+// page and a WebSocket per tab, each fed by a Mirror of its own (see
+// gateway.h). Stops on SIGINT or SIGTERM.
+
+#include <csignal>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "tools/client_flags.h"
+#include "tools/web/gateway.h"
+#include "xform/client.h"
+
+ABSL_FLAG(std::string, server, "127.0.0.1:50051", "xformd's address");
+ABSL_FLAG(std::string, listen, "127.0.0.1:8080",
+          "HOST:PORT to serve the page and WebSockets on (port 0: any)");
+ABSL_FLAG(std::string, web_root, XFORM_WEB_ROOT,
+          "The built page: a directory with index.html and app.js");
+ABSL_FLAG(int, threads, 2, "Threads serving HTTP and the tabs");
+ABSL_FLAG(int, max_tabs, 64, "Open WebSockets at most; past it, 503");
+ABSL_FLAG(int, max_inbound_bytes, 4096,
+          "The largest message a tab may send; larger closes it (1009)");
+ABSL_FLAG(int, idle_timeout_s, 30,
+          "Close a tab that has read nothing, not even a ping, this long");
+
+namespace {
+
+volatile std::sig_atomic_t stop_signal = 0;
+void OnSignal(int signal) { stop_signal = signal; }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "xform-web --server=HOST:PORT [--listen=127.0.0.1:8080] [--token=...] "
+      "[--tls_ca=...]: a live view of xformd's worlds in a browser");
+  absl::ParseCommandLine(argc, argv);
+
+  xform::ClientOptions client_options;
+  client_options.address = absl::GetFlag(FLAGS_server);
+  client_options.connect_timeout = absl::ZeroDuration();  // Serve meanwhile.
+  if (absl::Status status = xform::tools::ApplyClientFlags(&client_options);
+      !status.ok()) {
+    std::fprintf(stderr, "error: %s\n", status.ToString().c_str());
+    return 2;
+  }
+  absl::StatusOr<std::vector<xform::MirrorOptions::Encoding>> encodings =
+      xform::tools::EncodingFlags();
+  if (!encodings.ok() || encodings->size() != 1) {
+    std::fprintf(stderr, "error: --encoding: raw or compact\n");
+    return 2;
+  }
+  absl::StatusOr<std::unique_ptr<xform::Client>> client =
+      xform::Client::Connect(client_options);
+  if (!client.ok()) {
+    std::fprintf(stderr, "error: %s\n", client.status().ToString().c_str());
+    return 1;
+  }
+
+  xform::web::GatewayOptions options;
+  options.listen = absl::GetFlag(FLAGS_listen);
+  options.web_root = absl::GetFlag(FLAGS_web_root);
+  options.threads = absl::GetFlag(FLAGS_threads);
+  options.max_tabs = absl::GetFlag(FLAGS_max_tabs);
+  options.max_inbound_bytes =
+      static_cast<size_t>(std::max(16, absl::GetFlag(FLAGS_max_inbound_bytes)));
+  options.idle_timeout =
+      absl::Seconds(std::max(1, absl::GetFlag(FLAGS_idle_timeout_s)));
+  options.upstream_encoding = encodings->front();
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  absl::StatusOr<std::unique_ptr<xform::web::WebGateway>> gateway =
+      xform::web::WebGateway::Start(**client, options);
+  if (!gateway.ok()) {
+    std::fprintf(stderr, "error: %s\n", gateway.status().ToString().c_str());
+    return 1;
+  }
+  std::fprintf(stderr,
+               "xform-web: serving http://%s/ (port %d) for xformd at %s\n",
+               options.listen.c_str(), (*gateway)->port(),
+               client_options.address.c_str());
+  while (stop_signal == 0) absl::SleepFor(absl::Milliseconds(100));
+  std::fprintf(stderr, "xform-web: stopping on signal %d\n",
+               static_cast<int>(stop_signal));
+  gateway->reset();
+  return 0;
+}
