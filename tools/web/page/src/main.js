@@ -239,7 +239,8 @@ refreshWorlds();
 setInterval(refreshWorlds, 2000);
 
 // Renders now and reads the canvas back: for each colour class (by which
-// channel dominates), how many pixels and their centroid in [0, 1]. Tests
+// channel dominates), how many pixels and their centroid in [0, 1], x to
+// the right and y up. Tests
 // check what is on screen with it.
 function readPixels() {
   renderer.render(scene, camera);
@@ -255,7 +256,7 @@ function readPixels() {
       const r = pixels[o];
       const g = pixels[o + 1];
       const b = pixels[o + 2];
-      const add = (c) => { c[0] += 1; c[1] += x; c[2] += h - 1 - y; };
+      const add = (c) => { c[0] += 1; c[1] += x; c[2] += y; }; // y up: GL rows go up
       if (r + g + b > 200) add(classes.lit);
       if (r > 150 && b < 100 && r > g) add(classes.orange);
       if (b > 150 && r < 100) add(classes.cyan);

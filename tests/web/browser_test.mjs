@@ -1,0 +1,220 @@
+// xform-web in a real browser: Debian's chromium, headless, driven by
+// playwright-core, against a real xformd (kill -9 and restarted on its
+// journal) and xform-web on loopback, changed with xformctl.
+//
+//   node browser_test.mjs --xformd=PATH --xformctl=PATH --xform_web=PATH
+//       --web_root=DIR --playwright=DIR [--screenshot=FILE]
+//
+// Exits 0 when every check holds, 1 naming the first that does not, and
+// 77 (ctest's skip) when there is no chromium.
+
+import { spawn, execFileSync } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { createServer } from 'node:net';
+
+const args = Object.fromEntries(process.argv.slice(2).map((a) => {
+  const [key, ...value] = a.replace(/^--/, '').split('=');
+  return [key, value.join('=')];
+}));
+const CHROMIUM = '/usr/bin/chromium';
+if (!existsSync(CHROMIUM)) {
+  console.log('SKIP: no /usr/bin/chromium (Debian package chromium)');
+  process.exit(77);
+}
+const { chromium } = await import(pathToFileURL(join(resolve(args.playwright), 'index.mjs')).href);
+
+const children = [];
+const dataDir = mkdtempSync(join(tmpdir(), 'xform-browser-'));
+let browser = null;
+let failed = false;
+
+function cleanUp() {
+  for (const child of children) child.kill('SIGKILL');
+  rmSync(dataDir, { recursive: true, force: true });
+}
+
+function check(condition, what, detail = '') {
+  if (!condition) {
+    failed = true;
+    throw new Error(`FAILED: ${what}${detail ? ` (${detail})` : ''}`);
+  }
+  console.log(`ok: ${what}${detail ? ` (${detail})` : ''}`);
+}
+
+async function freePort() {
+  return new Promise((resolve) => {
+    const server = createServer();
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address();
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+function start(binary, flags, name) {
+  const child = spawn(binary, flags, { stdio: ['ignore', 'inherit', 'pipe'] });
+  let log = '';
+  child.stderr.on('data', (chunk) => { log += chunk; });
+  child.log = () => log;
+  child.name = name;
+  children.push(child);
+  return child;
+}
+
+async function waitFor(what, predicate, timeoutMs = 15000) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await predicate();
+    if (value) {
+      console.log(`ok: ${what}`);
+      return value;
+    }
+    if (Date.now() > deadline) check(false, what, 'timed out');
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+const grpcPort = await freePort();
+const webPort = await freePort();
+const server = `--server=127.0.0.1:${grpcPort}`;
+const xformdFlags = [`--listen=127.0.0.1:${grpcPort}`, `--data_dir=${dataDir}`,
+  '--fsync=always', '--demo'];
+function xformctl(...command) {
+  return execFileSync(args.xformctl, [server, ...command], { encoding: 'utf8' });
+}
+
+try {
+  let xformd = start(args.xformd, xformdFlags, 'xformd');
+  await waitFor('xformd serves', () => xformd.log().includes('xformd serving'));
+  start(args.xform_web, [server, `--listen=127.0.0.1:${webPort}`,
+    `--web_root=${args.web_root}`], 'xform-web');
+  const url = `http://127.0.0.1:${webPort}/`;
+  await waitFor('xform-web serves', async () => {
+    try { return (await fetch(`${url}api/worlds`)).ok; } catch { return false; }
+  });
+
+  // "one": a single large root. "family": a parent and a child above it.
+  xformctl('worlds', 'create', 'one', '--mode=driven');
+  xformctl('entities', 'create', 'one', '1', '--position=-1.5,0,0', '--scale=1.5,1.5,1.5');
+  xformctl('entities', 'set', 'one', '1', '--position=-1.5,0,0', '--scale=1.5,1.5,1.5', '--end_frame');
+  xformctl('worlds', 'create', 'family', '--mode=driven');
+  xformctl('entities', 'create', 'family', '1', '--scale=1.2,1.2,1.2');
+  xformctl('entities', 'create', 'family', '2', '--parent=1', '--position=0,1.5,0');
+  xformctl('entities', 'set', 'family', '1', '--scale=1.2,1.2,1.2', '--end_frame');
+
+  browser = await chromium.launch({
+    executablePath: CHROMIUM,
+    args: ['--no-sandbox', '--disable-background-networking', '--disable-component-update',
+      '--disable-sync', '--no-first-run', '--disable-quic'],
+  });
+
+  // Both ways of drawing: instanced (a GPU's) and points (a software renderer's).
+  for (const draw of ['instanced', 'points']) {
+    const page = await browser.newPage({ viewport: { width: 960, height: 600 } });
+    const pageErrors = [];
+    page.on('pageerror', (error) => pageErrors.push(error.message));
+    await page.goto(`${url}?world=one&draw=${draw}`);
+    const stats = () => page.evaluate(() => ({ ...window.xformWeb.stats }));
+    await waitFor(`${draw}: world one is live`, async () => {
+      const s = await stats();
+      return s.state === 'live' && s.entities === 1;
+    });
+    await page.waitForTimeout(300); // The camera settles on it.
+    const pixels = () => page.evaluate(() => window.xformWeb.readPixels());
+    const before = await pixels();
+    check(before.orange.pixels > 200, `${draw}: the canvas is not blank`,
+      `${before.orange.pixels} orange pixels`);
+
+    const frameBefore = (await stats()).frame;
+    xformctl('entities', 'set', 'one', '1', '--position=1.5,0,0', '--scale=1.5,1.5,1.5', '--end_frame');
+    await waitFor(`${draw}: the page gets the move`,
+      () => page.evaluate(() => window.xformWeb.world(1)?.[3] === 1.5));
+    const after = await pixels();
+    check(after.orange.x - before.orange.x > 0.15,
+      `${draw}: the entity's pixels moved right with it`,
+      `centroid x ${before.orange.x.toFixed(3)} -> ${after.orange.x.toFixed(3)}`);
+    check(Math.abs(after.orange.y - before.orange.y) < 0.05, `${draw}: and not up or down`);
+    check((await stats()).frame > frameBefore, `${draw}: the frame number rose`);
+    // Put it back for the next pass.
+    xformctl('entities', 'set', 'one', '1', '--position=-1.5,0,0', '--scale=1.5,1.5,1.5', '--end_frame');
+
+    // The world picker: to "family".
+    await waitFor(`${draw}: the picker lists family`, () =>
+      page.evaluate(() => [...document.querySelectorAll('#world option')].some((o) => o.value === 'family')));
+    await page.selectOption('#world', 'family');
+    await waitFor(`${draw}: world family is live`, async () => {
+      const s = await stats();
+      return s.world === 'family' && s.state === 'live' && s.entities === 2;
+    });
+    check(await page.evaluate(() => window.xformWeb.parent(2)) === 1, `${draw}: 2's parent is 1`);
+    await page.waitForTimeout(300);
+    const family = await pixels();
+    check(family.cyan.pixels > 50, `${draw}: the child is drawn`, `${family.cyan.pixels} cyan pixels`);
+    check(family.cyan.y > family.orange.y, `${draw}: above its parent`);
+    xformctl('entities', 'set', 'family', '1', '--position=1.5,0,0', '--scale=1.2,1.2,1.2', '--end_frame');
+    await waitFor(`${draw}: the child's world follows its parent`,
+      () => page.evaluate(() => Math.abs(window.xformWeb.world(2)?.[3] - 1.5) < 1e-5));
+    const moved = await pixels();
+    check(moved.cyan.x - family.cyan.x > 0.1, `${draw}: the child's pixels moved with the parent`,
+      `centroid x ${family.cyan.x.toFixed(3)} -> ${moved.cyan.x.toFixed(3)}`);
+    xformctl('entities', 'set', 'family', '1', '--position=0,0,0', '--scale=1.2,1.2,1.2', '--end_frame');
+
+    // The stats overlay counts frames.
+    const overlayFrame = async () => Number((await page.textContent('#stats')).match(/frame\s+(\d+)/)?.[1] ?? -1);
+    const shown = await overlayFrame();
+    xformctl('entities', 'set', 'family', '2', '--position=0,2,0', '--end_frame');
+    await waitFor(`${draw}: the overlay's frame count rises`, async () => (await overlayFrame()) > shown);
+    xformctl('entities', 'set', 'family', '2', '--position=0,1.5,0', '--end_frame');
+    check(pageErrors.length === 0, `${draw}: no script errors`, pageErrors.join('; '));
+    await page.close();
+  }
+
+  // kill -9: the page says it is reconnecting, and recovers when xformd is
+  // back (on its journal) with the world as it was.
+  const page = await browser.newPage({ viewport: { width: 960, height: 600 } });
+  await page.goto(`${url}?world=family`);
+  await waitFor('family is live', () => page.evaluate(() =>
+    window.xformWeb.stats.state === 'live' && window.xformWeb.stats.entities === 2));
+  xformd.kill('SIGKILL');
+  await waitFor('the page shows reconnecting', async () =>
+    (await page.textContent('#status')).startsWith('reconnecting'));
+  xformd = start(args.xformd, xformdFlags, 'xformd');
+  await waitFor('xformd serves again', () => xformd.log().includes('xformd serving'));
+  xformctl('entities', 'set', 'family', '1', '--position=-2,0,0', '--scale=1.2,1.2,1.2', '--end_frame');
+  await waitFor('the page is live again, with the change made after', async () =>
+    (await page.textContent('#status')) === 'live' &&
+    await page.evaluate(() => window.xformWeb.world(2)?.[3] === -2));
+  await page.close();
+
+  // The demo's solar system, for the README; and the frame rate of the
+  // demo's 10,000 entities in this software renderer.
+  const solar = await browser.newPage({ viewport: { width: 1280, height: 720 } });
+  await solar.goto(`${url}?world=solar`);
+  await waitFor('solar is live', () => solar.evaluate(() =>
+    window.xformWeb.stats.state === 'live' && window.xformWeb.stats.entities > 3000));
+  await solar.waitForTimeout(2500);
+  if (args.screenshot) {
+    await solar.screenshot({ path: args.screenshot });
+    console.log(`screenshot: ${args.screenshot}`);
+  }
+  console.log('figures solar:', JSON.stringify(await solar.evaluate(() => window.xformWeb.stats)));
+  await solar.goto(`${url}?world=demo`);
+  await waitFor('demo is live', () => solar.evaluate(() =>
+    window.xformWeb.stats.state === 'live' && window.xformWeb.stats.entities === 10000));
+  await solar.waitForTimeout(3000);
+  console.log('figures demo:', JSON.stringify(await solar.evaluate(() => window.xformWeb.stats)));
+} catch (error) {
+  failed = true;
+  console.log(error.message);
+  for (const child of children) {
+    console.log(`--- ${child.name} log (tail) ---\n${child.log().slice(-2000)}`);
+  }
+} finally {
+  await browser?.close();
+  cleanUp();
+}
+console.log(failed ? 'FAIL' : 'PASS');
+process.exit(failed ? 1 : 0);
