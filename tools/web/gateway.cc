@@ -259,7 +259,8 @@ class WebGateway::Impl {
 
   // For HttpSession: a WebSocket upgrade to /ws. Takes the stream when it
   // opens a tab; otherwise returns the refusal to send.
-  std::optional<Response> Upgrade(beast::tcp_stream& stream, Request request);
+  std::optional<Response> Upgrade(beast::tcp_stream& stream,
+                                  const Request& request);
 
   // For tabs.
   Client& client() { return client_; }
@@ -354,8 +355,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     }
     Request request = parser_->release();
     if (websocket::is_upgrade(request)) {
-      std::optional<Response> refusal =
-          gateway_.Upgrade(stream_, std::move(request));
+      std::optional<Response> refusal = gateway_.Upgrade(stream_, request);
       if (refusal) Send(*std::move(refusal), /*then_read=*/false);
       return;
     }
@@ -403,7 +403,7 @@ class Tab : public std::enable_shared_from_this<Tab> {
     gateway_.TabEnded(id_);
   }
 
-  void Accept(Request request) {
+  void Accept(const Request& request) {
     websocket::stream_base::timeout timeout{};
     timeout.handshake_timeout = std::chrono::seconds(10);
     timeout.idle_timeout = ToChrono(gateway_.options().idle_timeout);
@@ -617,7 +617,7 @@ class Tab : public std::enable_shared_from_this<Tab> {
 };
 
 std::optional<Response> WebGateway::Impl::Upgrade(beast::tcp_stream& stream,
-                                                  Request request) {
+                                                  const Request& request) {
   const std::string target(request.target());
   const size_t question = target.find('?');
   if (target.substr(0, question) != "/ws") {
@@ -655,7 +655,7 @@ std::optional<Response> WebGateway::Impl::Upgrade(beast::tcp_stream& stream,
     tabs_open_.fetch_add(1);
   }
   tabs_opened_.fetch_add(1);
-  tab->Accept(std::move(request));
+  tab->Accept(request);
   return std::nullopt;
 }
 
