@@ -464,7 +464,7 @@ class Tab : public std::enable_shared_from_this<Tab> {
     ReadControl();
   }
 
-  // Messages from the page: {"pause": bool}.
+  // Messages from the page: {"ack": frame} and {"pause": bool}.
   void ReadControl() {
     ws_.async_read(inbound_,
                    [self = shared_from_this()](beast::error_code ec, size_t) {
