@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "glm/gtc/quaternion.hpp"
 #include "glm/mat3x3.hpp"
 #include "gtest/gtest.h"
@@ -299,16 +300,46 @@ TEST(CompactMovesTest, HostileBytesAreDataLoss) {
   }
 }
 
+// Every precision a subscriber may ask for is served at most as coarse,
+// at least half as fine, and at one of 31 values: a world encodes a frame
+// at most 31 ways, however many distinct precisions are asked for.
+TEST(CompactMovesTest, AskedPrecisionsAreServedAtFewPowersOfTwo) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> log2_precision(-20, 10);
+  SubscribeRequest request;
+  request.set_world("w");
+  request.set_encoding(ENCODING_COMPACT);
+  absl::flat_hash_set<float> served;
+  for (int i = 0; i < 100'000; ++i) {
+    const float asked =
+        std::min(std::exp2(log2_precision(rng)), kMaxPositionPrecision);
+    request.set_position_precision(std::max(asked, kMinPositionPrecision));
+    ASSERT_TRUE(CheckSubscribeRequest(request, 10).ok()) << asked;
+    const float precision = CompactPrecision(request);
+    ASSERT_LE(precision, request.position_precision());
+    ASSERT_GT(precision, request.position_precision() / 2);
+    served.insert(precision);
+  }
+  EXPECT_LE(served.size(), 31u);
+}
+
 TEST(CompactMovesTest, SubscriptionsAskForItWithinBounds) {
   SubscribeRequest request;
   request.set_world("w");
   EXPECT_TRUE(CheckSubscribeRequest(request, 10).ok());
   EXPECT_EQ(CompactPrecision(request), 0);  // Raw.
   request.set_encoding(ENCODING_COMPACT);
-  EXPECT_EQ(CompactPrecision(request), kDefaultPositionPrecision);
+  EXPECT_EQ(CompactPrecision(request), 0x1p-10f);  // The default, 0.001.
   request.set_position_precision(0.01f);
   EXPECT_TRUE(CheckSubscribeRequest(request, 10).ok());
-  EXPECT_EQ(CompactPrecision(request), 0.01f);
+  EXPECT_EQ(CompactPrecision(request), 0x1p-7f);  // 0.0078125.
+  request.set_position_precision(0.5f);
+  EXPECT_EQ(CompactPrecision(request), 0.5f);
+  for (float edge : {kMinPositionPrecision, kMaxPositionPrecision}) {
+    request.set_position_precision(edge);
+    EXPECT_TRUE(CheckSubscribeRequest(request, 10).ok()) << edge;
+    EXPECT_EQ(CompactPrecision(request), edge);
+  }
   for (float bad : {-1.0f, 1e-9f, 1e9f, NAN, INFINITY}) {
     request.set_position_precision(bad);
     EXPECT_EQ(CheckSubscribeRequest(request, 10).code(),

@@ -47,9 +47,12 @@
 
 namespace xform::v1 {
 
+// What a subscription may ask for. The server serves the power of two at or
+// below the asked precision (CompactPrecision in wire.h), so the bounds are
+// powers of two: 2^-20 (about 1e-6) to 2^10.
 inline constexpr float kDefaultPositionPrecision = 0.001f;
-inline constexpr float kMinPositionPrecision = 1e-6f;
-inline constexpr float kMaxPositionPrecision = 1e3f;
+inline constexpr float kMinPositionPrecision = 0x1p-20f;
+inline constexpr float kMaxPositionPrecision = 0x1p10f;
 
 // A world matrix as the compact encoding carries it.
 struct QuantizedPose {

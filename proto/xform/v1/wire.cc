@@ -3,6 +3,7 @@
 #include "xform/v1/wire.h"
 
 #include <algorithm>
+#include <cmath>
 #include <type_traits>
 #include <variant>
 
@@ -119,8 +120,12 @@ absl::Status CheckSubscribeRequest(const SubscribeRequest& request,
 
 float CompactPrecision(const SubscribeRequest& request) {
   if (request.encoding() != ENCODING_COMPACT) return 0;
-  return request.position_precision() == 0 ? kDefaultPositionPrecision
-                                           : request.position_precision();
+  const float asked = request.position_precision() == 0
+                          ? kDefaultPositionPrecision
+                          : request.position_precision();
+  int exponent;
+  std::frexp(asked, &exponent);  // asked = m 2^exponent, m in [0.5, 1).
+  return std::ldexp(1.0f, exponent - 1);
 }
 
 size_t EntitiesNamed(const ApplyRequest& request) {

@@ -43,11 +43,15 @@ absl::StatusOr<std::vector<EntityState>> EntityStatesFromWire(
 // RESOURCE_EXHAUSTED when its filter names more than `max_filter_ids`
 // entities and subtrees (--max_filter_ids), INVALID_ARGUMENT for a
 // max_rate_hz outside [0, 1e6], an entity id 0 in the filter, an unknown
-// encoding or a position_precision outside [1e-6, 1e3]. O(filter).
+// encoding or a position_precision outside [2^-20, 2^10]. O(filter).
 absl::Status CheckSubscribeRequest(const SubscribeRequest& request,
                                    size_t max_filter_ids);
-// A checked request's compact encoding precision, its default filled in; 0
-// for the raw encoding.
+// The precision a checked request's compact encoding is served at: the
+// largest power of two at or below the one asked for (its default filled
+// in: 0.001 is served at 2^-10), so never coarser than asked; 0 for the raw
+// encoding. Subscribers sharing a precision share one encode a frame, so a
+// world encodes each frame at most 31 ways however many precisions its
+// subscribers ask for (a hostile client cannot make it one per subscriber).
 float CompactPrecision(const SubscribeRequest& request);
 
 // Entities the request's commands name, counted without converting them:
