@@ -176,7 +176,8 @@ TEST(XformdProcessTest, BadFlagsAreAUsageError) {
        {"--tick_hz=0", "--tick_hz=0.001", "--tick_hz=nan", "--tick_hz=5000",
         "--max_message_bytes=0", "--write_timeout_ms=0", "--build_threads=0",
         "--build_threads=65", "--max_worlds=0", "--keepalive_ms=-1",
-        "--snapshot_burst_mb=0", "--snapshot_burst_mb=1048577"}) {
+        "--snapshot_burst_mb=0", "--snapshot_burst_mb=1048577",
+        "--fanout_threads=-1", "--fanout_threads=65"}) {
     Xformd xformd({flag});
     EXPECT_EQ(xformd.WaitForExit(absl::Seconds(10)), 2) << flag;
     const std::string name = flag.substr(0, flag.find('='));
