@@ -5,6 +5,7 @@
 #include <cmath>
 #include <functional>
 #include <memory>
+#include <numbers>
 #include <random>
 #include <string>
 #include <thread>
@@ -161,7 +162,8 @@ DemoWorld SolarDemo() {
     }
     create(kBelt, kSystem, {0, 0, 0}, 1);
     std::mt19937 rng(7);
-    std::uniform_real_distribution<float> angle(0, 2 * M_PI);
+    std::uniform_real_distribution<float> angle(0,
+                                                2 * std::numbers::pi_v<float>);
     std::uniform_real_distribution<float> radius(29, 36);
     std::uniform_real_distribution<float> height(-0.8f, 0.8f);
     std::uniform_real_distribution<float> size(0.1f, 0.35f);

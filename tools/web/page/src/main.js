@@ -5,7 +5,7 @@
 
 import * as THREE from 'three';
 import { OrbitControls } from 'three/examples/jsm/controls/OrbitControls.js';
-import { decodeFrame } from './frame.js';
+import { decodeFrame, RESYNCED } from './frame.js';
 import { Entities } from './entities.js';
 
 const $ = (id) => document.getElementById(id);
@@ -147,7 +147,7 @@ function connect() {
     stats.frame = frame.frame;
     stats.messages += 1;
     stats.entities = entities.count;
-    if (frame.flags & 1) stats.resyncs += 1;
+    if (frame.flags & RESYNCED) stats.resyncs += 1;
     second.updates += frame.ids.length;
     second.bytes += event.data.byteLength;
     if (frame.publishedMs > 0) second.latency.push(Date.now() - frame.publishedMs);
