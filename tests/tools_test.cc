@@ -199,5 +199,18 @@ TEST_F(ToolsTest, XformLoadDrivenFramesAreOneBatchEach) {
   }
 }
 
+// A limit out of range is a usage error naming the flag, not clamped.
+TEST(XformWebTest, FlagsOutOfRangeAreAUsageError) {
+  for (const std::string flag :
+       {"--threads=0", "--threads=65", "--max_tabs=0", "--max_inbound_bytes=8",
+        "--max_inbound_bytes=2000000", "--idle_timeout_s=0",
+        "--idle_timeout_s=-5"}) {
+    const Ran ran =
+        RunShell(absl::StrCat(XFORM_WEB_PATH, " --listen=127.0.0.1:0 ", flag));
+    EXPECT_EQ(ran.exit_code, 2) << flag << ": " << ran.err;
+    EXPECT_THAT(ran.err, HasSubstr(flag.substr(0, flag.find('=')))) << flag;
+  }
+}
+
 }  // namespace
 }  // namespace xform

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <tuple>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -23,12 +24,15 @@ ABSL_FLAG(std::string, listen, "127.0.0.1:8080",
           "HOST:PORT to serve the page and WebSockets on (port 0: any)");
 ABSL_FLAG(std::string, web_root, XFORM_WEB_ROOT,
           "The built page: a directory with index.html and app.js");
-ABSL_FLAG(int, threads, 2, "Threads serving HTTP and the tabs");
-ABSL_FLAG(int, max_tabs, 64, "Open WebSockets at most; past it, 503");
+ABSL_FLAG(int, threads, 2, "Threads serving HTTP and the tabs (1 to 64)");
+ABSL_FLAG(int, max_tabs, 64,
+          "Open WebSockets at most (1 to 100000); past it, 503");
 ABSL_FLAG(int, max_inbound_bytes, 4096,
-          "The largest message a tab may send; larger closes it (1009)");
+          "The largest message a tab may send (16 to 1048576); larger closes "
+          "it (1009)");
 ABSL_FLAG(int, idle_timeout_s, 30,
-          "Close a tab that has read nothing, not even a ping, this long");
+          "Close a tab that has read nothing, not even a ping, this long (1 "
+          "to 86400)");
 
 namespace {
 
@@ -42,6 +46,19 @@ int main(int argc, char** argv) {
       "xform-web --server=HOST:PORT [--listen=127.0.0.1:8080] [--token=...] "
       "[--tls_ca=...]: a live view of xformd's worlds in a browser");
   absl::ParseCommandLine(argc, argv);
+  // A value out of range is a usage error rather than quietly clamped:
+  // --max_tabs=0 would refuse every tab, and an operator should hear so.
+  for (const auto& [name, value, low, high] :
+       {std::tuple{"--threads", absl::GetFlag(FLAGS_threads), 1, 64},
+        {"--max_tabs", absl::GetFlag(FLAGS_max_tabs), 1, 100'000},
+        {"--max_inbound_bytes", absl::GetFlag(FLAGS_max_inbound_bytes), 16,
+         1 << 20},
+        {"--idle_timeout_s", absl::GetFlag(FLAGS_idle_timeout_s), 1, 86'400}}) {
+    if (value < low || value > high) {
+      std::fprintf(stderr, "error: %s must be %d to %d\n", name, low, high);
+      return 2;
+    }
+  }
 
   xform::ClientOptions client_options;
   client_options.address = absl::GetFlag(FLAGS_server);
@@ -70,9 +87,8 @@ int main(int argc, char** argv) {
   options.threads = absl::GetFlag(FLAGS_threads);
   options.max_tabs = absl::GetFlag(FLAGS_max_tabs);
   options.max_inbound_bytes =
-      static_cast<size_t>(std::max(16, absl::GetFlag(FLAGS_max_inbound_bytes)));
-  options.idle_timeout =
-      absl::Seconds(std::max(1, absl::GetFlag(FLAGS_idle_timeout_s)));
+      static_cast<size_t>(absl::GetFlag(FLAGS_max_inbound_bytes));
+  options.idle_timeout = absl::Seconds(absl::GetFlag(FLAGS_idle_timeout_s));
   options.upstream_encoding = encodings->front();
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
