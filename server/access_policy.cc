@@ -45,7 +45,10 @@ absl::Status CheckQuotas(absl::string_view where, const config::Quotas& q) {
        {std::tuple{q.has_write_batches_per_second(),
                    q.write_batches_per_second(), "write_batches_per_second"},
         {q.has_write_entities_per_second(), q.write_entities_per_second(),
-         "write_entities_per_second"}}) {
+         "write_entities_per_second"},
+        {q.has_calls_per_second(), q.calls_per_second(), "calls_per_second"},
+        {q.has_bytes_out_per_second(), q.bytes_out_per_second(),
+         "bytes_out_per_second"}}) {
     if (set && !(value > 0 && std::isfinite(value))) {
       return Invalid(where, absl::StrCat(name, " must be above 0"));
     }

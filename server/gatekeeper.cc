@@ -29,26 +29,25 @@ const char* RoleName(Role role) {
   return "?";
 }
 
-// Refills `bucket` at `rate` a second, up to a second's worth, and takes
-// `amount` if it is there (a batch bigger than a second's worth goes when
-// the bucket is full, rather than never).
-bool Take(double rate, double amount, absl::Time now, double& tokens,
-          absl::Time& last) {
-  const double capacity = std::max(rate, 1.0);
-  if (tokens < 0) {
-    tokens = capacity;
-  } else {
-    tokens =
-        std::min(capacity, tokens + rate * absl::ToDoubleSeconds(now - last));
-  }
-  last = now;
-  if (tokens < std::min(amount, capacity)) return false;
-  tokens -= amount;  // May go below zero for an outsized batch: it waits.
-  if (tokens < 0) tokens = 0;
+// Takes `amount` from `bucket` if it is there (a batch bigger than a
+// second's worth goes when the bucket is full, rather than never).
+bool Take(double rate, double amount, absl::Time now, auto& bucket) {
+  bucket.Refill(rate, now);
+  if (bucket.tokens < std::min(amount, std::max(rate, 1.0))) return false;
+  bucket.tokens = std::max(0.0, bucket.tokens - amount);
   return true;
 }
 
 }  // namespace
+
+void Usage::Bucket::Refill(double rate, absl::Time now) {
+  const double capacity = std::max(rate, 1.0);
+  tokens = used ? std::min(capacity,
+                           tokens + rate * absl::ToDoubleSeconds(now - last))
+                : capacity;
+  used = true;
+  last = now;
+}
 
 Usage::Ticket::~Ticket() {
   absl::MutexLock lock(&usage_->mu_);
@@ -68,10 +67,11 @@ absl::StatusOr<std::unique_ptr<Usage::Ticket>> Usage::Open(
   const uint64_t limit =
       subscription ? quotas.max_subscriptions() : quotas.max_writers();
   if (limited && open >= limit) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("principal '", name_, "' has its quota of ", limit,
-                     subscription ? " subscriptions (max_subscriptions)"
-                                  : " writers (max_writers)"));
+    return Refused(subscription ? "Subscribe" : "a write",
+                   absl::ResourceExhaustedError(absl::StrCat(
+                       "principal '", name_, "' has its quota of ", limit,
+                       subscription ? " subscriptions (max_subscriptions)"
+                                    : " writers (max_writers)")));
   }
   ++open;
   const uint64_t id = next_id_++;
@@ -91,24 +91,64 @@ absl::Status Usage::TakeWrite(const config::Quotas& quotas, size_t entities,
   // Both buckets or neither: refill and test on copies first.
   Bucket batches = batches_, named = entities_;
   if (quotas.has_write_batches_per_second() &&
-      !Take(quotas.write_batches_per_second(), 1, now, batches.tokens,
-            batches.last)) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("principal '", name_, "' is over its write rate of ",
-                     quotas.write_batches_per_second(),
-                     " batches/s (write_batches_per_second)"));
+      !Take(quotas.write_batches_per_second(), 1, now, batches)) {
+    return Refused("a write",
+                   absl::ResourceExhaustedError(absl::StrCat(
+                       "principal '", name_, "' is over its write rate of ",
+                       quotas.write_batches_per_second(),
+                       " batches/s (write_batches_per_second)")));
   }
   if (quotas.has_write_entities_per_second() &&
       !Take(quotas.write_entities_per_second(), static_cast<double>(entities),
-            now, named.tokens, named.last)) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("principal '", name_, "' is over its write rate of ",
-                     quotas.write_entities_per_second(),
-                     " entities/s (write_entities_per_second)"));
+            now, named)) {
+    return Refused("a write",
+                   absl::ResourceExhaustedError(absl::StrCat(
+                       "principal '", name_, "' is over its write rate of ",
+                       quotas.write_entities_per_second(),
+                       " entities/s (write_entities_per_second)")));
   }
   batches_ = batches;
   entities_ = named;
   return absl::OkStatus();
+}
+
+absl::Status Usage::TakeCall(const config::Quotas& quotas,
+                             absl::string_view method, absl::Time now) {
+  if (!quotas.has_calls_per_second()) return absl::OkStatus();
+  absl::MutexLock lock(&mu_);
+  if (Take(quotas.calls_per_second(), 1, now, calls_)) return absl::OkStatus();
+  return Refused(
+      method, absl::ResourceExhaustedError(absl::StrCat(
+                  "principal '", name_, "' is over its call rate of ",
+                  quotas.calls_per_second(), " calls/s (calls_per_second)")));
+}
+
+bool Usage::MaySend(const config::Quotas& quotas, absl::Time now) {
+  if (!quotas.has_bytes_out_per_second()) return true;
+  absl::MutexLock lock(&mu_);
+  bytes_out_.Refill(quotas.bytes_out_per_second(), now);
+  return bytes_out_.tokens > 0;
+}
+
+absl::Status Usage::CheckSend(const config::Quotas& quotas, absl::Time now) {
+  if (MaySend(quotas, now)) return absl::OkStatus();
+  return Refused("Read", absl::ResourceExhaustedError(absl::StrCat(
+                             "principal '", name_, "' is over its rate of ",
+                             quotas.bytes_out_per_second(),
+                             " bytes/s sent (bytes_out_per_second)")));
+}
+
+void Usage::ChargeSent(const config::Quotas& quotas, size_t bytes,
+                       absl::Time now) {
+  if (!quotas.has_bytes_out_per_second()) return;
+  absl::MutexLock lock(&mu_);
+  bytes_out_.Refill(quotas.bytes_out_per_second(), now);
+  bytes_out_.tokens -= static_cast<double>(bytes);
+}
+
+absl::Status Usage::Refused(absl::string_view method, absl::Status status) {
+  refusals_.Log('W', "refused: ", method, ": ", status.message());
+  return status;
 }
 
 void Usage::EndStreams(const absl::Status& status) {
@@ -123,12 +163,10 @@ void Usage::EndStreams(const absl::Status& status) {
 absl::Status Caller::Require(Role role, absl::string_view world,
                              absl::string_view method) const {
   if (principal->Allows(role, world)) return absl::OkStatus();
-  const std::string shown(world.substr(0, 128));
-  Log('W', "refused: ", method, " by principal '", name(), "' on world '",
-      shown, "' (needs ", RoleName(role), ")");
-  return absl::PermissionDeniedError(
-      absl::StrCat("principal '", name(), "' lacks the ", RoleName(role),
-                   " role on world '", shown, "'"));
+  return usage->Refused(
+      method, absl::PermissionDeniedError(absl::StrCat(
+                  "principal '", name(), "' lacks the ", RoleName(role),
+                  " role on world '", world.substr(0, 128), "'")));
 }
 
 Gatekeeper::Gatekeeper(std::shared_ptr<const AccessPolicy> policy)
@@ -151,7 +189,8 @@ absl::StatusOr<Caller> Gatekeeper::Authenticate(
   const std::shared_ptr<const AccessPolicy> policy = this->policy();
   const Principal* principal = nullptr;
   const auto refuse = [&](absl::string_view why) {
-    Log('W', "refused: ", method, " from ", context.peer(), ": ", why);
+    unauthenticated_.Log('W', "refused: ", method, " from ", context.peer(),
+                         ": ", why);
     return absl::UnauthenticatedError(why);
   };
   if (!policy->enforced()) {
@@ -187,6 +226,11 @@ absl::StatusOr<Caller> Gatekeeper::Authenticate(
   caller.principal = std::shared_ptr<const Principal>(policy, principal);
   caller.usage = UsageOf(principal->name);
   caller.enforced = policy->enforced();
+  if (absl::Status rate =
+          caller.usage->TakeCall(caller.quotas(), method, absl::Now());
+      !rate.ok()) {
+    return rate;
+  }
   return caller;
 }
 

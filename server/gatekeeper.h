@@ -8,10 +8,13 @@
 // policy lacks loses its open streams at once.
 //
 // Usage (streams open, token buckets) is kept per principal name, so a
-// reload that keeps a principal keeps its count.
+// reload that keeps a principal keeps its count. Refusals are logged with
+// the principal's name (or the peer, unauthenticated) at most once a second
+// per principal, each line counting those it stands for.
 //
-// Costs: Authenticate is one SHA-256 and O(principals) comparisons; Require
-// is Principal::Allows; a quota check is O(1) under the principal's lock.
+// Costs: Authenticate is one SHA-256 and O(principals) comparisons, plus
+// the call-rate bucket; Require is Principal::Allows; a quota check is O(1)
+// under the principal's lock, and no lock at all when the quota is unset.
 //
 // Thread-safe.
 
@@ -31,6 +34,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/server_context.h"
 #include "server/access_policy.h"
+#include "server/log.h"
 
 namespace xform::server {
 
@@ -65,15 +69,32 @@ class Usage : public std::enable_shared_from_this<Usage> {
   // (RESOURCE_EXHAUSTED) taking nothing.
   absl::Status TakeWrite(const config::Quotas& quotas, size_t entities,
                          absl::Time now);
+  // Takes a call to `method` from the calls_per_second bucket, or refuses
+  // it.
+  absl::Status TakeCall(const config::Quotas& quotas, absl::string_view method,
+                        absl::Time now);
+  // Whether bytes_out_per_second has room to send now (a message is
+  // charged after it is chosen, so the bucket may go into debt by one
+  // message; sending waits until it is paid).
+  bool MaySend(const config::Quotas& quotas, absl::Time now);
+  // MaySend as a status for a unary call: RESOURCE_EXHAUSTED when not.
+  absl::Status CheckSend(const config::Quotas& quotas, absl::Time now);
+  void ChargeSent(const config::Quotas& quotas, size_t bytes, absl::Time now);
   // Ends every open stream with `status`.
   void EndStreams(const absl::Status& status);
+  // Logs a refusal (its status names the principal), throttled.
+  absl::Status Refused(absl::string_view method, absl::Status status);
 
  private:
+  // Holds a second's worth of its rate, and at least 1.
   struct Bucket {
-    double tokens = -1;  // Below 0: full, not yet used.
+    bool used = false;  // Full until first used.
+    double tokens = 0;  // Below 0: in debt.
     absl::Time last;
+    void Refill(double rate, absl::Time now);
   };
   const std::string name_;
+  LogThrottle refusals_;
   absl::Mutex mu_;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   size_t subscriptions_ ABSL_GUARDED_BY(mu_) = 0;
@@ -82,6 +103,8 @@ class Usage : public std::enable_shared_from_this<Usage> {
       streams_ ABSL_GUARDED_BY(mu_);
   Bucket batches_ ABSL_GUARDED_BY(mu_);
   Bucket entities_ ABSL_GUARDED_BY(mu_);
+  Bucket calls_ ABSL_GUARDED_BY(mu_);
+  Bucket bytes_out_ ABSL_GUARDED_BY(mu_);
 };
 
 // Who a call is, as of the policy it was authenticated under.
@@ -105,7 +128,8 @@ class Gatekeeper {
 
   // UNAUTHENTICATED (logged, never with the token) when the call carries no
   // credentials and anonymous callers are refused, or credentials no
-  // principal has.
+  // principal has; RESOURCE_EXHAUSTED when the principal is over its
+  // calls_per_second.
   absl::StatusOr<Caller> Authenticate(const grpc::ServerContextBase& context,
                                       absl::string_view method);
   // Swaps in `policy`; principals it lacks lose their open streams.
@@ -115,6 +139,7 @@ class Gatekeeper {
  private:
   std::shared_ptr<Usage> UsageOf(const std::string& name);
 
+  LogThrottle unauthenticated_;
   mutable absl::Mutex mu_;
   std::shared_ptr<const AccessPolicy> policy_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::shared_ptr<Usage>> usage_

@@ -349,8 +349,10 @@ class SubscribeReactor final
                     const Caller& caller,
                     grpc::ServerWriteReactor<grpc::ByteBuffer>** out) {
     auto reactor = std::shared_ptr<SubscribeReactor>(
-        new SubscribeReactor(context, std::move(world), pool, calls));
-    reactor->rate_limited_ = options.max_rate_hz > 0;
+        new SubscribeReactor(context, std::move(world), pool, calls, caller));
+    // Folds by its own choice, or its principal's: not worth a warning.
+    reactor->rate_limited_ =
+        options.max_rate_hz > 0 || caller.quotas().has_bytes_out_per_second();
     reactor->self_ = reactor;
     *out = reactor.get();
     // Counted against the principal's subscriptions; ended should it be
@@ -383,6 +385,9 @@ class SubscribeReactor final
       absl::MutexLock lock(&mu_);
       if (make) making_ = false;
       if (writing_ || finishing_ || id_ == 0) return;
+      // Over its principal's bytes_out_per_second: the replicator folds
+      // frames meanwhile, and the world's poller calls again within 5 ms.
+      if (!caller_.usage->MaySend(caller_.quotas(), now)) return;
       bool must_make = false;
       update_ = make ? world_->replicator().Next(id_, now)
                      : world_->replicator().NextIfMade(id_, now, &must_make);
@@ -409,6 +414,7 @@ class SubscribeReactor final
     // The slice references the shared encoding and keeps it alive for as long
     // as gRPC holds the bytes, which may outlast this write.
     const absl::string_view bytes = update_->encoded();
+    caller_.usage->ChargeSent(caller_.quotas(), bytes.size(), now);
     grpc::Slice slice(const_cast<char*>(bytes.data()), bytes.size(),
                       &ReleaseOutgoing,
                       new std::shared_ptr<const Outgoing>(update_));
@@ -478,16 +484,18 @@ class SubscribeReactor final
  private:
   SubscribeReactor(grpc::CallbackServerContext* context,
                    std::shared_ptr<HostedWorld> world, BuildPool& pool,
-                   std::atomic<int>& calls)
+                   std::atomic<int>& calls, const Caller& caller)
       : context_(context),
         world_(std::move(world)),
         pool_(pool),
-        hold_(calls) {}
+        hold_(calls),
+        caller_(caller) {}
 
   grpc::CallbackServerContext* const context_;
   const std::shared_ptr<HostedWorld> world_;
   BuildPool& pool_;
   const CallHold hold_;
+  const Caller caller_;  // Whose bytes_out_per_second its messages take.
   std::unique_ptr<Usage::Ticket> ticket_;  // Set once, before it subscribes.
   std::shared_ptr<SubscribeReactor> self_;
   bool rate_limited_ = false;  // Set once, before any other thread sees it.
@@ -576,10 +584,12 @@ grpc::ServerUnaryReactor* XformService::CreateWorld(
             owned += world->owner() == caller.name();
           }
           if (owned >= caller.quotas().max_worlds_owned()) {
-            return absl::ResourceExhaustedError(absl::StrCat(
-                "principal '", caller.name(), "' owns its quota of ",
-                caller.quotas().max_worlds_owned(),
-                " worlds (max_worlds_owned)"));
+            return caller.usage->Refused(
+                "CreateWorld",
+                absl::ResourceExhaustedError(absl::StrCat(
+                    "principal '", caller.name(), "' owns its quota of ",
+                    caller.quotas().max_worlds_owned(),
+                    " worlds (max_worlds_owned)")));
           }
         }
         absl::StatusOr<std::shared_ptr<HostedWorld>> world =
@@ -692,10 +702,20 @@ grpc::ServerUnaryReactor* XformService::Read(
             !allowed.ok()) {
           return allowed;
         }
+        if (absl::Status room =
+                caller.usage->CheckSend(caller.quotas(), absl::Now());
+            !room.ok()) {
+          return room;
+        }
         absl::StatusOr<std::shared_ptr<HostedWorld>> world =
             host_.Get(read.world());
         if (!world.ok()) return world.status();
-        return (*world)->Read(read, host_.limits(), out);
+        absl::Status status = (*world)->Read(read, host_.limits(), out);
+        if (status.ok() && caller.quotas().has_bytes_out_per_second()) {
+          caller.usage->ChargeSent(caller.quotas(), out->ByteSizeLong(),
+                                   absl::Now());
+        }
+        return status;
       });
 }
 
@@ -723,10 +743,12 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* XformService::Subscribe(
       static_cast<size_t>(request.entity_size()) + request.subtree_size();
   if (caller->quotas().has_max_filter_ids() &&
       filter_ids > caller->quotas().max_filter_ids()) {
-    return new RefusedStream(absl::ResourceExhaustedError(
-        absl::StrCat("principal '", caller->name(), "' may name at most ",
-                     caller->quotas().max_filter_ids(),
-                     " entities and subtrees in a filter (max_filter_ids)")));
+    return new RefusedStream(caller->usage->Refused(
+        "Subscribe",
+        absl::ResourceExhaustedError(absl::StrCat(
+            "principal '", caller->name(), "' may name at most ",
+            caller->quotas().max_filter_ids(),
+            " entities and subtrees in a filter (max_filter_ids)"))));
   }
   absl::StatusOr<std::shared_ptr<HostedWorld>> world =
       host_.Get(request.world());

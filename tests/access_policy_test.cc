@@ -139,6 +139,10 @@ TEST(AccessPolicyTest, RefusesBadFilesSayingWhere) {
        "names no worlds"},
       {R"({"default_quotas": {"write_batches_per_second": 0}})",
        "must be above 0"},
+      {R"({"default_quotas": {"calls_per_second": -1}})",
+       "calls_per_second must be above 0"},
+      {R"({"default_quotas": {"bytes_out_per_second": 0}})",
+       "bytes_out_per_second must be above 0"},
       {R"({"anonymous": {"token_sha256": ")" + hash + R"("}})",
        "takes no token_sha256"},
   };

@@ -10,8 +10,11 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
@@ -42,15 +45,21 @@ constexpr char kPolicy[] = R"json({
                 "write_batches_per_second": 3, "max_filter_ids": 2}},
     {"name": "trickle", "token_sha256": "$trickle",
      "grants": [{"roles": ["admin"], "worlds": ["trickle"]}],
-     "quotas": {"write_entities_per_second": 100}}
+     "quotas": {"write_entities_per_second": 100}},
+    {"name": "chatty", "token_sha256": "$chatty",
+     "grants": [{"roles": ["read"], "worlds": ["scene-*"]}],
+     "quotas": {"calls_per_second": 4}},
+    {"name": "narrow", "token_sha256": "$narrow",
+     "grants": [{"roles": ["read"], "worlds": ["scene-*"]}],
+     "quotas": {"bytes_out_per_second": 4000}}
     $extra
   ]
 })json";
 
 std::string PolicyJson(absl::string_view extra = "") {
   std::string json = absl::StrReplaceAll(kPolicy, {{"$extra", extra}});
-  for (const char* name :
-       {"reader", "writer", "admin", "limited", "trickle", "temp"}) {
+  for (const char* name : {"reader", "writer", "admin", "limited", "trickle",
+                           "chatty", "narrow", "temp"}) {
     json = absl::StrReplaceAll(
         json,
         {{absl::StrCat("$", name), Sha256Hex(absl::StrCat(name, "-token"))}});
@@ -344,6 +353,145 @@ TEST_F(AuthTest, WritersAndWriteRates) {
   ExpectQuota(Apply("trickle-token", "trickle", next_sixty),
               "write_entities_per_second");
   EXPECT_EQ(server_.host().Get("trickle").value()->Info().entities(), 60u);
+}
+
+// A caller refused at its call rate costs the log a line a second, and
+// that line counts the refusals it stands for.
+TEST_F(AuthTest, RefusalsAreLoggedAtMostOnceASecondEach) {
+  auto refused_lines = [](const std::string& log) {
+    std::vector<std::string> lines;
+    for (absl::string_view line : absl::StrSplit(log, '\n')) {
+      if (absl::StrContains(line, "refused: Apply: principal 'reader'")) {
+        lines.emplace_back(line);
+      }
+    }
+    return lines;
+  };
+  absl::SleepFor(absl::Seconds(1));  // Past any line of an earlier test.
+  testing::internal::CaptureStderr();
+  for (int k = 0; k < 200; ++k) {
+    EXPECT_EQ(Apply("reader-token", "scene-1").error_code(),
+              StatusCode::PERMISSION_DENIED);
+  }
+  std::vector<std::string> lines =
+      refused_lines(testing::internal::GetCapturedStderr());
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_FALSE(absl::StrContains(lines[0], "more since")) << lines[0];
+  absl::SleepFor(absl::Seconds(1));
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(Apply("reader-token", "scene-1").error_code(),
+            StatusCode::PERMISSION_DENIED);
+  lines = refused_lines(testing::internal::GetCapturedStderr());
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_TRUE(absl::StrContains(lines[0], "(and 199 more since the last"))
+      << lines[0];
+  EXPECT_FALSE(absl::StrContains(lines[0], "reader-token")) << lines[0];
+}
+
+// Every call takes a token, refused before any work of its own; another
+// principal is not held to it.
+TEST_F(AuthTest, CallRate) {
+  for (int k = 0; k < 4; ++k) {  // The bucket holds a second's worth.
+    EXPECT_TRUE(Call("GetWorld", "chatty-token", "scene-1").ok()) << k;
+  }
+  ExpectQuota(Call("GetWorld", "chatty-token", "scene-1"), "calls_per_second");
+  ExpectQuota(Call("Subscribe", "chatty-token", "scene-1"), "calls_per_second");
+  EXPECT_TRUE(Call("GetWorld", "reader-token", "scene-1").ok());
+  absl::SleepFor(absl::Milliseconds(300));  // 1.2 calls' worth.
+  EXPECT_TRUE(Call("GetWorld", "chatty-token", "scene-1").ok());
+  ExpectQuota(Call("GetWorld", "chatty-token", "scene-1"), "calls_per_second");
+}
+
+// A stream over bytes_out_per_second waits, its frames folding meanwhile, and
+// ends exact; a Read is refused while the bucket is in debt. A principal
+// without the quota gets every frame at once.
+TEST_F(AuthTest, BytesOutRate) {
+  constexpr int kEntities = 100;  // A frame moving all: about 5.7 KB.
+  constexpr int kFrames = 10;
+  std::vector<EntityId> all;
+  for (EntityId e = 1; e <= kEntities; ++e) all.push_back(e);
+  ASSERT_TRUE(Apply("admin-token", "scene-1", all).ok());
+  struct Received {
+    absl::Mutex mu;
+    std::vector<v1::FrameUpdate> updates ABSL_GUARDED_BY(mu);
+    size_t size() {
+      absl::MutexLock lock(&mu);
+      return updates.size();
+    }
+  };
+  auto read_all = [](grpc::ClientReader<v1::FrameUpdate>* reader,
+                     Received* received) {
+    v1::FrameUpdate update;
+    while (reader->Read(&update)) {
+      absl::MutexLock lock(&received->mu);
+      received->updates.push_back(update);
+    }
+  };
+  OpenStream narrow = Subscribe("narrow-token", "scene-1");  // Its snapshot.
+  ASSERT_TRUE(narrow.status.ok()) << narrow.status.error_message();
+  OpenStream free = Subscribe("reader-token", "scene-1");
+  ASSERT_TRUE(free.status.ok()) << free.status.error_message();
+  ExpectQuota(Call("Read", "narrow-token", "scene-1"), "bytes_out_per_second");
+  Received narrow_got, free_got;
+  std::thread narrow_reader(read_all, narrow.reader.get(), &narrow_got);
+  std::thread free_reader(read_all, free.reader.get(), &free_got);
+
+  float last_x = 0;
+  for (int frame = 1; frame <= kFrames; ++frame) {
+    v1::ApplyRequest move;
+    move.set_world("scene-1");
+    move.set_end_frame(true);
+    auto* set = move.add_commands()->mutable_set_local();
+    last_x = static_cast<float>(frame);
+    for (EntityId e : all) {
+      set->add_entity(e);
+      for (float f : {last_x, static_cast<float>(e), 0.0f, 0.0f, 0.0f, 0.0f,
+                      1.0f, 1.0f, 1.0f, 1.0f}) {
+        set->add_local(f);  // Position, rotation (x y z w), scale.
+      }
+    }
+    v1::ApplyResponse response;
+    ASSERT_TRUE(stub_->Apply(As("admin-token").get(), move, &response).ok());
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  // Unquoted: every frame, promptly.
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  while (free_got.size() < kFrames && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_EQ(free_got.size(), kFrames);
+  // Quoted at 4 KB/s: its snapshot's debt is still being paid, so it has
+  // at most one message of the ten frames (about 57 KB) so far ...
+  EXPECT_LE(narrow_got.size(), 1u);
+  // ... and within three seconds (12 KB of room) the rest, folded, exact.
+  auto narrow_exact = [&] {
+    absl::MutexLock lock(&narrow_got.mu);
+    for (const v1::FrameUpdate& update : narrow_got.updates) {
+      for (int k = 0; k < update.moved_size(); ++k) {
+        if (update.moved_world(12 * k + 3) != last_x) continue;
+        if (update.moved(k) == kEntities) return true;  // The last moved.
+      }
+    }
+    return false;
+  };
+  const absl::Time fold_deadline = absl::Now() + absl::Seconds(3);
+  while (!narrow_exact() && absl::Now() < fold_deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_TRUE(narrow_exact());
+  {
+    absl::MutexLock lock(&narrow_got.mu);
+    EXPECT_LE(narrow_got.updates.size(), 3u);
+    uint64_t skipped = 0;
+    for (const auto& update : narrow_got.updates) {
+      skipped += update.frames_skipped();
+    }
+    EXPECT_GE(skipped, 1u);
+  }
+  narrow.context->TryCancel();
+  free.context->TryCancel();
+  narrow_reader.join();
+  free_reader.join();
 }
 
 // A reload that drops a principal ends its open streams at once, and its

@@ -127,8 +127,10 @@ TEST_F(SecurityProcessTest, MutualTlsLetsInOnlyGoodClientCertificates) {
   xform::v1::WorldInfo info;
   EXPECT_EQ(stub->CreateWorld(&context, create, &info).error_code(),
             grpc::StatusCode::PERMISSION_DENIED);
-  EXPECT_NE(xformd.Log().find("CreateWorld by principal 'renderer'"),
-            std::string::npos)
+  EXPECT_NE(
+      xformd.Log().find(
+          "refused: CreateWorld: principal 'renderer' lacks the admin role"),
+      std::string::npos)
       << xformd.Log();
 }
 
