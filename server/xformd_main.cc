@@ -39,6 +39,7 @@
 #include "server/storage.h"
 #include "server/tls.h"
 #include "server/transport.h"
+#include "xform/internal/release_mutexes.h"
 #include "xform/v1/wire.h"
 #include "xform/world.h"
 
@@ -459,6 +460,7 @@ int main(int argc, char** argv) {
       "[--listen=0.0.0.0:50051] "
       "[--tick_hz=60] [--demo] ...");
   absl::ParseCommandLine(argc, argv);
+  xform::internal::UseReleaseMutexes();
   if (const std::vector<std::string> errors = xform::server::FlagErrors();
       !errors.empty()) {
     for (const std::string& error : errors) {

@@ -39,6 +39,7 @@
 #include "tools/load/load_run.h"
 #include "tools/load/report.h"
 #include "tools/scenes.h"
+#include "xform/internal/release_mutexes.h"
 
 extern char** environ;
 
@@ -251,6 +252,7 @@ int main(int argc, char** argv) {
       "  xform-load --xformd=build/server/xformd --server=127.0.0.1:50061 "
       "--mode=all --stall_s=2");
   absl::ParseCommandLine(argc, argv);
+  xform::internal::UseReleaseMutexes();
   signal(SIGPIPE, SIG_IGN);
   return xform::load::Main();
 }

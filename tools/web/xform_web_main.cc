@@ -18,6 +18,7 @@
 #include "tools/client_flags.h"
 #include "tools/web/gateway.h"
 #include "xform/client.h"
+#include "xform/internal/release_mutexes.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "xformd's address");
 ABSL_FLAG(std::string, listen, "127.0.0.1:8080",
@@ -46,6 +47,7 @@ int main(int argc, char** argv) {
       "xform-web --server=HOST:PORT [--listen=127.0.0.1:8080] [--token=...] "
       "[--tls_ca=...]: a live view of xformd's worlds in a browser");
   absl::ParseCommandLine(argc, argv);
+  xform::internal::UseReleaseMutexes();
   // A value out of range is a usage error rather than quietly clamped:
   // --max_tabs=0 would refuse every tab, and an operator should hear so.
   for (const auto& [name, value, low, high] :
