@@ -8,9 +8,12 @@
 // reported as a counter.
 
 #include <random>
+#include <string>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "benchmark/benchmark.h"
+#include "client/mirror_state.h"
 #include "glm/gtc/quaternion.hpp"
 #include "tools/scenes.h"
 #include "xform/v1/compact_moves.h"
@@ -164,6 +167,75 @@ void BM_DecodeCompactDeltas(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * kMoves);
 }
 BENCHMARK(BM_DecodeCompactDeltas);
+
+// A Mirror taking in a frame of 5,000 moves, as its thread does: parse,
+// decode (compact), apply to its copy of the whole 100k world, where each
+// entity's lookup (in the copy, and in the changes not yet taken) misses the
+// cache. Frames alternate forward and back, so compact deltas stay in range.
+// Arg 0: nobody takes the changes (xform-load: they hold the whole world);
+// arg 1: they are taken after each frame (a renderer).
+std::string MovesMessage(absl::Span<const EntityId> ids,
+                         absl::Span<const Matrix3x4> worlds,
+                         const Matrix3x4* previous, bool compact,
+                         v1::FrameUpdate u = {}) {
+  u.set_last_part(true);
+  if (compact) {
+    v1::CompactMovesWriter writer(v1::kDefaultPositionPrecision);
+    for (size_t k = 0; k < ids.size(); ++k) {
+      writer.Add(ids[k], worlds[k].m.data(),
+                 previous != nullptr ? &previous[k] : nullptr);
+    }
+    u.set_compact_moved(writer.Finish());
+    u.set_position_precision(v1::kDefaultPositionPrecision);
+  } else {
+    for (size_t k = 0; k < ids.size(); ++k) {
+      u.add_moved(ids[k]);
+      for (float v : worlds[k].m) u.add_moved_world(v);
+    }
+  }
+  return u.SerializeAsString();
+}
+
+void MirrorApply(benchmark::State& state, bool compact) {
+  const Frame& f = SceneFrame();
+  v1::FrameUpdate snapshot;
+  snapshot.set_frame(1);
+  snapshot.set_snapshot(true);
+  snapshot.set_snapshot_done(true);
+  for (EntityId e : f.all_ids) {
+    snapshot.add_created(e);
+    snapshot.add_created_parent(kNoEntity);
+  }
+  const std::string snapshot_bytes =
+      MovesMessage(f.all_ids, f.all_before, nullptr, compact, snapshot);
+  const std::string frames[2] = {
+      MovesMessage(f.ids, f.after, f.before.data(), compact),
+      MovesMessage(f.ids, f.before, f.after.data(), compact)};
+  const bool take = state.range(0) != 0;
+  client_internal::MirrorState mirror;
+  v1::CompactMovesReader reader;
+  auto apply = [&](const std::string& bytes) {
+    v1::FrameUpdate u;
+    u.ParseFromString(bytes);
+    if (!reader.Decode(u).ok()) state.SkipWithError("decode failed");
+    mirror.Apply(u);
+  };
+  apply(snapshot_bytes);
+  bool resynced;
+  if (take) mirror.TakeChanges(&resynced);
+  int k = 0;
+  for (auto _ : state) {
+    apply(frames[k++ & 1]);
+    if (take) benchmark::DoNotOptimize(mirror.TakeChanges(&resynced));
+  }
+  state.SetItemsProcessed(state.iterations() * kMoves);
+}
+void BM_MirrorApplyRaw(benchmark::State& state) { MirrorApply(state, false); }
+void BM_MirrorApplyCompact(benchmark::State& state) {
+  MirrorApply(state, true);
+}
+BENCHMARK(BM_MirrorApplyRaw)->Arg(0)->Arg(1);
+BENCHMARK(BM_MirrorApplyCompact)->Arg(0)->Arg(1);
 
 }  // namespace
 }  // namespace xform

@@ -2,6 +2,7 @@
 
 #include "client/mirror_state.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace xform::client_internal {
@@ -43,13 +44,29 @@ void MirrorState::ApplyDelta(const v1::FrameUpdate& u) {
   frame_ = u.frame();
 }
 
+// A block at a time: every lookup of a block is started before any is
+// used, so a copy of a big world waits for memory once a block rather than
+// once an entity (each lookup misses the cache: about half the time a
+// Mirror took for a frame before this).
 void MirrorState::ApplyMoved(const v1::FrameUpdateReader& r, Copy& copy,
                              bool note) {
-  for (int k = 0; k < r.moved_size(); ++k) {
-    const uint32_t i = copy.Find(r.moved(k));
-    if (i == Copy::kAbsent) continue;
-    copy.SetWorld(i, r.moved_world_data(k));
-    if (note) Note(r.moved(k), kMoved);
+  constexpr int kBlock = 32;
+  uint32_t slots[kBlock];
+  for (int first = 0; first < r.moved_size(); first += kBlock) {
+    const int n = std::min(kBlock, r.moved_size() - first);
+    for (int k = 0; k < n; ++k) {
+      copy.Prefetch(r.moved(first + k));
+      if (note) pending_.Prefetch(r.moved(first + k));
+    }
+    for (int k = 0; k < n; ++k) {
+      slots[k] = copy.Find(r.moved(first + k));
+      if (slots[k] != Copy::kAbsent) copy.PrefetchWorld(slots[k]);
+    }
+    for (int k = 0; k < n; ++k) {
+      if (slots[k] == Copy::kAbsent) continue;
+      copy.SetWorld(slots[k], r.moved_world_data(first + k));
+      if (note) Note(r.moved(first + k), kMoved);
+    }
   }
 }
 

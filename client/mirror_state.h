@@ -39,6 +39,12 @@ class Copy {
     auto it = index_.find(e);
     return it == index_.end() ? kAbsent : it->second;
   }
+  // Starts loading what Find(e) reads, for a Find soon after.
+  void Prefetch(EntityId e) const { index_.prefetch(e); }
+  // Starts loading world(i), to be written soon after.
+  void PrefetchWorld(uint32_t i) const {
+    __builtin_prefetch(&worlds_[i], /*rw=*/1);
+  }
   EntityId id(uint32_t i) const { return ids_[i]; }
   EntityId parent(uint32_t i) const { return parents_[i]; }
   const Matrix3x4& world(uint32_t i) const { return worlds_[i]; }
