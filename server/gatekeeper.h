@@ -73,9 +73,9 @@ class Usage : public std::enable_shared_from_this<Usage> {
   // it.
   absl::Status TakeCall(const config::Quotas& quotas, absl::string_view method,
                         absl::Time now);
-  // Whether bytes_out_per_second has room to send now (a message is
-  // charged after it is chosen, so the bucket may go into debt by one
-  // message; sending waits until it is paid).
+  // Whether bytes_out_per_second has room to send now. A message is
+  // charged (ChargeSent) once chosen, so the bucket may go into debt by a
+  // message per stream; sending waits until the debt is paid.
   bool MaySend(const config::Quotas& quotas, absl::Time now);
   // MaySend as a status for a unary call: RESOURCE_EXHAUSTED when not.
   absl::Status CheckSend(const config::Quotas& quotas, absl::Time now);

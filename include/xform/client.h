@@ -64,10 +64,10 @@ struct ClientOptions {
   int stream_window_bytes = 1 << 20;
   // The largest HTTP/2 frame the server may send this client. HTTP/2's
   // default, 16 KB, cuts a 280 KB frame update into 18 frames, and cost
-  // xformd 40% more CPU a frame streaming to 64 subscribers than 256 KB
-  // (docs/benchmarks.md). A bigger frame holds back the connection's other
-  // streams for as long as it takes on the wire: 256 KB is 2 ms at 1 Gb/s.
-  // gRPC takes 16 KB to 16 MB.
+  // xformd about a third more CPU a frame streaming to 64 subscribers than
+  // 256 KB (docs/benchmarks.md). A bigger frame holds back the connection's
+  // other streams for as long as it takes on the wire: 256 KB is 2 ms at 1
+  // Gb/s. gRPC takes 16 KB to 16 MB.
   int max_frame_bytes = 256 << 10;
   // How long Connect() waits for the server to be reachable. Zero: Connect()
   // does not wait, and calls fail UNAVAILABLE until the server is up.
