@@ -29,15 +29,6 @@ const char* RoleName(Role role) {
   return "?";
 }
 
-// Takes `amount` from `bucket` if it is there (a batch bigger than a
-// second's worth goes when the bucket is full, rather than never).
-bool Take(double rate, double amount, absl::Time now, auto& bucket) {
-  bucket.Refill(rate, now);
-  if (bucket.tokens < std::min(amount, std::max(rate, 1.0))) return false;
-  bucket.tokens = std::max(0.0, bucket.tokens - amount);
-  return true;
-}
-
 }  // namespace
 
 void Usage::Bucket::Refill(double rate, absl::Time now) {
@@ -47,6 +38,13 @@ void Usage::Bucket::Refill(double rate, absl::Time now) {
                 : capacity;
   used = true;
   last = now;
+}
+
+bool Usage::Bucket::Take(double rate, double amount, absl::Time now) {
+  Refill(rate, now);
+  if (tokens < std::min(amount, std::max(rate, 1.0))) return false;
+  tokens = std::max(0.0, tokens - amount);
+  return true;
 }
 
 Usage::Ticket::~Ticket() {
@@ -91,7 +89,7 @@ absl::Status Usage::TakeWrite(const config::Quotas& quotas, size_t entities,
   // Both buckets or neither: refill and test on copies first.
   Bucket batches = batches_, named = entities_;
   if (quotas.has_write_batches_per_second() &&
-      !Take(quotas.write_batches_per_second(), 1, now, batches)) {
+      !batches.Take(quotas.write_batches_per_second(), 1, now)) {
     return Refused("a write",
                    absl::ResourceExhaustedError(absl::StrCat(
                        "principal '", name_, "' is over its write rate of ",
@@ -99,8 +97,8 @@ absl::Status Usage::TakeWrite(const config::Quotas& quotas, size_t entities,
                        " batches/s (write_batches_per_second)")));
   }
   if (quotas.has_write_entities_per_second() &&
-      !Take(quotas.write_entities_per_second(), static_cast<double>(entities),
-            now, named)) {
+      !named.Take(quotas.write_entities_per_second(),
+                  static_cast<double>(entities), now)) {
     return Refused("a write",
                    absl::ResourceExhaustedError(absl::StrCat(
                        "principal '", name_, "' is over its write rate of ",
@@ -116,7 +114,7 @@ absl::Status Usage::TakeCall(const config::Quotas& quotas,
                              absl::string_view method, absl::Time now) {
   if (!quotas.has_calls_per_second()) return absl::OkStatus();
   absl::MutexLock lock(&mu_);
-  if (Take(quotas.calls_per_second(), 1, now, calls_)) return absl::OkStatus();
+  if (calls_.Take(quotas.calls_per_second(), 1, now)) return absl::OkStatus();
   return Refused(
       method, absl::ResourceExhaustedError(absl::StrCat(
                   "principal '", name_, "' is over its call rate of ",

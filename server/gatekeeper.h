@@ -92,6 +92,9 @@ class Usage : public std::enable_shared_from_this<Usage> {
     double tokens = 0;  // Below 0: in debt.
     absl::Time last;
     void Refill(double rate, absl::Time now);
+    // Refills, then takes `amount` if it is there (a batch bigger than a
+    // second's worth goes when the bucket is full, rather than never).
+    bool Take(double rate, double amount, absl::Time now);
   };
   const std::string name_;
   LogThrottle refusals_;

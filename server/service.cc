@@ -351,7 +351,7 @@ class SubscribeReactor final
     auto reactor = std::shared_ptr<SubscribeReactor>(
         new SubscribeReactor(context, std::move(world), pool, calls, caller));
     // Folds by its own choice, or its principal's: not worth a warning.
-    reactor->rate_limited_ =
+    reactor->folds_by_choice_ =
         options.max_rate_hz > 0 || caller.quotas().has_bytes_out_per_second();
     reactor->self_ = reactor;
     *out = reactor.get();
@@ -402,8 +402,7 @@ class SubscribeReactor final
       }
       writing_ = true;
       write_started_ = now;
-      // A rate-limited subscriber folds frames by its own choice.
-      if (update_->header().frames_skipped > 0 && !rate_limited_ &&
+      if (update_->header().frames_skipped > 0 && !folds_by_choice_ &&
           !warned_slow_) {
         warned_slow_ = true;  // Once per stream: a slow link is not news twice.
         Log('W', "world '", world_->name(), "': subscriber ", id_,
@@ -498,7 +497,7 @@ class SubscribeReactor final
   const Caller caller_;  // Whose bytes_out_per_second its messages take.
   std::unique_ptr<Usage::Ticket> ticket_;  // Set once, before it subscribes.
   std::shared_ptr<SubscribeReactor> self_;
-  bool rate_limited_ = false;  // Set once, before any other thread sees it.
+  bool folds_by_choice_ = false;  // Set once, before any other thread sees it.
   Replicator::SubscriptionId id_ =
       0;  // Set once, before any other thread sees it.
 

@@ -31,7 +31,12 @@ start() {  # start LOG FLAGS...: xformd on $port, in the background
   $xformd --listen=127.0.0.1:$port --max_message_bytes=268435456 \
     --max_entities=100000 --write_timeout_ms=60000 "$@" >"$out/$log" 2>&1 &
   pid=$!
-  until grep -q "xformd serving" "$out/$log"; do sleep 0.05; done
+  for _ in $(seq 200); do  # 10 s
+    grep -q "xformd serving" "$out/$log" && return
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.05
+  done
+  echo "xformd did not start:" >&2; cat "$out/$log" >&2; exit 1
 }
 stop() { kill -TERM $pid; wait $pid || true; }
 run() {  # run LABEL CLIENT-FLAGS...
