@@ -213,12 +213,10 @@ void MirrorApply(benchmark::State& state, bool compact) {
       MovesMessage(f.ids, f.before, f.after.data(), compact)};
   const bool take = state.range(0) != 0;
   client_internal::MirrorState mirror;
-  v1::CompactMovesReader reader;
   auto apply = [&](const std::string& bytes) {
     v1::FrameUpdate u;
     u.ParseFromString(bytes);
-    if (!reader.Decode(u).ok()) state.SkipWithError("decode failed");
-    mirror.Apply(u);
+    if (!mirror.Apply(u).ok()) state.SkipWithError("decode failed");
   };
   apply(snapshot_bytes);
   bool resynced;

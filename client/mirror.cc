@@ -288,14 +288,8 @@ class Mirror::Impl {
     }
     if (resume != nullptr) resume->Resume();
     if (dropped) return true;
-    // Only this thread (or Update()'s caller) decodes: in order. Compact
-    // deltas are against what their stream sent: a new stream starts
-    // afresh, with a snapshot.
-    if (arrival.stream != decoding_stream_) {
-      compact_.Reset();
-      decoding_stream_ = arrival.stream;
-    }
-    if (absl::Status decoded = compact_.Decode(arrival.update); !decoded.ok()) {
+    // Only this thread (or Update()'s caller) decodes: in order.
+    if (absl::Status decoded = Decode(arrival.update); !decoded.ok()) {
       // The supervisor cancels it (never under a lock: gRPC may run the
       // stream's reactions inline), and resynchronises on a new stream.
       absl::MutexLock lock(&mu_);
@@ -305,7 +299,7 @@ class Mirror::Impl {
     }
     {
       absl::MutexLock lock(&mu_);
-      state_.Apply(arrival.update);
+      state_.Commit(arrival.update);
       // Up once its messages reach the copy, not merely the queue.
       if (arrival.stream == stream_id_) {
         stream_up_ = true;
@@ -315,6 +309,14 @@ class Mirror::Impl {
     take.Release();
     Notify(arrival);
     return true;
+  }
+
+  // Decoding, most of a message's work, reads the copy without mu_ so that
+  // readers do not wait for it: only a holder of take_mu_ changes the copy
+  // (holding mu_ as well), and the decoder's scratch is the taker's alone.
+  absl::Status Decode(const v1::FrameUpdate& u)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(take_mu_) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return state_.Decode(u);
   }
 
   // The mirror's thread (kBackground): applies each message as it comes.
@@ -411,8 +413,6 @@ class Mirror::Impl {
 
   // The taker's (the mirror's thread, or Update()'s caller).
   absl::Mutex take_mu_;
-  v1::CompactMovesReader compact_ ABSL_GUARDED_BY(take_mu_);
-  uint64_t decoding_stream_ ABSL_GUARDED_BY(take_mu_) = 0;
 
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -7,27 +7,108 @@
 
 namespace xform::client_internal {
 
-void MirrorState::Apply(const v1::FrameUpdate& u) {
-  if (u.snapshot()) {
-    ApplySnapshotPart(u);
-    return;
-  }
-  // The parts of a frame are taken in together, so the copy never shows
-  // half a frame. Parts come in order, with no other message between.
-  if (!u.last_part()) {
-    frame_parts_.push_back(u);
-    return;
-  }
-  for (const v1::FrameUpdate& part : frame_parts_) ApplyDelta(part);
-  frame_parts_.clear();
-  ApplyDelta(u);
+namespace {
+// Lookups are started a block at a time, every lookup of a block before any
+// is used, so a copy of a big world waits for memory once a block rather
+// than once an entity (each lookup misses the cache: about half the time a
+// Mirror took for a frame before this).
+constexpr int kBlock = 32;
+}  // namespace
+
+absl::Status MirrorState::Apply(const v1::FrameUpdate& u) {
+  if (absl::Status decoded = Decode(u); !decoded.ok()) return decoded;
+  Commit(u);
+  return absl::OkStatus();
 }
 
-void MirrorState::ApplyDelta(const v1::FrameUpdate& u) {
+absl::Status MirrorState::Decode(const v1::FrameUpdate& u) {
+  last_decoded_ = {decoded_.size(), decoded_.size(), rows_moved_};
+  if (u.compact_moved().empty()) return absl::OkStatus();
+  // Against the copy the message will change: a delta frame's parts all
+  // against the copy before the frame (none is taken in before its last);
+  // a snapshot's against the one being built, empty at its first part.
+  const Copy* against = &copy_;
+  if (u.snapshot())
+    against = in_snapshot_ && u.part() != 0 ? &staging_ : nullptr;
+  if (absl::Status decoded = DecodeCompact(u, against); !decoded.ok()) {
+    decoded_.resize(last_decoded_.begin);
+    last_decoded_.end = last_decoded_.begin;
+    return decoded;
+  }
+  last_decoded_.end = decoded_.size();
+  return absl::OkStatus();
+}
+
+absl::Status MirrorState::DecodeCompact(const v1::FrameUpdate& u,
+                                        const Copy* against) {
+  v1::CompactMovesParser parser(u);
+  if (absl::Status started = parser.Start(); !started.ok()) return started;
+  const size_t base = decoded_.size();
+  decoded_.resize(base + parser.count());
+  // A block's entries are read, their rows looked up (prefetched), their
+  // held poses prefetched, then resolved.
+  v1::CompactMovesParser::Entry block[kBlock];
+  for (uint64_t first = 0; first < parser.count(); first += kBlock) {
+    const int n =
+        static_cast<int>(std::min<uint64_t>(kBlock, parser.count() - first));
+    for (int k = 0; k < n; ++k) {
+      if (absl::Status read = parser.Read(block[k]); !read.ok()) return read;
+      if (against != nullptr) against->Prefetch(block[k].id);
+    }
+    DecodedMove* const out = &decoded_[base + first];
+    for (int k = 0; k < n; ++k) {
+      out[k].id = block[k].id;
+      out[k].slot =
+          against != nullptr ? against->Find(block[k].id) : Copy::kAbsent;
+      if (block[k].is_delta() && out[k].slot != Copy::kAbsent) {
+        against->PrefetchHeld(out[k].slot);
+      }
+    }
+    for (int k = 0; k < n; ++k) {
+      const v1::CompactMovesParser::Entry& e = block[k];
+      DecodedMove& d = out[k];
+      d.raw = e.is_raw();
+      if (d.raw) {
+        d.world = e.raw;
+        continue;
+      }
+      const v1::QuantizedPose* held = e.is_delta() && d.slot != Copy::kAbsent
+                                          ? against->held(d.slot)
+                                          : nullptr;
+      if (absl::Status resolved = parser.Resolve(e, held, d.pose);
+          !resolved.ok()) {
+        return resolved;
+      }
+      d.world = parser.quantizer().Dequantize(d.pose);
+    }
+  }
+  return parser.Finish();
+}
+
+void MirrorState::Commit(const v1::FrameUpdate& u) {
+  const DecodedRange decoded = last_decoded_;
+  last_decoded_ = {};
+  if (u.snapshot()) {
+    ApplySnapshotPart(u, decoded);
+  } else if (!u.last_part()) {
+    // The parts of a frame are taken in together, so the copy never shows
+    // half a frame. Parts come in order, with no other message between.
+    frame_parts_.push_back({u, decoded});
+    return;
+  } else {
+    for (const Part& part : frame_parts_) ApplyDelta(part.update, part.decoded);
+    frame_parts_.clear();
+    ApplyDelta(u, decoded);
+  }
+  if (frame_parts_.empty()) decoded_.clear();
+}
+
+void MirrorState::ApplyDelta(const v1::FrameUpdate& u,
+                             const DecodedRange& decoded) {
   const v1::FrameUpdateReader r(u);
   for (EntityId e : r.destroyed()) {
     if (copy_.Find(e) == Copy::kAbsent) continue;
-    copy_.Remove(e);
+    RemoveRow(copy_, e);
     Note(e, kDestroyed);
   }
   for (int k = 0; k < r.created_size(); ++k) {
@@ -41,16 +122,12 @@ void MirrorState::ApplyDelta(const v1::FrameUpdate& u) {
     Note(r.reparented(k), kReparented);
   }
   ApplyMoved(r, copy_, /*note=*/true);
+  ApplyDecoded(decoded, copy_, /*note=*/true);
   frame_ = u.frame();
 }
 
-// A block at a time: every lookup of a block is started before any is
-// used, so a copy of a big world waits for memory once a block rather than
-// once an entity (each lookup misses the cache: about half the time a
-// Mirror took for a frame before this).
 void MirrorState::ApplyMoved(const v1::FrameUpdateReader& r, Copy& copy,
                              bool note) {
-  constexpr int kBlock = 32;
   uint32_t slots[kBlock];
   for (int first = 0; first < r.moved_size(); first += kBlock) {
     const int n = std::min(kBlock, r.moved_size() - first);
@@ -70,12 +147,42 @@ void MirrorState::ApplyMoved(const v1::FrameUpdateReader& r, Copy& copy,
   }
 }
 
+// As ApplyMoved, with the rows Decode() found where none has moved since
+// (then only entities it did not find, created since, are looked up).
+void MirrorState::ApplyDecoded(const DecodedRange& decoded, Copy& copy,
+                               bool note) {
+  const bool slots_good = decoded.rows_moved == rows_moved_;
+  uint32_t slots[kBlock];
+  for (size_t first = decoded.begin; first < decoded.end; first += kBlock) {
+    const int n =
+        static_cast<int>(std::min<size_t>(kBlock, decoded.end - first));
+    const DecodedMove* const moves = &decoded_[first];
+    for (int k = 0; k < n; ++k) {
+      slots[k] = slots_good ? moves[k].slot : Copy::kAbsent;
+      if (slots[k] == Copy::kAbsent) copy.Prefetch(moves[k].id);
+      if (note) pending_.Prefetch(moves[k].id);
+    }
+    for (int k = 0; k < n; ++k) {
+      if (slots[k] == Copy::kAbsent) slots[k] = copy.Find(moves[k].id);
+      if (slots[k] != Copy::kAbsent) copy.PrefetchWorld(slots[k]);
+    }
+    for (int k = 0; k < n; ++k) {
+      if (slots[k] == Copy::kAbsent) continue;
+      copy.SetWorld(slots[k], moves[k].world);
+      copy.SetHeld(slots[k], moves[k].raw ? nullptr : &moves[k].pose);
+      if (note) Note(moves[k].id, kMoved);
+    }
+  }
+}
+
 // Snapshot messages build a fresh copy aside; the last one swaps it in and
 // notes the difference from the copy it replaces, so a resync tells the
 // caller exactly what changed while the stream was down.
-void MirrorState::ApplySnapshotPart(const v1::FrameUpdate& u) {
+void MirrorState::ApplySnapshotPart(const v1::FrameUpdate& u,
+                                    const DecodedRange& decoded) {
   if (!in_snapshot_ || u.part() == 0) {
     staging_.Clear();
+    ++rows_moved_;
     frame_parts_.clear();  // Of a stream that broke mid-frame.
     in_snapshot_ = true;
   }
@@ -83,7 +190,7 @@ void MirrorState::ApplySnapshotPart(const v1::FrameUpdate& u) {
   // re-parent or move what earlier ones created.
   const v1::FrameUpdateReader r(u);
   for (EntityId e : r.destroyed()) {
-    if (staging_.Find(e) != Copy::kAbsent) staging_.Remove(e);
+    if (staging_.Find(e) != Copy::kAbsent) RemoveRow(staging_, e);
   }
   for (int k = 0; k < r.created_size(); ++k) {
     staging_.Add(r.created(k), r.created_parent(k));
@@ -94,6 +201,7 @@ void MirrorState::ApplySnapshotPart(const v1::FrameUpdate& u) {
     staging_.SetParent(i, r.reparented_parent(k));
   }
   ApplyMoved(r, staging_, /*note=*/false);
+  ApplyDecoded(decoded, staging_, /*note=*/false);
   if (!u.snapshot_done()) return;
 
   for (EntityId e : copy_.ids()) {
@@ -112,6 +220,7 @@ void MirrorState::ApplySnapshotPart(const v1::FrameUpdate& u) {
   }
   std::swap(copy_, staging_);
   staging_.Clear();
+  ++rows_moved_;
   in_snapshot_ = false;
   if (have_snapshot_) {
     ++resyncs_;

@@ -1,14 +1,17 @@
 // Copyright 2026 The xform Authors.
 //
 // MirrorState is what a Mirror knows of its world and how each FrameUpdate
-// changes it: a copy of each entity's parent and world matrix, a snapshot
-// being built aside, a frame's parts held until its last, and the net
-// changes since the caller last asked. The Mirror feeds it its stream's
+// changes it: a copy of each entity's parent and world matrix (and, for a
+// compact stream, the pose each delta is coded against), a snapshot being
+// built aside, a frame's parts held until its last, and the net changes
+// since the caller last asked. The Mirror feeds it its stream's
 // messages; it knows nothing of streams or threads, so it can be driven (and
 // fuzzed) with messages alone. Lenient, as a client must be with a peer it
 // does not control: an entry naming what it does not have is skipped.
 //
-// Not thread-safe: the Mirror guards it.
+// Not thread-safe: the Mirror guards it. Decode() reads the copies and
+// writes only its own scratch, so it may run beside readers of copy(), as
+// long as nothing changes the copies meanwhile (Commit() is what does).
 
 #ifndef XFORM_CLIENT_MIRROR_STATE_H_
 #define XFORM_CLIENT_MIRROR_STATE_H_
@@ -18,8 +21,11 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "xform/net_changes.h"
 #include "xform/transform.h"
+#include "xform/v1/compact_moves.h"
 #include "xform/v1/frame_update.h"
 #include "xform/v1/wire.h"
 #include "xform/v1/xform.pb.h"
@@ -29,7 +35,9 @@ namespace xform::client_internal {
 
 // Each entity's parent and world matrix, structure-of-arrays, with removal by
 // swapping the last entry in: the mirror has no order to keep, only lookups
-// and whole-copy reads to serve.
+// and whole-copy reads to serve. Beside them, once a compact stream sends a
+// pose, each entity's held pose: a delta's base is found with the same
+// lookup as the row it moves, and goes with the row.
 class Copy {
  public:
   static constexpr uint32_t kAbsent = ~uint32_t{0};
@@ -45,11 +53,20 @@ class Copy {
   void PrefetchWorld(uint32_t i) const {
     __builtin_prefetch(&worlds_[i], /*rw=*/1);
   }
+  // Starts loading held(i), to be read soon after.
+  void PrefetchHeld(uint32_t i) const {
+    if (i < held_.size()) __builtin_prefetch(&held_[i]);
+  }
   EntityId id(uint32_t i) const { return ids_[i]; }
   EntityId parent(uint32_t i) const { return parents_[i]; }
   const Matrix3x4& world(uint32_t i) const { return worlds_[i]; }
   const std::vector<EntityId>& ids() const { return ids_; }
   const std::vector<Matrix3x4>& worlds() const { return worlds_; }
+  // The pose the stream last sent compactly for the entity at `i`, or null
+  // (never sent so, or last sent raw).
+  const v1::QuantizedPose* held(uint32_t i) const {
+    return i < held_.size() && held_[i].present ? &held_[i].pose : nullptr;
+  }
 
   // Adds `e`, or re-parents it when present (a replayed create).
   uint32_t Add(EntityId e, EntityId parent) {
@@ -58,6 +75,7 @@ class Copy {
       ids_.push_back(e);
       parents_.push_back(parent);
       worlds_.emplace_back();
+      if (!held_.empty()) held_.emplace_back();
     } else {
       parents_[it->second] = parent;
     }
@@ -72,34 +90,68 @@ class Copy {
       ids_[i] = ids_.back();
       parents_[i] = parents_.back();
       worlds_[i] = worlds_.back();
+      if (!held_.empty()) held_[i] = held_.back();
       index_[ids_[i]] = i;
     }
     ids_.pop_back();
     parents_.pop_back();
     worlds_.pop_back();
+    if (!held_.empty()) held_.pop_back();
   }
   void SetParent(uint32_t i, EntityId parent) { parents_[i] = parent; }
   void SetWorld(uint32_t i, const float* m) {
     worlds_[i] = v1::MatrixFromWire(m);
+  }
+  void SetWorld(uint32_t i, const Matrix3x4& m) { worlds_[i] = m; }
+  // `pose` null: nothing held (a raw entry). The column is made at the
+  // first pose held, so a raw stream's copy never pays for it.
+  void SetHeld(uint32_t i, const v1::QuantizedPose* pose) {
+    if (pose == nullptr) {
+      if (i < held_.size()) held_[i].present = false;
+      return;
+    }
+    if (held_.size() < ids_.size()) held_.resize(ids_.size());
+    held_[i] = {*pose, true};
   }
   void Clear() {
     index_.clear();
     ids_.clear();
     parents_.clear();
     worlds_.clear();
+    held_.clear();
   }
 
  private:
+  struct Held {
+    v1::QuantizedPose pose;
+    bool present = false;
+  };
+
   absl::flat_hash_map<EntityId, uint32_t> index_;
   std::vector<EntityId> ids_;
   std::vector<EntityId> parents_;
   std::vector<Matrix3x4> worlds_;
+  std::vector<Held> held_;  // Empty, or one per entity.
 };
 
 class MirrorState {
  public:
-  // One message of the stream, in order.
-  void Apply(const v1::FrameUpdate& u);
+  // Each message of the stream, in order, is decoded, then committed. Apart
+  // because decoding is most of the work and changes nothing a reader of
+  // copy() sees: the Mirror does it outside the lock its readers take.
+  //
+  // Decode: checks `u` and decodes its compact moves against the poses held
+  // for them. DATA_LOSS for bytes that do not parse or a delta for an
+  // entity holding no pose: `u` must not be committed, and the stream must
+  // be dropped and resynced (a message refused leaves the copy as it was,
+  // and never half a frame in it). O(entries in u).
+  absl::Status Decode(const v1::FrameUpdate& u);
+  // Takes `u`, which Decode() accepted last, into the copy (or, for a
+  // frame's parts before its last, holds it). O(entries in u), and O(world)
+  // for a snapshot's last part, which compares the copies.
+  void Commit(const v1::FrameUpdate& u);
+  // Both, at once.
+  absl::Status Apply(const v1::FrameUpdate& u);
 
   const Copy& copy() const { return copy_; }
   // A snapshot was applied whole, and none is being received.
@@ -111,16 +163,50 @@ class MirrorState {
   NetChanges::Map TakeChanges(bool* resynced);
 
  private:
+  // A compact entry as decoded, waiting for its message's commit.
+  struct DecodedMove {
+    EntityId id;
+    // Its row in the copy decoded against, or kAbsent; good while no row
+    // has moved since (rows_moved_ unchanged).
+    uint32_t slot;
+    bool raw;
+    v1::QuantizedPose pose;  // Unless raw.
+    Matrix3x4 world;
+  };
+  // One message's decoded entries: decoded_[begin, end).
+  struct DecodedRange {
+    size_t begin = 0;
+    size_t end = 0;
+    uint64_t rows_moved = 0;  // When decoded.
+  };
+  struct Part {
+    v1::FrameUpdate update;
+    DecodedRange decoded;
+  };
+
+  absl::Status DecodeCompact(const v1::FrameUpdate& u, const Copy* against);
   void Note(EntityId e, NetChange change) { pending_.Note(e, change); }
-  void ApplyDelta(const v1::FrameUpdate& u);
+  void ApplyDelta(const v1::FrameUpdate& u, const DecodedRange& decoded);
   void ApplyMoved(const v1::FrameUpdateReader& r, Copy& copy, bool note);
-  void ApplySnapshotPart(const v1::FrameUpdate& u);
+  void ApplyDecoded(const DecodedRange& decoded, Copy& copy, bool note);
+  void ApplySnapshotPart(const v1::FrameUpdate& u, const DecodedRange& decoded);
+  void RemoveRow(Copy& copy, EntityId e) {
+    copy.Remove(e);
+    ++rows_moved_;
+  }
 
   Copy copy_;
   Copy staging_;
   bool in_snapshot_ = false;
   // The parts so far of a frame that comes in several.
-  std::vector<v1::FrameUpdate> frame_parts_;
+  std::vector<Part> frame_parts_;
+  // What Decode() made of the messages not yet taken in; cleared once none
+  // is held.
+  std::vector<DecodedMove> decoded_;
+  DecodedRange last_decoded_;
+  // Counts removals and swaps of rows, in either copy: a decoded slot is
+  // stale once this has moved.
+  uint64_t rows_moved_ = 0;
   bool have_snapshot_ = false;
   uint64_t frame_ = 0;
   int resyncs_ = 0;

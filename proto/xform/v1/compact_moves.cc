@@ -200,114 +200,127 @@ std::string CompactMovesWriter::Finish() {
   return std::string(reinterpret_cast<const char*>(begin), out - begin);
 }
 
+bool CompactMovesParser::Entry::is_raw() const { return (flags & 3) == kRaw; }
+bool CompactMovesParser::Entry::is_delta() const {
+  return (flags & 3) == kDelta;
+}
+
+CompactMovesParser::CompactMovesParser(const FrameUpdate& update)
+    : update_(update),
+      quantizer_(update.position_precision()),
+      in_(reinterpret_cast<const uint8_t*>(update.compact_moved().data()),
+          static_cast<int>(update.compact_moved().size())) {}
+
+absl::Status CompactMovesParser::Bad(absl::string_view why) const {
+  return absl::DataLossError(absl::StrCat("compact moves of frame ",
+                                          update_.frame(), " part ",
+                                          update_.part(), ": ", why));
+}
+
+absl::Status CompactMovesParser::Start() {
+  if (!(quantizer_.precision() >= kMinPositionPrecision &&
+        quantizer_.precision() <= kMaxPositionPrecision)) {
+    return Bad("no valid position_precision");
+  }
+  // Each entry takes at least 2 bytes: a count beyond that is a lie.
+  if (!in_.ReadVarint64(&count_) ||
+      count_ > update_.compact_moved().size() / 2) {
+    return Bad("bad count");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CompactMovesParser::Read(Entry& e) {
+  uint64_t id_delta;
+  if (!in_.ReadVarint64(&id_delta) || !in_.ReadRaw(&e.flags, 1)) {
+    return Bad("cut short");
+  }
+  // Ascending ids: a receiver decodes a message's entries against what it
+  // held before the message, so an entity in it twice would be misread.
+  if (id_delta == 0 && read_ > 0) return Bad("an id not above the last");
+  ++read_;
+  id_ += id_delta;
+  e.id = id_;
+  const uint8_t kind = e.flags & 3;
+  if (kind == kRaw) {
+    if (!in_.ReadRaw(e.raw.m.data(), 48)) return Bad("cut short");
+    return absl::OkStatus();
+  }
+  if (kind != kWhole && kind != kDelta) return Bad("unknown entry kind");
+  const int values = kind == kDelta && !(e.flags & kScalePresent) ? 6 : 9;
+  for (int v = 0; v < values; ++v) {
+    if (!GetSigned(in_, &e.values[v])) return Bad("cut short");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CompactMovesParser::Resolve(const Entry& e,
+                                         const QuantizedPose* held,
+                                         QuantizedPose& p) {
+  p.largest = (e.flags >> 2) & 3;
+  bool ok;
+  if (!e.is_delta()) {
+    ok = Add(origin_, &e.values[0], &p.position) &&
+         Add(kZero32, &e.values[3], &p.rotation) &&
+         Add(kZero32, &e.values[6], &p.log_scale);
+    origin_ = p.position;
+  } else {
+    if (held == nullptr) {
+      return Bad(absl::StrCat("a delta for entity ", e.id, ", not held"));
+    }
+    ok = Add(held->position, &e.values[0], &p.position) &&
+         Add((e.flags & kRotationWhole) ? kZero32 : held->rotation,
+             &e.values[3], &p.rotation);
+    p.log_scale = held->log_scale;
+    if (ok && (e.flags & kScalePresent)) {
+      ok = Add(held->log_scale, &e.values[6], &p.log_scale);
+    }
+  }
+  return ok ? absl::OkStatus() : Bad("a value out of range");
+}
+
+absl::Status CompactMovesParser::Finish() {
+  if (in_.CurrentPosition() !=
+      static_cast<int>(update_.compact_moved().size())) {
+    return Bad("bytes after the last entry");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CompactMovesReader::Decode(FrameUpdate& u) {
   // A snapshot begun afresh sends everything whole: what is held goes.
   if (u.snapshot() && u.part() == 0) held_.clear();
   for (EntityId e : u.destroyed()) held_.erase(e);
   if (u.compact_moved().empty()) return absl::OkStatus();
-  const auto bad = [&u](absl::string_view why) {
-    return absl::DataLossError(absl::StrCat(
-        "compact moves of frame ", u.frame(), " part ", u.part(), ": ", why));
-  };
-  if (!(u.position_precision() >= kMinPositionPrecision &&
-        u.position_precision() <= kMaxPositionPrecision)) {
-    return bad("no valid position_precision");
-  }
-  const PoseQuantizer quantizer(u.position_precision());
-  const std::string& bytes = u.compact_moved();
-  CodedInputStream in(reinterpret_cast<const uint8_t*>(bytes.data()),
-                      static_cast<int>(bytes.size()));
-  uint64_t count;
-  // Each entry takes at least 2 bytes: a count beyond that is a lie.
-  if (!in.ReadVarint64(&count) || count > bytes.size() / 2) {
-    return bad("bad count");
-  }
+  CompactMovesParser parser(u);
+  if (absl::Status started = parser.Start(); !started.ok()) return started;
   auto* moved = u.mutable_moved();
   auto* worlds = u.mutable_moved_world();
-  moved->Reserve(moved->size() + static_cast<int>(count));
-  worlds->Reserve(worlds->size() + 12 * static_cast<int>(count));
-  // A block of entries is read first, each delta's held pose prefetched as
-  // its id is known, then applied: the held table is megabytes, and a
-  // lookup at a time waits for memory at each (half of a Mirror's time).
-  constexpr size_t kBlock = 32;
-  struct Entry {
-    EntityId id;
-    uint8_t flags;
-    int64_t values[9];  // As read: position, rotation, scale.
-    Matrix3x4 raw;
-  };
-  Entry block[kBlock];
-  EntityId id = 0;
-  std::array<int64_t, 3> origin = {0, 0, 0};
-  for (uint64_t first = 0; first < count; first += kBlock) {
-    const size_t n =
-        static_cast<size_t>(std::min<uint64_t>(kBlock, count - first));
-    for (size_t k = 0; k < n; ++k) {
-      Entry& e = block[k];
-      uint64_t id_delta;
-      if (!in.ReadVarint64(&id_delta) || !in.ReadRaw(&e.flags, 1)) {
-        return bad("cut short");
-      }
-      id += id_delta;
-      e.id = id;
-      const uint8_t kind = e.flags & 3;
-      if (kind == kRaw) {
-        if (!in.ReadRaw(e.raw.m.data(), 48)) return bad("cut short");
-        continue;
-      }
-      if (kind != kWhole && kind != kDelta) return bad("unknown entry kind");
-      const int values = kind == kDelta && !(e.flags & kScalePresent) ? 6 : 9;
-      for (int v = 0; v < values; ++v) {
-        if (!GetSigned(in, &e.values[v])) return bad("cut short");
-      }
-      if (kind == kDelta) held_.prefetch(e.id);
+  moved->Reserve(moved->size() + static_cast<int>(parser.count()));
+  worlds->Reserve(worlds->size() + 12 * static_cast<int>(parser.count()));
+  for (uint64_t k = 0; k < parser.count(); ++k) {
+    CompactMovesParser::Entry e;
+    if (absl::Status read = parser.Read(e); !read.ok()) return read;
+    moved->Add(e.id);
+    if (e.is_raw()) {
+      held_.erase(e.id);
+      worlds->Add(e.raw.m.begin(), e.raw.m.end());
+      continue;
     }
-    for (size_t k = 0; k < n; ++k) {
-      const Entry& e = block[k];
-      const uint8_t kind = e.flags & 3;
-      if (kind == kRaw) {
-        held_.erase(e.id);
-        moved->Add(e.id);
-        worlds->Add(e.raw.m.begin(), e.raw.m.end());
-        continue;
-      }
-      QuantizedPose p;
-      p.largest = (e.flags >> 2) & 3;
-      QuantizedPose* held = nullptr;  // A delta's, updated in place.
-      bool ok;
-      if (kind == kWhole) {
-        ok = Add(origin, &e.values[0], &p.position) &&
-             Add(kZero32, &e.values[3], &p.rotation) &&
-             Add(kZero32, &e.values[6], &p.log_scale);
-        origin = p.position;
-      } else {
-        auto it = held_.find(e.id);
-        if (it == held_.end()) {
-          return bad(absl::StrCat("a delta for entity ", e.id, ", not held"));
-        }
-        held = &it->second;
-        ok = Add(held->position, &e.values[0], &p.position) &&
-             Add((e.flags & kRotationWhole) ? kZero32 : held->rotation,
-                 &e.values[3], &p.rotation);
-        p.log_scale = held->log_scale;
-        if (ok && (e.flags & kScalePresent)) {
-          ok = Add(held->log_scale, &e.values[6], &p.log_scale);
-        }
-      }
-      if (!ok) return bad("a value out of range");
-      const Matrix3x4 m = quantizer.Dequantize(p);
-      if (held != nullptr) {
-        *held = p;
-      } else {
-        held_[e.id] = p;
-      }
-      moved->Add(e.id);
-      worlds->Add(m.m.begin(), m.m.end());
+    const QuantizedPose* held = nullptr;
+    if (e.is_delta()) {
+      auto it = held_.find(e.id);
+      if (it != held_.end()) held = &it->second;
     }
+    QuantizedPose p;
+    if (absl::Status resolved = parser.Resolve(e, held, p); !resolved.ok()) {
+      return resolved;
+    }
+    held_[e.id] = p;
+    const Matrix3x4 m = parser.quantizer().Dequantize(p);
+    worlds->Add(m.m.begin(), m.m.end());
   }
-  if (in.CurrentPosition() != static_cast<int>(bytes.size())) {
-    return bad("bytes after the last entry");
-  }
+  if (absl::Status finished = parser.Finish(); !finished.ok()) return finished;
   u.clear_compact_moved();
   return absl::OkStatus();
 }

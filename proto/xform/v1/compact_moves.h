@@ -41,7 +41,9 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "google/protobuf/io/coded_stream.h"
 #include "xform/transform.h"
 #include "xform/v1/xform.pb.h"
 
@@ -107,9 +109,69 @@ class CompactMovesWriter {
   std::vector<Entry> entries_;
 };
 
+// Reads one message's compact_moved, an entry at a time, for a receiver that
+// keeps the poses it holds its own way: the one home of the bytes' grammar
+// and of what an entry means. A Mirror keeps poses beside its copy
+// (client/mirror_state.h); CompactMovesReader keeps them in a map.
+//
+//   CompactMovesParser parser(update);
+//   if (absl::Status s = parser.Start(); !s.ok()) return s;
+//   for (uint64_t k = 0; k < parser.count(); ++k) {
+//     parser.Read(entry);  // then, unless raw, Resolve(entry, held, pose)
+//   }
+//   return parser.Finish();
+//
+// Every refusal is DATA_LOSS, naming the frame and part: the stream must
+// then be dropped and the view resynced.
+class CompactMovesParser {
+ public:
+  struct Entry {
+    EntityId id;
+    uint8_t flags;
+    int64_t values[9];  // As read: position, rotation, scale.
+    Matrix3x4 raw;      // A raw entry's matrix.
+
+    bool is_raw() const;
+    bool is_delta() const;
+  };
+
+  // `update` must outlive the parser.
+  explicit CompactMovesParser(const FrameUpdate& update);
+
+  // Checks the precision, and reads the count: at most one entry per 2
+  // bytes, so a count cannot ask for more room than its bytes justify.
+  absl::Status Start();
+  uint64_t count() const { return count_; }
+  // The next entry: refused when cut short, of an unknown kind, or when its
+  // id is not above the one before (an entity twice in one message).
+  absl::Status Read(Entry& entry);
+  // The pose a whole or delta entry codes. A delta needs `held`, the pose
+  // the receiver holds for the entity (refused without); a whole is coded
+  // against the whole before it, so wholes are resolved in the order read.
+  // Refused when a value leaves its range.
+  absl::Status Resolve(const Entry& entry, const QuantizedPose* held,
+                       QuantizedPose& pose);
+  // Refused when bytes follow the last entry.
+  absl::Status Finish();
+
+  const PoseQuantizer& quantizer() const { return quantizer_; }
+
+ private:
+  absl::Status Bad(absl::string_view why) const;
+
+  const FrameUpdate& update_;
+  const PoseQuantizer quantizer_;
+  google::protobuf::io::CodedInputStream in_;
+  uint64_t count_ = 0;
+  uint64_t read_ = 0;
+  EntityId id_ = 0;
+  std::array<int64_t, 3> origin_ = {0, 0, 0};
+};
+
 // Turns compact FrameUpdates back into raw ones (moved, moved_world), in the
-// order a stream delivers them, holding each entity's last pose. One per
-// stream: a new stream starts with Reset().
+// order a stream delivers them, holding each entity's last pose in a map of
+// its own: for a receiver that keeps no copy of the world (tests, tools).
+// One per stream: a new stream starts with Reset().
 class CompactMovesReader {
  public:
   // Decodes `update`'s compact_moved (if any) into its moved and

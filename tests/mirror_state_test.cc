@@ -1,0 +1,247 @@
+// Copyright 2026 The xform Authors.
+//
+// MirrorState's own decoding of compact streams: that it holds exactly what
+// the reference decoder (CompactMovesReader) makes of the same messages,
+// through frames split into parts, rows moved by destruction, creation and
+// resyncs; and that a message it refuses leaves the copy as it was, never
+// half a frame.
+
+#include "client/mirror_state.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <random>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "gtest/gtest.h"
+#include "xform/v1/compact_moves.h"
+#include "xform/v1/xform.pb.h"
+
+namespace xform::client_internal {
+namespace {
+
+constexpr float kPrecision = 0.001f;
+
+struct Row {
+  EntityId parent;
+  Matrix3x4 world;
+};
+
+// The copy by id, for comparison whatever the row order.
+std::map<EntityId, Row> Rows(const Copy& copy) {
+  std::map<EntityId, Row> rows;
+  for (uint32_t i = 0; i < copy.size(); ++i) {
+    rows[copy.id(i)] = {copy.parent(i), copy.world(i)};
+  }
+  return rows;
+}
+
+void ExpectSameRows(const Copy& got, const Copy& want, int frame) {
+  const std::map<EntityId, Row> a = Rows(got), b = Rows(want);
+  ASSERT_EQ(a.size(), b.size()) << "frame " << frame;
+  for (const auto& [id, row] : b) {
+    auto it = a.find(id);
+    ASSERT_NE(it, a.end()) << "entity " << id << " frame " << frame;
+    EXPECT_EQ(it->second.parent, row.parent) << id;
+    // Bit for bit: both decode the same integers the same way.
+    ASSERT_EQ(std::memcmp(it->second.world.m.data(), row.world.m.data(), 48), 0)
+        << "entity " << id << " frame " << frame;
+  }
+}
+
+Matrix3x4 RandomPose(std::mt19937& rng) {
+  std::uniform_real_distribution<float> u(-1, 1);
+  const float angle = u(rng) * 3;
+  const float c = std::cos(angle), s = std::sin(angle);
+  const float scale = rng() % 4 == 0 ? 1 + 0.5f * (u(rng) + 1) : 1;
+  Matrix3x4 m = {};
+  m.m = {c * scale, -s * scale, 0,     u(rng) * 100,  //
+         s * scale, c * scale,  0,     u(rng) * 100,  //
+         0,         0,          scale, u(rng) * 100};
+  if (rng() % 50 == 0) m.m[1] += 0.5f;  // Shear: goes raw.
+  return m;
+}
+
+// A server's side of one compact stream: what each entity is, and what it
+// last sent of it, so it knows when a delta may be sent.
+class Sender {
+ public:
+  explicit Sender(uint32_t seed) : rng_(seed) {}
+
+  // A resync: every entity, whole, over `parts` parts (the last destroying
+  // one that an earlier part created, as a snapshot taken while the world
+  // changes may).
+  std::vector<v1::FrameUpdate> Snapshot(uint64_t frame, int parts) {
+    sent_.clear();
+    std::vector<EntityId> ids;
+    for (const auto& [id, e] : alive_) ids.push_back(id);
+    std::vector<v1::FrameUpdate> out(parts);
+    for (int p = 0; p < parts; ++p) {
+      v1::FrameUpdate& u = out[p];
+      u.set_frame(frame);
+      u.set_snapshot(true);
+      u.set_part(p);
+      u.set_snapshot_done(p + 1 == parts);
+      u.set_last_part(p + 1 == parts);
+      u.set_position_precision(kPrecision);
+      v1::CompactMovesWriter writer(kPrecision);
+      for (size_t k = p; k < ids.size(); k += parts) {
+        u.add_created(ids[k]);
+        u.add_created_parent(alive_[ids[k]].parent);
+        writer.Add(ids[k], alive_[ids[k]].world.m.data(), nullptr);
+        sent_[ids[k]] = alive_[ids[k]].world;
+      }
+      u.set_compact_moved(writer.Finish());
+    }
+    if (parts > 1 && !ids.empty()) {
+      out.back().add_destroyed(ids[0]);
+      alive_.erase(ids[0]);
+      sent_.erase(ids[0]);
+    }
+    return out;
+  }
+
+  // A frame of changes, over `parts` parts: some destroyed (in any part),
+  // some created (moved whole, in a later part than their creation where
+  // there is one), many moved (deltas where the receiver holds a pose).
+  std::vector<v1::FrameUpdate> Frame(uint64_t frame, int parts) {
+    std::vector<v1::FrameUpdate> out(parts);
+    std::vector<v1::CompactMovesWriter> writers;
+    for (int p = 0; p < parts; ++p) {
+      out[p].set_frame(frame);
+      out[p].set_part(p);
+      out[p].set_last_part(p + 1 == parts);
+      out[p].set_position_precision(kPrecision);
+      writers.emplace_back(kPrecision);
+    }
+    std::vector<EntityId> ids;
+    for (const auto& [id, e] : alive_) ids.push_back(id);
+    std::vector<Matrix3x4> keep;  // What writers point to.
+    keep.reserve(2 * ids.size() + 64);
+    for (EntityId id : ids) {
+      const int part = static_cast<int>(rng_() % parts);
+      const uint32_t what = rng_() % 1000;
+      if (what < 5) {
+        out[part].add_destroyed(id);
+        alive_.erase(id);
+        sent_.erase(id);
+      } else if (what < 400) {
+        alive_[id].world = RandomPose(rng_);
+        keep.push_back(alive_[id].world);
+        auto held = sent_.find(id);
+        if (held != sent_.end()) keep.push_back(held->second);
+        writers[part].Add(id, alive_[id].world.m.data(),
+                          held != sent_.end() ? &keep.back() : nullptr);
+        sent_[id] = alive_[id].world;
+      }
+    }
+    for (int k = 0; k < 3; ++k) {
+      const EntityId id = next_id_++;
+      const int created_in = static_cast<int>(rng_() % parts);
+      const int moved_in =
+          created_in + static_cast<int>(rng_() % (parts - created_in));
+      const EntityId parent =
+          ids.empty() ? kNoEntity : ids[rng_() % ids.size()];
+      alive_[id] = {parent, RandomPose(rng_)};
+      out[created_in].add_created(id);
+      out[created_in].add_created_parent(parent);
+      keep.push_back(alive_[id].world);
+      writers[moved_in].Add(id, keep.back().m.data(), nullptr);
+      sent_[id] = alive_[id].world;
+    }
+    for (int p = 0; p < parts; ++p)
+      out[p].set_compact_moved(writers[p].Finish());
+    return out;
+  }
+
+  void Populate(int n) {
+    for (int k = 0; k < n; ++k) {
+      alive_[next_id_++] = {kNoEntity, RandomPose(rng_)};
+    }
+  }
+
+ private:
+  std::mt19937 rng_;
+  EntityId next_id_ = 1;
+  std::map<EntityId, Row> alive_;
+  absl::flat_hash_map<EntityId, Matrix3x4> sent_;
+};
+
+TEST(MirrorStateTest, HoldsWhatTheReferenceDecoderMakesOfACompactStream) {
+  Sender sender(7);
+  sender.Populate(2000);
+  MirrorState compact;    // Decodes for itself.
+  MirrorState reference;  // Takes the reference decoder's raw messages.
+  v1::CompactMovesReader reader;
+  std::mt19937 rng(11);
+  auto feed = [&](std::vector<v1::FrameUpdate> messages, int frame) {
+    for (v1::FrameUpdate& u : messages) {
+      ASSERT_TRUE(compact.Apply(u).ok()) << frame;
+      ASSERT_TRUE(reader.Decode(u).ok()) << frame;
+      ASSERT_TRUE(u.compact_moved().empty());
+      ASSERT_TRUE(reference.Apply(u).ok()) << frame;
+    }
+    ExpectSameRows(compact.copy(), reference.copy(), frame);
+  };
+  feed(sender.Snapshot(1, 3), 1);
+  for (int frame = 2; frame <= 300 && !testing::Test::HasFatalFailure();
+       ++frame) {
+    if (frame % 97 == 0) {
+      feed(sender.Snapshot(frame, 1 + static_cast<int>(rng() % 3)), frame);
+    } else {
+      feed(sender.Frame(frame, 1 + static_cast<int>(rng() % 3)), frame);
+    }
+  }
+  EXPECT_GT(compact.copy().size(), 500u);
+  EXPECT_EQ(compact.resyncs(), 3);
+}
+
+// A frame whose second part holds a delta for an entity the mirror holds no
+// pose of: refused, and the first part (a destruction, a creation, moves)
+// is nowhere in the copy; the stream resyncs from there.
+TEST(MirrorStateTest, ARefusedPartLeavesNoHalfFrame) {
+  Sender sender(3);
+  sender.Populate(100);
+  MirrorState state;
+  for (const v1::FrameUpdate& u : sender.Snapshot(1, 1)) {
+    ASSERT_TRUE(state.Apply(u).ok());
+  }
+  const std::map<EntityId, Row> before = Rows(state.copy());
+  std::vector<v1::FrameUpdate> frame = sender.Frame(2, 2);
+  ASSERT_TRUE(state.Apply(frame[0]).ok());
+  std::mt19937 rng(1);
+  const Matrix3x4 m = RandomPose(rng);
+  v1::CompactMovesWriter orphan(kPrecision);
+  orphan.Add(1'000'000, m.m.data(), &m);  // Never sent: no pose held.
+  frame[1].set_compact_moved(orphan.Finish());
+  const absl::Status refused = state.Apply(frame[1]);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kDataLoss) << refused;
+  EXPECT_NE(refused.message().find("not held"), absl::string_view::npos);
+  const std::map<EntityId, Row> after = Rows(state.copy());
+  ASSERT_EQ(after.size(), before.size());
+  for (const auto& [id, row] : before) {
+    ASSERT_TRUE(after.contains(id)) << id;
+    EXPECT_EQ(std::memcmp(after.at(id).world.m.data(), row.world.m.data(), 48),
+              0)
+        << id;
+  }
+  EXPECT_EQ(state.frame(), 1u);
+  bool resynced;
+  state.TakeChanges(&resynced);
+  // A resync on a new stream takes the mirror on.
+  for (const v1::FrameUpdate& u : sender.Snapshot(3, 2)) {
+    ASSERT_TRUE(state.Apply(u).ok());
+  }
+  EXPECT_EQ(state.frame(), 3u);
+  EXPECT_EQ(state.resyncs(), 1);
+  for (const v1::FrameUpdate& u : sender.Frame(4, 2)) {
+    ASSERT_TRUE(state.Apply(u).ok());
+  }
+  EXPECT_EQ(state.frame(), 4u);
+}
+
+}  // namespace
+}  // namespace xform::client_internal
