@@ -29,6 +29,9 @@ absl::Span<const T> SpanOf(const google::protobuf::RepeatedField<T>& field) {
 
 struct Arrival {
   v1::FrameUpdate update;  // As it came: a compact one is decoded when taken.
+  // A compact one's moves, raw, for on_update (only when there is one).
+  std::vector<EntityId> moved;
+  std::vector<float> moved_world;
   absl::Time received;
   size_t bytes = 0;     // On the wire.
   uint64_t stream = 0;  // Which of the mirror's streams it came on.
@@ -289,7 +292,7 @@ class Mirror::Impl {
     if (resume != nullptr) resume->Resume();
     if (dropped) return true;
     // Only this thread (or Update()'s caller) decodes: in order.
-    if (absl::Status decoded = Decode(arrival.update); !decoded.ok()) {
+    if (absl::Status decoded = Decode(arrival); !decoded.ok()) {
       // The supervisor cancels it (never under a lock: gRPC may run the
       // stream's reactions inline), and resynchronises on a new stream.
       absl::MutexLock lock(&mu_);
@@ -314,9 +317,17 @@ class Mirror::Impl {
   // Decoding, most of a message's work, reads the copy without mu_ so that
   // readers do not wait for it: only a holder of take_mu_ changes the copy
   // (holding mu_ as well), and the decoder's scratch is the taker's alone.
-  absl::Status Decode(const v1::FrameUpdate& u)
+  absl::Status Decode(Arrival& arrival)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(take_mu_) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    return state_.Decode(u);
+    const v1::FrameUpdate& u = arrival.update;
+    absl::Status decoded = state_.Decode(u);
+    if (decoded.ok() && options_.on_update && !u.compact_moved().empty()) {
+      arrival.moved.assign(u.moved().begin(), u.moved().end());
+      arrival.moved_world.assign(u.moved_world().begin(),
+                                 u.moved_world().end());
+      state_.AppendDecoded(arrival.moved, arrival.moved_world);
+    }
+    return decoded;
   }
 
   // The mirror's thread (kBackground): applies each message as it comes.
@@ -395,8 +406,13 @@ class Mirror::Impl {
     update.published = absl::FromUnixNanos(u.server_time_unix_nanos());
     update.received = arrival.received;
     update.bytes = arrival.bytes;
-    update.moved = SpanOf(u.moved());
-    update.moved_world = SpanOf(u.moved_world());
+    if (u.compact_moved().empty()) {
+      update.moved = SpanOf(u.moved());
+      update.moved_world = SpanOf(u.moved_world());
+    } else {
+      update.moved = arrival.moved;
+      update.moved_world = arrival.moved_world;
+    }
     update.created = SpanOf(u.created());
     update.created_parent = SpanOf(u.created_parent());
     update.destroyed = SpanOf(u.destroyed());

@@ -85,6 +85,18 @@ absl::Status MirrorState::DecodeCompact(const v1::FrameUpdate& u,
   return parser.Finish();
 }
 
+void MirrorState::AppendDecoded(std::vector<EntityId>& ids,
+                                std::vector<float>& worlds) const {
+  ids.reserve(ids.size() + (last_decoded_.end - last_decoded_.begin));
+  worlds.reserve(worlds.size() +
+                 12 * (last_decoded_.end - last_decoded_.begin));
+  for (size_t k = last_decoded_.begin; k < last_decoded_.end; ++k) {
+    ids.push_back(decoded_[k].id);
+    worlds.insert(worlds.end(), decoded_[k].world.m.begin(),
+                  decoded_[k].world.m.end());
+  }
+}
+
 void MirrorState::Commit(const v1::FrameUpdate& u) {
   const DecodedRange decoded = last_decoded_;
   last_decoded_ = {};

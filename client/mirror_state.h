@@ -152,6 +152,11 @@ class MirrorState {
   void Commit(const v1::FrameUpdate& u);
   // Both, at once.
   absl::Status Apply(const v1::FrameUpdate& u);
+  // Appends what the last Decode() found in compact moves, raw (12 floats
+  // an entity), for a caller that lists each message's moves. Before its
+  // Commit(). O(entries).
+  void AppendDecoded(std::vector<EntityId>& ids,
+                     std::vector<float>& worlds) const;
 
   const Copy& copy() const { return copy_; }
   // A snapshot was applied whole, and none is being received.

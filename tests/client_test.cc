@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
@@ -416,8 +417,13 @@ TEST_F(ClientTest, CompactMirrorsStayWithinBoundsThroughSkipsAndResyncs) {
   // Rate-limited: never sent a frame's shared message, always its pending
   // changes folded (frames are published far faster than 20 a second).
   behind.max_rate_hz = 20;
+  // What on_update listed last of each entity (on Update()'s thread: this).
+  absl::flat_hash_map<EntityId, Matrix3x4> listed;
   behind.on_update = [&](const MirrorUpdate& m) {
     skipped += m.frames_skipped;
+    for (size_t k = 0; k < m.moved.size(); ++k) {
+      listed[m.moved[k]] = m.MovedWorld(k);
+    }
   };
   MirrorOptions stopping = compact;
   stopping.driver = MirrorOptions::Driver::kCaller;
@@ -488,6 +494,12 @@ TEST_F(ClientTest, CompactMirrorsStayWithinBoundsThroughSkipsAndResyncs) {
       EXPECT_EQ(*mirror->Parent(ids[i]), (*read)[i].parent);
     }
     EXPECT_TRUE(mirror->status().ok()) << mirror->status();
+    if (mirror == mirrors[1]) {  // on_update listed each move as decoded.
+      for (size_t i = 0; i < ids.size(); ++i) {
+        ASSERT_TRUE(listed.contains(ids[i])) << ids[i];
+        EXPECT_EQ(listed[ids[i]], worlds[i]) << ids[i];
+      }
+    }
   }
   EXPECT_GT(skipped, 0u);  // The one behind was sent folded frames.
   EXPECT_GE(mirrors[2]->resyncs(), 1);  // The stopped one was resent whole.
