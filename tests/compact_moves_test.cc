@@ -283,6 +283,14 @@ TEST(CompactMovesTest, HostileBytesAreDataLoss) {
   FrameUpdate orphan = Compact(delta.Finish());
   EXPECT_EQ(CompactMovesReader().Decode(orphan).code(),
             absl::StatusCode::kDataLoss);
+  // An entity twice in one message.
+  CompactMovesWriter twice(kPrecision);
+  twice.Add(5, m.m.data(), nullptr);
+  twice.Add(5, m.m.data(), nullptr);
+  FrameUpdate repeated = Compact(twice.Finish());
+  const absl::Status refused = CompactMovesReader().Decode(repeated);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(refused.message().find("not above"), absl::string_view::npos);
   // No precision.
   FrameUpdate no_precision = Compact(good);
   no_precision.set_position_precision(0);

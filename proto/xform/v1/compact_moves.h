@@ -12,7 +12,8 @@
 // Quantizing absolute values and delta-coding the integers means a receiver
 // holds exactly the integers the sender coded against: errors never add up.
 //
-// The bytes: varint count, then per entry, in ascending id order:
+// The bytes: varint count, then per entry, in ascending id order (an
+// entity at most once a message):
 //   varint   id minus the previous entry's id (the first: minus 0)
 //   byte     flags: bits 0-1 the kind (0 delta, 1 whole, 2 raw); bits 2-3
 //            the rotation's left-out component; bit 4 the scale is present
