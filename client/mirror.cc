@@ -15,7 +15,6 @@
 #include "client/client_internal.h"
 #include "client/mirror_state.h"
 #include "xform/net_changes.h"
-#include "xform/v1/compact_moves.h"
 #include "xform/v1/frame_update.h"
 #include "xform/v1/wire.h"
 

@@ -13,6 +13,7 @@ namespace {
 // than once an entity (each lookup misses the cache: about half the time a
 // Mirror took for a frame before this).
 constexpr int kBlock = 32;
+constexpr size_t kKeptDecoded = size_t{1} << 16;
 }  // namespace
 
 absl::Status MirrorState::Apply(const v1::FrameUpdate& u) {
@@ -28,8 +29,9 @@ absl::Status MirrorState::Decode(const v1::FrameUpdate& u) {
   // against the copy before the frame (none is taken in before its last);
   // a snapshot's against the one being built, empty at its first part.
   const Copy* against = &copy_;
-  if (u.snapshot())
+  if (u.snapshot()) {
     against = in_snapshot_ && u.part() != 0 ? &staging_ : nullptr;
+  }
   if (absl::Status decoded = DecodeCompact(u, against); !decoded.ok()) {
     decoded_.resize(last_decoded_.begin);
     last_decoded_.end = last_decoded_.begin;
@@ -112,7 +114,15 @@ void MirrorState::Commit(const v1::FrameUpdate& u) {
     frame_parts_.clear();
     ApplyDelta(u, decoded);
   }
-  if (frame_parts_.empty()) decoded_.clear();
+  if (frame_parts_.empty()) {
+    // Kept for the next frame, unless a huge one (120 bytes an entry) left
+    // it bigger than frames mostly need.
+    if (decoded_.capacity() > kKeptDecoded) {
+      std::vector<DecodedMove>().swap(decoded_);
+    } else {
+      decoded_.clear();
+    }
+  }
 }
 
 void MirrorState::ApplyDelta(const v1::FrameUpdate& u,

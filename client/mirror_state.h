@@ -22,7 +22,6 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
-#include "absl/types/span.h"
 #include "xform/net_changes.h"
 #include "xform/transform.h"
 #include "xform/v1/compact_moves.h"

@@ -171,7 +171,8 @@ class CompactMovesParser {
 
 // Turns compact FrameUpdates back into raw ones (moved, moved_world), in the
 // order a stream delivers them, holding each entity's last pose in a map of
-// its own: for a receiver that keeps no copy of the world (tests, tools).
+// its own: for a receiver that keeps no copy of the world (the tests'
+// reference decoder).
 // One per stream: a new stream starts with Reset().
 class CompactMovesReader {
  public:
