@@ -43,8 +43,6 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
-#include "absl/types/span.h"
-#include "google/protobuf/io/coded_stream.h"
 #include "xform/transform.h"
 #include "xform/v1/xform.pb.h"
 
@@ -110,6 +108,13 @@ class CompactMovesWriter {
   std::vector<Entry> entries_;
 };
 
+namespace compact_internal {
+// An entry's kind, its flags' bits 0-1 (the grammar above).
+inline constexpr uint8_t kDelta = 0;
+inline constexpr uint8_t kWhole = 1;
+inline constexpr uint8_t kRaw = 2;
+}  // namespace compact_internal
+
 // Reads one message's compact_moved, an entry at a time, for a receiver that
 // keeps the poses it holds its own way: the one home of the bytes' grammar
 // and of what an entry means. A Mirror keeps poses beside its copy
@@ -132,8 +137,8 @@ class CompactMovesParser {
     int64_t values[9];  // As read: position, rotation, scale.
     Matrix3x4 raw;      // A raw entry's matrix.
 
-    bool is_raw() const;
-    bool is_delta() const;
+    bool is_raw() const { return (flags & 3) == compact_internal::kRaw; }
+    bool is_delta() const { return (flags & 3) == compact_internal::kDelta; }
   };
 
   // `update` must outlive the parser.
@@ -159,10 +164,15 @@ class CompactMovesParser {
 
  private:
   absl::Status Bad(absl::string_view why) const;
+  // False when the bytes end first (or a varint runs past 10 bytes).
+  bool ReadVarint(uint64_t& v);
+  bool ReadSigned(int64_t& v);
 
   const FrameUpdate& update_;
   const PoseQuantizer quantizer_;
-  google::protobuf::io::CodedInputStream in_;
+  // The bytes not yet read: [at_, end_).
+  const uint8_t* at_;
+  const uint8_t* const end_;
   uint64_t count_ = 0;
   uint64_t read_ = 0;
   EntityId id_ = 0;
