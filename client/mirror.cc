@@ -41,7 +41,9 @@ struct Arrival {
 class Mirror::Impl {
  public:
   Impl(Client& client, MirrorOptions options)
-      : options_(std::move(options)), client_(client) {
+      : options_(std::move(options)),
+        client_(client),
+        state_(options_.max_entities) {
     request_.set_world(options_.world);
     request_.mutable_entity()->Add(options_.entities.begin(),
                                    options_.entities.end());
@@ -455,6 +457,10 @@ absl::StatusOr<std::unique_ptr<Mirror>> Mirror::Start(Client& client,
   }
   if (options.max_queued < 1) {
     return absl::InvalidArgumentError("MirrorOptions.max_queued must be >= 1");
+  }
+  if (options.max_entities < 1) {
+    return absl::InvalidArgumentError(
+        "MirrorOptions.max_entities must be >= 1");
   }
   if (options.no_echo && client.options().client_id.empty()) {
     return absl::InvalidArgumentError(

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+
 namespace xform::client_internal {
 
 namespace {
@@ -24,21 +26,64 @@ absl::Status MirrorState::Apply(const v1::FrameUpdate& u) {
 
 absl::Status MirrorState::Decode(const v1::FrameUpdate& u) {
   last_decoded_ = {decoded_.size(), decoded_.size(), rows_moved_};
-  if (u.compact_moved().empty()) return absl::OkStatus();
-  // Against the copy the message will change: a delta frame's parts all
-  // against the copy before the frame (none is taken in before its last);
-  // a snapshot's against the one being built, empty at its first part.
-  const Copy* against = &copy_;
-  if (u.snapshot()) {
-    against = in_snapshot_ && u.part() != 0 ? &staging_ : nullptr;
-  }
-  if (absl::Status decoded = DecodeCompact(u, against); !decoded.ok()) {
-    decoded_.resize(last_decoded_.begin);
-    last_decoded_.end = last_decoded_.begin;
-    return decoded;
+  absl::Status decoded = absl::OkStatus();
+  if (!u.compact_moved().empty()) {
+    // Against the copy the message will change: a delta frame's parts all
+    // against the copy before the frame (none is taken in before its
+    // last); a snapshot's against the one being built, empty at its first
+    // part.
+    const Copy* against = &copy_;
+    if (u.snapshot()) {
+      against = in_snapshot_ && u.part() != 0 ? &staging_ : nullptr;
+    }
+    decoded = DecodeCompact(u, against);
   }
   last_decoded_.end = decoded_.size();
-  return absl::OkStatus();
+  if (decoded.ok()) {
+    absl::StatusOr<size_t> held_bytes = CheckLimits(u);
+    decoded = held_bytes.status();
+    last_held_bytes_ = held_bytes.value_or(0);
+  }
+  if (!decoded.ok()) {
+    decoded_.resize(last_decoded_.begin);
+    last_decoded_.end = last_decoded_.begin;
+  }
+  return decoded;
+}
+
+absl::StatusOr<size_t> MirrorState::CheckLimits(
+    const v1::FrameUpdate& u) const {
+  auto refuse = [&u](absl::string_view why) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("frame ", u.frame(), " part ", u.part(), ": ", why));
+  };
+  // What the copy the message changes holds, and what it and the earlier
+  // parts of its frame create: an upper bound on what it will hold.
+  size_t holds = copy_.size() + frame_parts_created_;
+  if (u.snapshot()) holds = in_snapshot_ && u.part() != 0 ? staging_.size() : 0;
+  if (holds + static_cast<size_t>(u.created_size()) > max_entities_) {
+    return refuse(absl::StrCat("the copy would hold more than ", max_entities_,
+                               " entities (MirrorOptions.max_entities)"));
+  }
+  if (u.snapshot() || u.last_part()) return 0;
+  // A part held until its frame's last: its message, and what was decoded
+  // of it. O(entries), as decoding was.
+  const size_t bytes =
+      sizeof(Part) + u.ByteSizeLong() +
+      sizeof(DecodedMove) * (last_decoded_.end - last_decoded_.begin);
+  if (frame_parts_bytes_ + bytes > kHeldFrameBytesPerEntity * max_entities_) {
+    return refuse(
+        absl::StrCat("a frame's parts would hold more than ",
+                     kHeldFrameBytesPerEntity * max_entities_,
+                     " bytes (256 for each of MirrorOptions.max_entities)"));
+  }
+  return bytes;
+}
+
+void MirrorState::ClearFrameParts() {
+  frame_parts_.clear();
+  frame_parts_created_ = 0;
+  frame_parts_bytes_ = 0;
 }
 
 absl::Status MirrorState::DecodeCompact(const v1::FrameUpdate& u,
@@ -108,10 +153,12 @@ void MirrorState::Commit(const v1::FrameUpdate& u) {
     // The parts of a frame are taken in together, so the copy never shows
     // half a frame. Parts come in order, with no other message between.
     frame_parts_.push_back({u, decoded});
+    frame_parts_created_ += static_cast<size_t>(u.created_size());
+    frame_parts_bytes_ += last_held_bytes_;
     return;
   } else {
     for (const Part& part : frame_parts_) ApplyDelta(part.update, part.decoded);
-    frame_parts_.clear();
+    ClearFrameParts();
     ApplyDelta(u, decoded);
   }
   if (frame_parts_.empty()) {
@@ -205,7 +252,7 @@ void MirrorState::ApplySnapshotPart(const v1::FrameUpdate& u,
   if (!in_snapshot_ || u.part() == 0) {
     staging_.Clear();
     ++rows_moved_;
-    frame_parts_.clear();  // Of a stream that broke mid-frame.
+    ClearFrameParts();  // Of a stream that broke mid-frame.
     in_snapshot_ = true;
   }
   // A snapshot streamed while the world changes: later parts may destroy,

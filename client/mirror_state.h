@@ -22,6 +22,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "xform/mirror.h"
 #include "xform/net_changes.h"
 #include "xform/transform.h"
 #include "xform/v1/compact_moves.h"
@@ -138,15 +140,29 @@ class Copy {
 
 class MirrorState {
  public:
+  // What the parts of one frame may hold, for each of max_entities: a
+  // frame lists an entity at most once in each of its lists, which takes
+  // at most about 230 bytes (a shear's raw compact entry, 48 bytes and its
+  // 120 decoded, beside its creation, destruction and re-parenting).
+  static constexpr size_t kHeldFrameBytesPerEntity = 256;
+
+  // `max_entities`: the most the copy may hold (MirrorOptions).
+  explicit MirrorState(size_t max_entities = kDefaultMirrorMaxEntities)
+      : max_entities_(max_entities) {}
+
   // Each message of the stream, in order, is decoded, then committed. Apart
   // because decoding is most of the work and changes nothing a reader of
   // copy() sees: the Mirror does it outside the lock its readers take.
   //
   // Decode: checks `u` and decodes its compact moves against the poses held
   // for them. DATA_LOSS for bytes that do not parse or a delta for an
-  // entity holding no pose: `u` must not be committed, and the stream must
-  // be dropped and resynced (a message refused leaves the copy as it was,
-  // and never half a frame in it). O(entries in u).
+  // entity holding no pose; RESOURCE_EXHAUSTED for one that would take the
+  // copy past max_entities (counting every entity created, even one there
+  // already), or a frame whose parts, held until its last, would take more
+  // than kHeldFrameBytesPerEntity x max_entities bytes. Either way `u` must
+  // not be committed, and the stream must be dropped and resynced (a
+  // message refused leaves the copy as it was, and never half a frame in
+  // it). O(entries in u).
   absl::Status Decode(const v1::FrameUpdate& u);
   // Takes `u`, which Decode() accepted last, into the copy (or, for a
   // frame's parts before its last, holds it). O(entries in u), and O(world)
@@ -192,6 +208,11 @@ class MirrorState {
   };
 
   absl::Status DecodeCompact(const v1::FrameUpdate& u, const Copy* against);
+  // RESOURCE_EXHAUSTED where `u` passes the limits Decode() documents;
+  // else what it adds to the bytes its frame holds, if it is held.
+  absl::StatusOr<size_t> CheckLimits(const v1::FrameUpdate& u) const;
+  // Forgets a frame's held parts.
+  void ClearFrameParts();
   void Note(EntityId e, NetChange change) { pending_.Note(e, change); }
   void ApplyDelta(const v1::FrameUpdate& u, const DecodedRange& decoded);
   void ApplyMoved(const v1::FrameUpdateReader& r, Copy& copy, bool note);
@@ -205,12 +226,18 @@ class MirrorState {
   Copy copy_;
   Copy staging_;
   bool in_snapshot_ = false;
-  // The parts so far of a frame that comes in several.
+  // The most entities the copy (or the one being built) may hold.
+  const size_t max_entities_;
+  // The parts so far of a frame that comes in several, with the entities
+  // they create and the bytes they take, for the limits.
   std::vector<Part> frame_parts_;
+  size_t frame_parts_created_ = 0;
+  size_t frame_parts_bytes_ = 0;
   // What Decode() made of the messages not yet taken in; cleared once none
   // is held.
   std::vector<DecodedMove> decoded_;
   DecodedRange last_decoded_;
+  size_t last_held_bytes_ = 0;  // What the last decoded adds, if held.
   // Counts removals and swaps of rows, in either copy: a decoded slot is
   // stale once this has moved.
   uint64_t rows_moved_ = 0;

@@ -223,6 +223,55 @@ TEST_F(ClientTest, MirrorOptionsAreChecked) {
   MirrorOptions no_queue{.world = "w", .max_queued = 0};
   EXPECT_EQ(Mirror::Start(*client_, no_queue).status().code(),
             absl::StatusCode::kInvalidArgument);
+  MirrorOptions no_room{.world = "w", .max_entities = 0};
+  EXPECT_EQ(Mirror::Start(*client_, no_room).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// max_entities bounds what a mirror holds, whatever its server sends: a
+// world bigger than that is refused (and retried) with a status that says
+// why, and a frame that would take the copy past it leaves the copy as the
+// frame before left it.
+TEST_F(ClientTest, AMirrorHoldsNoMoreThanItsMaxEntities) {
+  MakeWorld();
+  std::unique_ptr<Mirror> mirror =
+      StartMirror({.world = "w",
+                   .max_entities = 3,
+                   .reconnect_min = absl::Milliseconds(20),
+                   .reconnect_max = absl::Milliseconds(100)});
+  auto wait_for_refusal = [&] {
+    const absl::Time deadline = absl::Now() + kWait;
+    while (mirror->status().code() != absl::StatusCode::kResourceExhausted &&
+           absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+    EXPECT_EQ(mirror->status().code(), absl::StatusCode::kResourceExhausted)
+        << mirror->status();
+    EXPECT_NE(mirror->status().message().find("max_entities"),
+              absl::string_view::npos)
+        << mirror->status();
+  };
+  wait_for_refusal();
+  EXPECT_FALSE(mirror->synced());
+  EXPECT_EQ(mirror->size(), 0u);
+
+  // Down to 3: the retried stream syncs.
+  ASSERT_TRUE(client_->Apply("w", {DestroyOp{4}}, {.end_frame = true}).ok());
+  ASSERT_TRUE(mirror->WaitForSync(kWait)) << mirror->status();
+  EXPECT_EQ(mirror->size(), 3u);
+  const uint64_t frame = mirror->frame();
+  const Matrix3x4 before = *mirror->WorldMatrix(2);
+
+  // A fourth, and a move in the same frame: neither reaches the copy.
+  ASSERT_TRUE(client_
+                  ->Apply("w", {CreateOp{6, 1, At(2)}, SetLocalOp{2, At(7)}},
+                          {.end_frame = true})
+                  .ok());
+  wait_for_refusal();
+  EXPECT_EQ(mirror->size(), 3u);
+  EXPECT_FALSE(mirror->Has(6));
+  EXPECT_EQ(mirror->frame(), frame);
+  EXPECT_EQ(*mirror->WorldMatrix(2), before);
 }
 
 TEST_F(ClientTest, ABackgroundMirrorFollowsEveryKindOfChange) {

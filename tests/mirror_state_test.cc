@@ -243,5 +243,79 @@ TEST(MirrorStateTest, ARefusedPartLeavesNoHalfFrame) {
   EXPECT_EQ(state.frame(), 4u);
 }
 
+// What a server sends cannot grow a mirror past its max_entities: not by
+// creating (in a snapshot or a frame), nor by a frame whose last part never
+// comes. Each is refused before it changes anything.
+TEST(MirrorStateTest, HoldsNoMoreThanItsMaxEntities) {
+  Sender sender(5);
+  sender.Populate(100);
+  {
+    MirrorState state(99);
+    absl::Status refused;
+    for (const v1::FrameUpdate& u : sender.Snapshot(1, 2)) {
+      refused = state.Apply(u);
+      if (!refused.ok()) break;
+    }
+    EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+    EXPECT_FALSE(state.have_snapshot());
+    EXPECT_EQ(state.copy().size(), 0u);
+  }
+  MirrorState state(100);
+  for (const v1::FrameUpdate& u : sender.Snapshot(1, 2)) {
+    ASSERT_TRUE(state.Apply(u).ok());
+  }
+  const size_t size = state.copy().size();  // A snapshot destroys one.
+  ASSERT_LT(size, 100u);
+  const std::map<EntityId, Row> before = Rows(state.copy());
+
+  v1::FrameUpdate create;
+  create.set_frame(2);
+  create.set_last_part(true);
+  // One more than fits.
+  for (EntityId e = 1'000'000; e < 1'000'000 + (101 - size); ++e) {
+    create.add_created(e);
+    create.add_created_parent(kNoEntity);
+  }
+  const absl::Status refused = state.Apply(create);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_NE(refused.message().find("max_entities"), absl::string_view::npos);
+  EXPECT_EQ(state.frame(), 1u);
+
+  // Parts that never end, each empty: refused once they hold 256 bytes for
+  // each of max_entities, long before memory would run out.
+  v1::FrameUpdate part;
+  part.set_frame(2);
+  part.set_last_part(false);
+  absl::Status held;
+  int parts = 0;
+  for (; parts < 1'000'000 && held.ok(); ++parts) {
+    part.set_part(static_cast<uint32_t>(parts));
+    held = state.Apply(part);
+  }
+  EXPECT_EQ(held.code(), absl::StatusCode::kResourceExhausted) << held;
+  EXPECT_LT(parts, 1000);
+  EXPECT_EQ(state.frame(), 1u);
+  const std::map<EntityId, Row> after = Rows(state.copy());
+  ASSERT_EQ(after.size(), before.size());
+  for (const auto& [id, row] : before) ASSERT_TRUE(after.contains(id)) << id;
+
+  // A resync on a new stream takes the mirror on.
+  for (const v1::FrameUpdate& u : sender.Snapshot(3, 2)) {
+    ASSERT_TRUE(state.Apply(u).ok());
+  }
+  EXPECT_EQ(state.frame(), 3u);
+  // Up to the limit, exactly, fits.
+  v1::FrameUpdate fill;
+  fill.set_frame(4);
+  fill.set_last_part(true);
+  for (EntityId e = 2'000'000; state.copy().size() + fill.created_size() < 100;
+       ++e) {
+    fill.add_created(e);
+    fill.add_created_parent(kNoEntity);
+  }
+  ASSERT_TRUE(state.Apply(fill).ok());
+  EXPECT_EQ(state.copy().size(), 100u);
+}
+
 }  // namespace
 }  // namespace xform::client_internal

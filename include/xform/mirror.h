@@ -77,6 +77,11 @@ struct MirrorUpdate {
   }
 };
 
+// MirrorOptions::max_entities unless set: twice xformd's default
+// --max_entities, as a mirror counts what a frame creates before what it
+// destroys, and a world at the server's limit creates only as it destroys.
+inline constexpr size_t kDefaultMirrorMaxEntities = 8'000'000;
+
 struct MirrorOptions {
   enum class Driver { kBackground, kCaller };
 
@@ -103,6 +108,17 @@ struct MirrorOptions {
   // How many messages may wait to be applied (for kCaller, for Update())
   // before the stream waits.
   int max_queued = 4;
+  // The most entities the copy may hold: what bounds the mirror's memory
+  // (about 150 bytes an entity, twice that through a resync) whatever its
+  // server sends. A frame or snapshot part that could take the copy past it
+  // (counting every entity it creates, before those it destroys), or a
+  // frame whose parts, held until its last, would take more than 256 bytes
+  // for each of max_entities (a frame lists an entity at most once in each
+  // of its lists, well under that), is refused: the stream is dropped with
+  // RESOURCE_EXHAUSTED (status()) and retried like a broken one, and the
+  // copy stays as the frame before left it. Set it to at least twice the
+  // server's --max_entities.
+  size_t max_entities = kDefaultMirrorMaxEntities;
   // Reconnect backoff: doubles from min to max while the server is away.
   absl::Duration reconnect_min = absl::Milliseconds(50);
   absl::Duration reconnect_max = absl::Seconds(2);

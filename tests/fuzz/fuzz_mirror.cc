@@ -16,7 +16,8 @@
 #include "xform/v1/xform.pb.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  xform::client_internal::MirrorState state;
+  // A small limit, so that refusals for size are reached too.
+  xform::client_internal::MirrorState state(/*max_entities=*/4096);
   while (size >= 2) {
     const size_t length = std::min<size_t>(data[0] | (data[1] << 8), size - 2);
     xform::v1::FrameUpdate update;
