@@ -190,8 +190,8 @@ void MirrorState::ApplyDelta(const v1::FrameUpdate& u,
     copy_.SetParent(i, r.reparented_parent(k));
     Note(r.reparented(k), kReparented);
   }
-  ApplyMoved(r, copy_, /*note=*/true);
-  ApplyDecoded(decoded, copy_, /*note=*/true);
+  ApplyMoved(r, copy_, /*note=*/changes_asked_);
+  ApplyDecoded(decoded, copy_, /*note=*/changes_asked_);
   frame_ = u.frame();
 }
 
@@ -273,6 +273,20 @@ void MirrorState::ApplySnapshotPart(const v1::FrameUpdate& u,
   ApplyDecoded(decoded, staging_, /*note=*/false);
   if (!u.snapshot_done()) return;
 
+  if (changes_asked_) NoteSnapshotDifference();
+  std::swap(copy_, staging_);
+  staging_.Clear();
+  ++rows_moved_;
+  in_snapshot_ = false;
+  if (have_snapshot_) {
+    ++resyncs_;
+    resynced_since_asked_ = true;
+  }
+  have_snapshot_ = true;
+  frame_ = u.frame();
+}
+
+void MirrorState::NoteSnapshotDifference() {
   for (EntityId e : copy_.ids()) {
     if (staging_.Find(e) == Copy::kAbsent) Note(e, kDestroyed);
   }
@@ -287,21 +301,20 @@ void MirrorState::ApplySnapshotPart(const v1::FrameUpdate& u,
     if (copy_.parent(old) != staging_.parent(i)) Note(e, kReparented);
     if (!(copy_.world(old) == staging_.world(i))) Note(e, kMoved);
   }
-  std::swap(copy_, staging_);
-  staging_.Clear();
-  ++rows_moved_;
-  in_snapshot_ = false;
-  if (have_snapshot_) {
-    ++resyncs_;
-    resynced_since_asked_ = true;
-  }
-  have_snapshot_ = true;
-  frame_ = u.frame();
 }
 
 NetChanges::Map MirrorState::TakeChanges(bool* resynced) {
   *resynced = resynced_since_asked_;
   resynced_since_asked_ = false;
+  if (!changes_asked_) {
+    // What notes from the start would have folded to: what the copy holds,
+    // created and placed; whatever came and went, nothing. O(copy), once.
+    changes_asked_ = true;
+    NetChanges::Map all;
+    all.reserve(copy_.size());
+    for (EntityId e : copy_.ids()) all.emplace(e, kCreated | kMoved);
+    return all;
+  }
   return pending_.Take();
 }
 

@@ -166,7 +166,8 @@ class MirrorState {
   absl::Status Decode(const v1::FrameUpdate& u);
   // Takes `u`, which Decode() accepted last, into the copy (or, for a
   // frame's parts before its last, holds it). O(entries in u), and O(world)
-  // for a snapshot's last part, which compares the copies.
+  // for a snapshot's last part, which compares the copies (once changes
+  // have been asked for).
   void Commit(const v1::FrameUpdate& u);
   // Both, at once.
   absl::Status Apply(const v1::FrameUpdate& u);
@@ -183,6 +184,9 @@ class MirrorState {
   uint64_t frame() const { return frame_; }  // 0 before a snapshot.
   int resyncs() const { return resyncs_; }
   // The net changes since the last call, and whether a resync came since.
+  // The first call gives every entity in the copy, created and moved (what
+  // changes noted from the start fold to), O(copy); only from then are
+  // changes noted.
   NetChanges::Map TakeChanges(bool* resynced);
 
  private:
@@ -213,11 +217,15 @@ class MirrorState {
   absl::StatusOr<size_t> CheckLimits(const v1::FrameUpdate& u) const;
   // Forgets a frame's held parts.
   void ClearFrameParts();
-  void Note(EntityId e, NetChange change) { pending_.Note(e, change); }
+  void Note(EntityId e, NetChange change) {
+    if (changes_asked_) pending_.Note(e, change);
+  }
   void ApplyDelta(const v1::FrameUpdate& u, const DecodedRange& decoded);
   void ApplyMoved(const v1::FrameUpdateReader& r, Copy& copy, bool note);
   void ApplyDecoded(const DecodedRange& decoded, Copy& copy, bool note);
   void ApplySnapshotPart(const v1::FrameUpdate& u, const DecodedRange& decoded);
+  // Notes how the snapshot built aside differs from the copy. O(world).
+  void NoteSnapshotDifference();
   void RemoveRow(Copy& copy, EntityId e) {
     copy.Remove(e);
     ++rows_moved_;
@@ -245,6 +253,11 @@ class MirrorState {
   uint64_t frame_ = 0;
   int resyncs_ = 0;
   NetChanges pending_;  // Since the caller last asked.
+  // Changes are kept once the caller first asks for them. Until then they
+  // are all the copy holds, created (and placed) since the start: a caller
+  // that reads only the copy or the callbacks never pays a lookup an
+  // entity per message for them, nor their memory.
+  bool changes_asked_ = false;
   bool resynced_since_asked_ = false;
 };
 

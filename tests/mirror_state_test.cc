@@ -317,5 +317,45 @@ TEST(MirrorStateTest, HoldsNoMoreThanItsMaxEntities) {
   EXPECT_EQ(state.copy().size(), 100u);
 }
 
+// Changes are noted only once asked for: the first TakeChanges of a state
+// that never asked gives what one that asked from the start has folded to,
+// whatever came and went between, and from then on the two agree exactly.
+TEST(MirrorStateTest, ChangesFirstAskedForLateAreTheNetSinceTheStart) {
+  Sender sender(7);
+  sender.Populate(200);
+  MirrorState asked, late;
+  bool resynced;
+  EXPECT_TRUE(asked.TakeChanges(&resynced).empty());
+  auto apply = [&](const std::vector<v1::FrameUpdate>& parts) {
+    for (const v1::FrameUpdate& u : parts) {
+      ASSERT_TRUE(asked.Apply(u).ok());
+      ASSERT_TRUE(late.Apply(u).ok());
+    }
+  };
+  apply(sender.Snapshot(1, 2));
+  for (uint64_t f = 2; f < 20; ++f) apply(sender.Frame(f, 1 + f % 3));
+  apply(sender.Snapshot(20, 3));  // A resync.
+  for (uint64_t f = 21; f < 30; ++f) apply(sender.Frame(f, 1 + f % 2));
+
+  bool asked_resynced, late_resynced;
+  const NetChanges::Map from_start = asked.TakeChanges(&asked_resynced);
+  const NetChanges::Map first = late.TakeChanges(&late_resynced);
+  EXPECT_EQ(asked_resynced, late_resynced);
+  ASSERT_EQ(first.size(), late.copy().size());
+  ASSERT_EQ(first.size(), from_start.size());
+  for (const auto& [e, net] : from_start) {
+    ASSERT_TRUE(first.contains(e)) << e;
+    EXPECT_TRUE(net & kCreated) << e;
+    EXPECT_EQ(first.at(e), kCreated | kMoved) << e;
+  }
+  for (uint64_t f = 30; f < 40; ++f) apply(sender.Frame(f, 1 + f % 3));
+  apply(sender.Snapshot(40, 2));
+  apply(sender.Frame(41, 2));
+  EXPECT_EQ(asked.TakeChanges(&asked_resynced),
+            late.TakeChanges(&late_resynced));
+  EXPECT_TRUE(asked_resynced);
+  EXPECT_TRUE(late_resynced);
+}
+
 }  // namespace
 }  // namespace xform::client_internal

@@ -197,7 +197,10 @@ class Mirror {
   void CopyAll(std::vector<EntityId>* entities,
                std::vector<Matrix3x4>* worlds) const;
 
-  // What changed since the previous call (or since Start).
+  // What changed since the previous call (or since Start: the first call
+  // lists everything in the copy as created and moved, O(copy)). Changes
+  // are kept only from the first call on, so a caller that never asks
+  // pays nothing for them.
   MirrorChanges TakeChanges();
   // The same, with the values (above); it drains what TakeChanges() would
   // report, so a caller uses one or the other. O(changes), in the lock that
