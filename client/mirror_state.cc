@@ -72,10 +72,10 @@ absl::StatusOr<size_t> MirrorState::CheckLimits(
       sizeof(Part) + u.ByteSizeLong() +
       sizeof(DecodedMove) * (last_decoded_.end - last_decoded_.begin);
   if (frame_parts_bytes_ + bytes > kHeldFrameBytesPerEntity * max_entities_) {
-    return refuse(
-        absl::StrCat("a frame's parts would hold more than ",
-                     kHeldFrameBytesPerEntity * max_entities_,
-                     " bytes (256 for each of MirrorOptions.max_entities)"));
+    return refuse(absl::StrCat("a frame's parts would hold more than ",
+                               kHeldFrameBytesPerEntity * max_entities_,
+                               " bytes (", kHeldFrameBytesPerEntity,
+                               " for each of MirrorOptions.max_entities)"));
   }
   return bytes;
 }
