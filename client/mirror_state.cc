@@ -42,7 +42,7 @@ absl::Status MirrorState::Decode(const v1::FrameUpdate& u) {
   if (decoded.ok()) {
     absl::StatusOr<size_t> held_bytes = CheckLimits(u);
     decoded = held_bytes.status();
-    last_held_bytes_ = held_bytes.value_or(0);
+    last_decoded_.held_bytes = held_bytes.value_or(0);
   }
   if (!decoded.ok()) {
     decoded_.resize(last_decoded_.begin);
@@ -154,7 +154,7 @@ void MirrorState::Commit(const v1::FrameUpdate& u) {
     // half a frame. Parts come in order, with no other message between.
     frame_parts_.push_back({u, decoded});
     frame_parts_created_ += static_cast<size_t>(u.created_size());
-    frame_parts_bytes_ += last_held_bytes_;
+    frame_parts_bytes_ += decoded.held_bytes;
     return;
   } else {
     for (const Part& part : frame_parts_) ApplyDelta(part.update, part.decoded);

@@ -205,6 +205,7 @@ class MirrorState {
     size_t begin = 0;
     size_t end = 0;
     uint64_t rows_moved = 0;  // When decoded.
+    size_t held_bytes = 0;    // What it takes held as a frame's part, or 0.
   };
   struct Part {
     v1::FrameUpdate update;
@@ -245,7 +246,6 @@ class MirrorState {
   // is held.
   std::vector<DecodedMove> decoded_;
   DecodedRange last_decoded_;
-  size_t last_held_bytes_ = 0;  // What the last decoded adds, if held.
   // Counts removals and swaps of rows, in either copy: a decoded slot is
   // stale once this has moved.
   uint64_t rows_moved_ = 0;
