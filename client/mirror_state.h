@@ -244,7 +244,8 @@ class MirrorState {
   size_t frame_parts_bytes_ = 0;
   // What Decode() made of the messages not yet taken in; cleared once none
   // is held.
-  std::vector<DecodedMove> decoded_;
+  std::vector<DecodedMove> decoded_;  // Its first decoded_size_ in use.
+  size_t decoded_size_ = 0;
   DecodedRange last_decoded_;
   // Counts removals and swaps of rows, in either copy: a decoded slot is
   // stale once this has moved.

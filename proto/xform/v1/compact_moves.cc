@@ -72,6 +72,9 @@ bool Add(const std::array<T, N>& base, const int64_t* deltas,
   return true;
 }
 constexpr std::array<int32_t, 3> kZero32 = {0, 0, 0};
+// The components sent when component i is left out, in x y z w order.
+constexpr int kSmallestThree[4][3] = {
+    {1, 2, 3}, {0, 2, 3}, {0, 1, 3}, {0, 1, 2}};
 
 }  // namespace
 
@@ -116,6 +119,12 @@ std::optional<QuantizedPose> PoseQuantizer::Quantize(const Matrix3x4& m) const {
 }
 
 Matrix3x4 PoseQuantizer::Dequantize(const QuantizedPose& q) const {
+  Matrix3x4 m;
+  Dequantize(q, m);
+  return m;
+}
+
+void PoseQuantizer::Dequantize(const QuantizedPose& q, Matrix3x4& m) const {
   // In float, and not normalized again: the three components are known to
   // 1 / 23170, far coarser than a float's 2^-24, and rebuilding the largest
   // makes the quaternion unit to a float's precision. (Three hostile ones
@@ -123,16 +132,17 @@ Matrix3x4 PoseQuantizer::Dequantize(const QuantizedPose& q) const {
   // peer's raw entry could be anyway.) This runs once a moved entity on
   // every subscriber.
   constexpr float kRotationStep = 1 / kRotationScale;
+  // Placed by table, not by a branch on which is largest (that is random).
+  const int largest = q.largest & 3;
   std::array<float, 4> c;
   float sum = 0;
-  for (int i = 0, k = 0; i < 4; ++i) {
-    if (i == q.largest) continue;
-    c[i] = static_cast<float>(q.rotation[k++]) * kRotationStep;
-    sum += c[i] * c[i];
+  for (int k = 0; k < 3; ++k) {
+    const float v = static_cast<float>(q.rotation[k]) * kRotationStep;
+    c[kSmallestThree[largest][k]] = v;
+    sum += v * v;
   }
-  c[q.largest] = std::sqrt(std::max(0.0f, 1.0f - sum));
+  c[largest] = std::sqrt(std::max(0.0f, 1.0f - sum));
   const glm::mat3 rotation = glm::mat3_cast(glm::quat(c[3], c[0], c[1], c[2]));
-  Matrix3x4 m;
   for (int j = 0; j < 3; ++j) {
     // Most scales are 1: exp2 is the costliest step left.
     const float s =
@@ -145,7 +155,6 @@ Matrix3x4 PoseQuantizer::Dequantize(const QuantizedPose& q) const {
     m.m[4 * i + 3] =
         static_cast<float>(q.position[i] * static_cast<double>(precision_));
   }
-  return m;
 }
 
 std::string CompactMovesWriter::Finish() {

@@ -73,6 +73,8 @@ class PoseQuantizer {
   // the same matrix always gives the same integers.
   std::optional<QuantizedPose> Quantize(const Matrix3x4& m) const;
   Matrix3x4 Dequantize(const QuantizedPose& q) const;
+  // The same, into `m`: for a caller writing many, no matrix made aside.
+  void Dequantize(const QuantizedPose& q, Matrix3x4& m) const;
 
   float precision() const { return precision_; }
 
