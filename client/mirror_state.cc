@@ -193,13 +193,13 @@ void MirrorState::ApplyDelta(const v1::FrameUpdate& u,
     copy_.SetParent(i, r.reparented_parent(k));
     Note(r.reparented(k), kReparented);
   }
-  ApplyMoved(r, copy_, /*note=*/changes_asked_);
-  ApplyDecoded(decoded, copy_, /*note=*/changes_asked_);
+  ApplyMoved(r, copy_);
+  ApplyDecoded(decoded, copy_);
   frame_ = u.frame();
 }
 
-void MirrorState::ApplyMoved(const v1::FrameUpdateReader& r, Copy& copy,
-                             bool note) {
+void MirrorState::ApplyMoved(const v1::FrameUpdateReader& r, Copy& copy) {
+  const bool note = NotesMovesIn(copy);
   uint32_t slots[kBlock];
   for (int first = 0; first < r.moved_size(); first += kBlock) {
     const int n = std::min(kBlock, r.moved_size() - first);
@@ -221,8 +221,8 @@ void MirrorState::ApplyMoved(const v1::FrameUpdateReader& r, Copy& copy,
 
 // As ApplyMoved, with the rows Decode() found where none has moved since
 // (then only entities it did not find, created since, are looked up).
-void MirrorState::ApplyDecoded(const DecodedRange& decoded, Copy& copy,
-                               bool note) {
+void MirrorState::ApplyDecoded(const DecodedRange& decoded, Copy& copy) {
+  const bool note = NotesMovesIn(copy);
   const bool slots_good = decoded.rows_moved == rows_moved_;
   uint32_t slots[kBlock];
   for (size_t first = decoded.begin; first < decoded.end; first += kBlock) {
@@ -272,8 +272,8 @@ void MirrorState::ApplySnapshotPart(const v1::FrameUpdate& u,
     if (i == Copy::kAbsent) continue;
     staging_.SetParent(i, r.reparented_parent(k));
   }
-  ApplyMoved(r, staging_, /*note=*/false);
-  ApplyDecoded(decoded, staging_, /*note=*/false);
+  ApplyMoved(r, staging_);
+  ApplyDecoded(decoded, staging_);
   if (!u.snapshot_done()) return;
 
   if (changes_asked_) NoteSnapshotDifference();

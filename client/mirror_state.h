@@ -222,8 +222,13 @@ class MirrorState {
     if (changes_asked_) pending_.Note(e, change);
   }
   void ApplyDelta(const v1::FrameUpdate& u, const DecodedRange& decoded);
-  void ApplyMoved(const v1::FrameUpdateReader& r, Copy& copy, bool note);
-  void ApplyDecoded(const DecodedRange& decoded, Copy& copy, bool note);
+  // Whether moves into `copy` are noted: into the live copy, once changes
+  // are asked for (a snapshot built aside is diffed when it is swapped in).
+  bool NotesMovesIn(const Copy& copy) const {
+    return changes_asked_ && &copy == &copy_;
+  }
+  void ApplyMoved(const v1::FrameUpdateReader& r, Copy& copy);
+  void ApplyDecoded(const DecodedRange& decoded, Copy& copy);
   void ApplySnapshotPart(const v1::FrameUpdate& u, const DecodedRange& decoded);
   // Notes how the snapshot built aside differs from the copy. O(world).
   void NoteSnapshotDifference();
