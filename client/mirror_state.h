@@ -20,9 +20,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "client/row_index.h"
 #include "xform/mirror.h"
 #include "xform/net_changes.h"
 #include "xform/transform.h"
@@ -41,15 +41,12 @@ namespace xform::client_internal {
 // lookup as the row it moves, and goes with the row.
 class Copy {
  public:
-  static constexpr uint32_t kAbsent = ~uint32_t{0};
+  static constexpr uint32_t kAbsent = RowIndex::kAbsent;
 
   size_t size() const { return ids_.size(); }
-  uint32_t Find(EntityId e) const {
-    auto it = index_.find(e);
-    return it == index_.end() ? kAbsent : it->second;
-  }
+  uint32_t Find(EntityId e) const { return index_.Find(e); }
   // Starts loading what Find(e) reads, for a Find soon after.
-  void Prefetch(EntityId e) const { index_.prefetch(e); }
+  void Prefetch(EntityId e) const { index_.Prefetch(e); }
   // Starts loading world(i), to be written soon after.
   void PrefetchWorld(uint32_t i) const {
     __builtin_prefetch(&worlds_[i], /*rw=*/1);
@@ -71,28 +68,27 @@ class Copy {
 
   // Adds `e`, or re-parents it when present (a replayed create).
   uint32_t Add(EntityId e, EntityId parent) {
-    auto [it, inserted] = index_.try_emplace(e, ids_.size());
-    if (inserted) {
+    const uint32_t row = index_.Insert(e, ids_.size());
+    if (row == ids_.size()) {
       ids_.push_back(e);
       parents_.push_back(parent);
       worlds_.emplace_back();
       if (!held_.empty()) held_.emplace_back();
     } else {
-      parents_[it->second] = parent;
+      parents_[row] = parent;
     }
-    return it->second;
+    return row;
   }
   void Remove(EntityId e) {
-    auto it = index_.find(e);
-    if (it == index_.end()) return;
-    const uint32_t i = it->second;
-    index_.erase(it);
+    const uint32_t i = index_.Find(e);
+    if (i == kAbsent) return;
+    index_.Erase(e);
     if (i + 1 != ids_.size()) {
       ids_[i] = ids_.back();
       parents_[i] = parents_.back();
       worlds_[i] = worlds_.back();
       if (!held_.empty()) held_[i] = held_.back();
-      index_[ids_[i]] = i;
+      index_.Set(ids_[i], i);
     }
     ids_.pop_back();
     parents_.pop_back();
@@ -115,7 +111,7 @@ class Copy {
     held_[i] = {*pose, true};
   }
   void Clear() {
-    index_.clear();
+    index_.Clear();
     ids_.clear();
     parents_.clear();
     worlds_.clear();
@@ -131,7 +127,7 @@ class Copy {
   };
   static_assert(sizeof(Held) == 64);
 
-  absl::flat_hash_map<EntityId, uint32_t> index_;
+  RowIndex index_;
   std::vector<EntityId> ids_;
   std::vector<EntityId> parents_;
   std::vector<Matrix3x4> worlds_;

@@ -1,0 +1,118 @@
+// Copyright 2026 The xform Authors.
+//
+// RowIndex maps an entity's id to its row in a Mirror's copy: the lookup
+// every moved entity of every message pays, on every subscriber.
+//
+// Most writers hand out ids densely (1, 2, 3 ...), so ids up to about twice
+// the number held are kept in a flat array, 4 bytes an id: a lookup is one
+// load from an array a twentieth the size of a hash map's slots (which, at
+// 100k entities, is 2 MB a copy and misses the cache on every lookup, twice:
+// its control bytes, then its slot). Any other id (a hash, a handle with
+// high bits set, a hostile peer's) goes in a hash map beside it, so every id
+// works, and the array's memory stays bounded by the ids held: at most 16
+// bytes for each id ever held at once, plus 32 KB.
+//
+// Not thread-safe; the copy owning it is guarded by its Mirror.
+
+#ifndef XFORM_CLIENT_ROW_INDEX_H_
+#define XFORM_CLIENT_ROW_INDEX_H_
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "xform/transform.h"
+
+namespace xform::client_internal {
+
+class RowIndex {
+ public:
+  static constexpr uint32_t kAbsent = ~uint32_t{0};
+
+  size_t size() const { return size_; }
+  // What the array takes, for the bound above.
+  size_t array_bytes() const { return dense_.capacity() * sizeof(uint32_t); }
+
+  // The row of `e`, or kAbsent. O(1).
+  uint32_t Find(EntityId e) const {
+    if (e < dense_.size()) return dense_[e];
+    if (sparse_.empty()) return kAbsent;
+    auto it = sparse_.find(e);
+    return it == sparse_.end() ? kAbsent : it->second;
+  }
+  // Starts loading what Find(e) reads, for a Find soon after.
+  void Prefetch(EntityId e) const {
+    if (e < dense_.size()) {
+      __builtin_prefetch(&dense_[e]);
+    } else if (!sparse_.empty()) {
+      sparse_.prefetch(e);
+    }
+  }
+
+  // Maps `e` to `row` unless it is mapped already; either way, its row.
+  // Amortized O(1): the array at least doubles when it grows, and only then
+  // are the hash map's ids that it now covers moved into it.
+  uint32_t Insert(EntityId e, uint32_t row) {
+    if (e >= dense_.size() && e < DenseLimit(size_ + 1)) Grow(e);
+    if (e < dense_.size()) {
+      if (dense_[e] != kAbsent) return dense_[e];
+      dense_[e] = row;
+    } else {
+      auto [it, inserted] = sparse_.try_emplace(e, row);
+      if (!inserted) return it->second;
+    }
+    ++size_;
+    return row;
+  }
+  // Points `e`, which is mapped, to another row.
+  void Set(EntityId e, uint32_t row) {
+    if (e < dense_.size()) {
+      dense_[e] = row;
+    } else {
+      sparse_[e] = row;
+    }
+  }
+  void Erase(EntityId e) {
+    if (e < dense_.size()) {
+      if (dense_[e] == kAbsent) return;
+      dense_[e] = kAbsent;
+    } else if (sparse_.erase(e) == 0) {
+      return;
+    }
+    --size_;
+  }
+  void Clear() {
+    std::vector<uint32_t>().swap(dense_);
+    sparse_.clear();
+    size_ = 0;
+  }
+
+ private:
+  // An id below this goes in the array when `held` ids are held.
+  static constexpr size_t DenseLimit(size_t held) { return 2 * held + 4096; }
+
+  // Makes the array cover `e`: at least doubled, so that the ids moved in
+  // from the hash map are moved O(log) times in all.
+  void Grow(EntityId e) {
+    const size_t covered = std::max<size_t>(e + 1, 2 * dense_.size());
+    dense_.resize(covered, kAbsent);
+    for (auto it = sparse_.begin(); it != sparse_.end();) {
+      if (it->first < covered) {
+        dense_[it->first] = it->second;
+        sparse_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  std::vector<uint32_t> dense_;  // dense_[e]: e's row, or kAbsent.
+  absl::flat_hash_map<EntityId, uint32_t> sparse_;  // Ids past the array.
+  size_t size_ = 0;
+};
+
+}  // namespace xform::client_internal
+
+#endif  // XFORM_CLIENT_ROW_INDEX_H_
