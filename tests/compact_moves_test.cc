@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -123,6 +124,30 @@ TEST(PoseQuantizerTest, ShearReflectionAndNonFiniteAreNotPoses) {
       quantizer
           .Quantize(MatrixOf({1e30f, 0, 0}, glm::quat(1, 0, 0, 0), {1, 1, 1}))
           .has_value());
+}
+
+// The scales a receiver rebuilds from their logs (by table, not exp2f): as
+// exp2 would give them, across the range, and for a hostile peer's
+// extremes something a float holds, without undefined behaviour.
+TEST(PoseQuantizerTest, ScalesAreExp2OfTheirLogs) {
+  const PoseQuantizer quantizer(kPrecision);
+  QuantizedPose q = {};
+  q.largest = 3;  // w: the identity rotation.
+  for (int32_t n = -40 * 65536; n <= 40 * 65536; n += 977) {
+    q.log_scale = {n, -n, n / 3};
+    const Matrix3x4 m = quantizer.Dequantize(q);
+    for (int j = 0; j < 3; ++j) {
+      const double want = std::exp2(q.log_scale[j] / 65536.0);
+      ASSERT_NEAR(m.m[5 * j] / want, 1.0, 2.5e-7) << q.log_scale[j];
+    }
+  }
+  q.log_scale = {std::numeric_limits<int32_t>::max(),
+                 std::numeric_limits<int32_t>::min(), 0};
+  const Matrix3x4 m = quantizer.Dequantize(q);
+  EXPECT_GE(m.m[0], 1e38f);
+  EXPECT_GE(m.m[5], 0.0f);
+  EXPECT_LE(m.m[5], 1e-37f);
+  EXPECT_EQ(m.m[10], 1.0f);
 }
 
 // A sender and a receiver of compact messages over a long random run: the

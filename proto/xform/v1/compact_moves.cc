@@ -3,6 +3,7 @@
 #include "xform/v1/compact_moves.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -72,6 +73,32 @@ bool Add(const std::array<T, N>& base, const int64_t* deltas,
   return true;
 }
 constexpr std::array<int32_t, 3> kZero32 = {0, 0, 0};
+
+// 2^(n / 65536) for a log scale n, without a call to exp2f (three a moved
+// entity on every subscriber, where scales are not 1): n's fraction splits
+// into two bytes, each looked up (2^(hi / 256) and 2^(lo / 65536)), and
+// its whole part goes into the float's exponent. Within 2 ulp of exp2f,
+// far inside the 2^-16 the log is kept to.
+struct Exp2Tables {
+  std::array<float, 256> high, low;
+  Exp2Tables() {
+    for (int i = 0; i < 256; ++i) {
+      high[i] = static_cast<float>(std::exp2(i / 256.0));
+      low[i] = static_cast<float>(std::exp2(i / 65536.0));
+    }
+  }
+};
+const Exp2Tables kExp2;
+
+inline float ScaleOf(int32_t log_scale) {
+  const uint32_t fraction = static_cast<uint32_t>(log_scale) & 0xffff;
+  // Floor, and clamped to a normal float's exponents: a hostile one gives
+  // a huge or tiny scale, as exp2f would, and no undefined shift.
+  const int32_t whole = std::clamp(log_scale >> 16, -126, 127);
+  const float power =
+      std::bit_cast<float>(static_cast<uint32_t>(whole + 127) << 23);
+  return kExp2.high[fraction >> 8] * kExp2.low[fraction & 0xff] * power;
+}
 // The components sent when component i is left out, in x y z w order.
 constexpr int kSmallestThree[4][3] = {
     {1, 2, 3}, {0, 2, 3}, {0, 1, 3}, {0, 1, 2}};
@@ -144,11 +171,7 @@ void PoseQuantizer::Dequantize(const QuantizedPose& q, Matrix3x4& m) const {
   c[largest] = std::sqrt(std::max(0.0f, 1.0f - sum));
   const glm::mat3 rotation = glm::mat3_cast(glm::quat(c[3], c[0], c[1], c[2]));
   for (int j = 0; j < 3; ++j) {
-    // Most scales are 1: exp2 is the costliest step left.
-    const float s =
-        q.log_scale[j] == 0
-            ? 1.0f
-            : std::exp2(static_cast<float>(q.log_scale[j] / kLogScaleScale));
+    const float s = ScaleOf(q.log_scale[j]);
     for (int i = 0; i < 3; ++i) m.m[4 * i + j] = rotation[j][i] * s;
   }
   for (int i = 0; i < 3; ++i) {
