@@ -22,7 +22,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "client/row_index.h"
+#include "xform/internal/id_index.h"
 #include "xform/mirror.h"
 #include "xform/net_changes.h"
 #include "xform/transform.h"
@@ -41,7 +41,7 @@ namespace xform::client_internal {
 // lookup as the row it moves, and goes with the row.
 class Copy {
  public:
-  static constexpr uint32_t kAbsent = RowIndex::kAbsent;
+  static constexpr uint32_t kAbsent = internal::IdIndex::kAbsent;
 
   size_t size() const { return ids_.size(); }
   uint32_t Find(EntityId e) const { return index_.Find(e); }
@@ -127,7 +127,7 @@ class Copy {
   };
   static_assert(sizeof(Held) == 64);
 
-  RowIndex index_;
+  internal::IdIndex index_;
   std::vector<EntityId> ids_;
   std::vector<EntityId> parents_;
   std::vector<Matrix3x4> worlds_;

@@ -1,33 +1,36 @@
 // Copyright 2026 The xform Authors.
 //
-// RowIndex maps an entity's id to its row in a Mirror's copy: the lookup
-// every moved entity of every message pays, on every subscriber.
+// IdIndex maps an entity's id to an index of ours: its row in a Mirror's
+// copy, its slot in the server's published state. That lookup is paid for
+// every moved entity of every frame: on every subscriber, and on the server
+// as it takes a frame in and finds what its subscribers hold.
 //
 // Most writers hand out ids densely (1, 2, 3 ...), so ids up to about twice
 // the number held are kept in a flat array, 4 bytes an id: a lookup is one
-// load from an array a twentieth the size of a hash map's slots (which, at
-// 100k entities, is 2 MB a copy and misses the cache on every lookup, twice:
-// its control bytes, then its slot). Any other id (a hash, a handle with
+// load from an array a fraction of the size of a hash map's slots (which, at
+// 100k entities, are 2 MB and miss the cache on every lookup, twice: the
+// control bytes, then the slot). Any other id (a hash, a handle with
 // high bits set, a hostile peer's) goes in a hash map beside it, so every id
 // works, and the array's memory stays bounded by the ids held: at most 16
 // bytes for each id ever held at once, plus 32 KB.
 //
-// Not thread-safe; the copy owning it is guarded by its Mirror.
+// Not part of the API (client and server share it). Not thread-safe: its
+// owner guards it.
 
-#ifndef XFORM_CLIENT_ROW_INDEX_H_
-#define XFORM_CLIENT_ROW_INDEX_H_
+#ifndef XFORM_INTERNAL_ID_INDEX_H_
+#define XFORM_INTERNAL_ID_INDEX_H_
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "xform/internal/huge_page_allocator.h"
 #include "xform/transform.h"
 
-namespace xform::client_internal {
+namespace xform::internal {
 
-class RowIndex {
+class IdIndex {
  public:
   static constexpr uint32_t kAbsent = ~uint32_t{0};
 
@@ -35,7 +38,7 @@ class RowIndex {
   // What the array takes, for the bound above.
   size_t array_bytes() const { return dense_.capacity() * sizeof(uint32_t); }
 
-  // The row of `e`, or kAbsent. O(1).
+  // The index of `e`, or kAbsent. O(1).
   uint32_t Find(EntityId e) const {
     if (e < dense_.size()) return dense_[e];
     if (sparse_.empty()) return kAbsent;
@@ -51,7 +54,7 @@ class RowIndex {
     }
   }
 
-  // Maps `e` to `row` unless it is mapped already; either way, its row.
+  // Maps `e` to `row` unless it is mapped already; either way, its index.
   // Amortized O(1): the array at least doubles when it grows, and only then
   // are the hash map's ids that it now covers moved into it.
   uint32_t Insert(EntityId e, uint32_t row) {
@@ -66,13 +69,17 @@ class RowIndex {
     ++size_;
     return row;
   }
-  // Points `e`, which is mapped, to another row.
+  // Points `e`, which is mapped, to another index.
   void Set(EntityId e, uint32_t row) {
     if (e < dense_.size()) {
       dense_[e] = row;
     } else {
       sparse_[e] = row;
     }
+  }
+  // Maps `e` to `row`, whether or not it was mapped.
+  void InsertOrAssign(EntityId e, uint32_t row) {
+    if (Insert(e, row) != row) Set(e, row);
   }
   void Erase(EntityId e) {
     if (e < dense_.size()) {
@@ -84,7 +91,7 @@ class RowIndex {
     --size_;
   }
   void Clear() {
-    std::vector<uint32_t>().swap(dense_);
+    Column<uint32_t>().swap(dense_);
     sparse_.clear();
     size_ = 0;
   }
@@ -108,11 +115,13 @@ class RowIndex {
     }
   }
 
-  std::vector<uint32_t> dense_;  // dense_[e]: e's row, or kAbsent.
+  // dense_[e]: e's index, or kAbsent. On 2 MB pages when big (a million
+  // ids and more), as the columns it indexes are.
+  Column<uint32_t> dense_;
   absl::flat_hash_map<EntityId, uint32_t> sparse_;  // Ids past the array.
   size_t size_ = 0;
 };
 
-}  // namespace xform::client_internal
+}  // namespace xform::internal
 
-#endif  // XFORM_CLIENT_ROW_INDEX_H_
+#endif  // XFORM_INTERNAL_ID_INDEX_H_
