@@ -16,12 +16,14 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <random>
 #include <thread>
 #include <vector>
 
 #include "absl/time/clock.h"
 #include "benchmark/benchmark.h"
 #include "server/burst_budget.h"
+#include "server/published_state.h"
 #include "server/replicator.h"
 #include "xform/world.h"
 
@@ -149,6 +151,52 @@ BENCHMARK(BM_SnapshotBurst)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond)
     ->Iterations(3);
+
+// What the published state costs a frame of 5,000 moves scattered over a
+// world of arg entities (ids 1..n, as writers mostly hand them out): the
+// lookup of each moved entity's slot that a shared compact frame makes
+// (Replicator::CompactParts: what a caught-up subscriber holds), then the
+// frame taken in, which finds each again. Frames alternate between two
+// sets of moves, so both are scattered and neither stays cached.
+void BM_PublishedStateFrame(benchmark::State& state) {
+  const auto n = static_cast<EntityId>(state.range(0));
+  constexpr size_t kMoves = 5'000;
+  PublishedState published;
+  {
+    FrameChanges load;
+    for (EntityId e = 1; e <= n; ++e) {
+      load.created.push_back(e);
+      load.created_parent.push_back(kNoEntity);
+      load.moved.push_back(e);
+      load.moved_world.insert(load.moved_world.end(), 12, 1.0f);
+    }
+    published.TakeIn(load);
+  }
+  FrameChanges frames[2];
+  std::mt19937_64 rng(1);
+  for (FrameChanges& f : frames) {
+    for (size_t k = 0; k < kMoves; ++k) {
+      f.moved.push_back(1 + rng() % n);
+      f.moved_world.insert(f.moved_world.end(), 12, static_cast<float>(k));
+    }
+    std::sort(f.moved.begin(), f.moved.end());
+    f.moved.erase(std::unique(f.moved.begin(), f.moved.end()), f.moved.end());
+    f.moved_world.resize(12 * f.moved.size());
+  }
+  int k = 0;
+  for (auto _ : state) {
+    const FrameChanges& f = frames[k++ & 1];
+    float held = 0;
+    for (EntityId e : f.moved) {
+      const PublishedState::Slot s = published.Find(e);
+      if (s != PublishedState::kNoSlot) held += published.world(s).m[3];
+    }
+    benchmark::DoNotOptimize(held);
+    published.TakeIn(f);
+  }
+  state.SetItemsProcessed(state.iterations() * kMoves);
+}
+BENCHMARK(BM_PublishedStateFrame)->Arg(100'000)->Arg(1'000'000);
 
 }  // namespace
 }  // namespace xform::server

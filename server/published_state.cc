@@ -76,11 +76,10 @@ void PublishedState::TakeInWhole(const World& world) {
   }
   depth_.resize(n);
   world_.resize(n);
-  slot_of_.reserve(n);
   world.ForEachInstance(
       [&](uint32_t i, EntityId e, uint32_t parent, const Matrix3x4& matrix) {
         entity_[i] = e;
-        slot_of_.emplace(e, i);
+        slot_of_.Insert(e, i);
         const Slot p = parent == internal::kNoIndex ? kNoSlot : parent;
         depth_[i] = p == kNoSlot ? 0 : depth_[p] + 1;
         Link(i, p);
@@ -96,15 +95,14 @@ void PublishedState::TakeIn(const FrameChanges& changes) {
   }
   freed_.clear();
   for (EntityId e : changes.destroyed) {
-    auto it = slot_of_.find(e);
-    if (it == slot_of_.end()) continue;
-    const Slot s = it->second;
+    const Slot s = slot_of_.Find(e);
+    if (s == kNoSlot) continue;
     freed_[e] = s;
     // Its children are destroyed or re-parented by this frame too, each
     // unlinked from it then.
     Unlink(s);
     entity_[s] = kNoEntity;
-    slot_of_.erase(it);
+    slot_of_.Erase(e);
   }
   if (const size_t slots = entity_.size() + changes.created.size();
       slots > entity_.capacity()) {
@@ -119,32 +117,30 @@ void PublishedState::TakeIn(const FrameChanges& changes) {
     entity_.reserve(grown);
     depth_.reserve(grown);
     world_.reserve(grown);
-    slot_of_.reserve(std::max(slot_of_.size() + changes.created.size(),
-                              2 * slot_of_.size()));
   }
   for (size_t k = 0; k < changes.created.size(); ++k) {
     const EntityId parent = changes.created_parent[k];
-    const Slot p = parent == kNoEntity ? kNoSlot : slot_of_.at(parent);
+    const Slot p = parent == kNoEntity ? kNoSlot : slot_of_.Find(parent);
     const Slot s = NewSlot(changes.created[k]);
-    slot_of_[changes.created[k]] = s;
+    slot_of_.InsertOrAssign(changes.created[k], s);
     depth_[s] = p == kNoSlot ? 0 : depth_[p] + 1;
     Link(s, p);
   }
   // Freed slots are taken from the next frame on (see the header).
   for (const auto& [e, s] : freed_) free_slots_.push_back(s);
   for (size_t k = 0; k < changes.reparented.size(); ++k) {
-    const Slot s = slot_of_.at(changes.reparented[k]);
+    const Slot s = slot_of_.Find(changes.reparented[k]);
     const EntityId parent = changes.reparented_parent[k];
     Unlink(s);
-    Link(s, parent == kNoEntity ? kNoSlot : slot_of_.at(parent));
+    Link(s, parent == kNoEntity ? kNoSlot : slot_of_.Find(parent));
   }
   // A re-parented subtree's depths follow its root's. Parents first, and a
   // subtree inside one renumbered already is not walked again: O(entities
   // below).
   absl::flat_hash_set<Slot> unwalked;
-  for (EntityId root : changes.reparented) unwalked.insert(slot_of_.at(root));
+  for (EntityId root : changes.reparented) unwalked.insert(slot_of_.Find(root));
   for (EntityId root : changes.reparented) {
-    const Slot r = slot_of_.at(root);
+    const Slot r = slot_of_.Find(root);
     if (!unwalked.contains(r)) continue;
     ForEachInSubtree(r, [&](Slot s) {
       depth_[s] = parent_[s] == kNoSlot ? 0 : depth_[parent_[s]] + 1;
@@ -155,10 +151,10 @@ void PublishedState::TakeIn(const FrameChanges& changes) {
     // As scattered over the world as the writes were: overlap the misses.
     constexpr size_t kAhead = internal::kPrefetchAhead;
     if (k + kAhead < changes.moved.size()) {
-      slot_of_.prefetch(changes.moved[k + kAhead]);
+      slot_of_.Prefetch(changes.moved[k + kAhead]);
     }
-    if (auto it = slot_of_.find(changes.moved[k]); it != slot_of_.end()) {
-      world_[it->second] = changes.MovedWorld(k);
+    if (const Slot s = slot_of_.Find(changes.moved[k]); s != kNoSlot) {
+      world_[s] = changes.MovedWorld(k);
     }
   }
 }

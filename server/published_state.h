@@ -34,6 +34,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "server/slot_bits.h"
+#include "xform/internal/id_index.h"
 #include "xform/transform.h"
 #include "xform/world.h"
 
@@ -52,12 +53,9 @@ class PublishedState {
 
   // Live entities.
   size_t size() const { return slot_of_.size(); }
-  bool contains(EntityId e) const { return slot_of_.contains(e); }
+  bool contains(EntityId e) const { return Find(e) != kNoSlot; }
   // The live entity's slot, or kNoSlot.
-  Slot Find(EntityId e) const {
-    auto it = slot_of_.find(e);
-    return it == slot_of_.end() ? kNoSlot : it->second;
-  }
+  Slot Find(EntityId e) const { return slot_of_.Find(e); }
   // Find(e), or the slot `e` held if the last frame taken in destroyed it.
   Slot FindThisFrame(EntityId e) const;
 
@@ -99,7 +97,9 @@ class PublishedState {
   // Takes `s` out of its parent's children.
   void Unlink(Slot s);
 
-  internal::HugePageMap<EntityId, Slot> slot_of_;
+  // A live entity's slot: an array for dense ids (internal/id_index.h).
+  internal::IdIndex slot_of_;
+  static_assert(kNoSlot == internal::IdIndex::kAbsent);
   // The slots the last TakeIn freed, by entity; free from the next one on.
   absl::flat_hash_map<EntityId, Slot> freed_;
   std::vector<Slot> free_slots_;
