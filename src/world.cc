@@ -118,21 +118,29 @@ absl::Status World::Apply(absl::Span<const Command> batch,
 }
 
 absl::Status World::CreateMany(absl::Span<const CreateOp> ops) {
-  // Validation inserts each id into slot_of_ as it goes, which is both the
+  // Validation claims each id in slot_of_ as it goes, which is both the
   // duplicate check and the insert ApplyCreates would do; a failure removes
   // them again.
-  slot_of_.reserve(slot_of_.size() + ops.size());
   for (size_t k = 0; k < ops.size(); ++k) {
     if (k + kPrefetchAhead < ops.size()) {
-      slot_of_.prefetch(ops[k + kPrefetchAhead].entity);
+      slot_of_.Prefetch(ops[k + kPrefetchAhead].entity);
     }
     const CreateOp& op = ops[k];
     // The id is claimed (inserted) in the same lookup as it is checked.
     const absl::Status status = command_checks::CheckCreate(
-        op, [&](EntityId e) { return slot_of_.contains(e); },
-        [&](EntityId e) { return slot_of_.try_emplace(e, kNoIndex).second; });
+        op,
+        [&](EntityId e) {
+          return slot_of_.Find(e) != internal::IdIndex::kAbsent;
+        },
+        [&](EntityId e) {
+          // Taken if it grew: an id claimed earlier in the batch maps to
+          // kClaimed too.
+          const size_t held = slot_of_.size();
+          slot_of_.Insert(e, kClaimed);
+          return slot_of_.size() > held;
+        });
     if (!status.ok()) {
-      for (size_t undo = 0; undo < k; ++undo) slot_of_.erase(ops[undo].entity);
+      for (size_t undo = 0; undo < k; ++undo) slot_of_.Erase(ops[undo].entity);
       return command_checks::Annotate(status, k, "create", op.entity);
     }
   }
@@ -163,13 +171,13 @@ absl::Status World::SetLocalsOf(size_t count, Get get,
   constexpr size_t kAhead = kPrefetchAhead;
   std::vector<Slot> slots(count);
   for (size_t k = 0; k < count; ++k) {
-    if (k + kAhead < count) slot_of_.prefetch(get(k + kAhead).entity);
+    if (k + kAhead < count) slot_of_.Prefetch(get(k + kAhead).entity);
     const SetLocalOp& op = get(k);
     const absl::Status status =
         command_checks::CheckSetTransform(op.entity, op.local, [&](EntityId e) {
-          const auto it = slot_of_.find(e);
-          if (it == slot_of_.end() || it->second == kNoIndex) return false;
-          slots[k] = it->second;
+          const Slot slot = slot_of_.Find(e);
+          if (slot >= kClaimed) return false;  // Absent, or being created.
+          slots[k] = slot;
           return true;
         });
     if (!status.ok()) {
@@ -359,10 +367,8 @@ absl::Status World::TakeBack(absl::Span<const UndoStep> steps, ListsMark mark,
 // Reads.
 
 World::Index World::index_of(EntityId entity) const {
-  const auto it = slot_of_.find(entity);
-  return it == slot_of_.end() || it->second == kNoIndex
-             ? kNoIndex
-             : slot_index_[it->second];
+  const Slot slot = slot_of_.Find(entity);
+  return slot >= kClaimed ? kNoIndex : slot_index_[slot];
 }
 
 bool World::Has(EntityId entity) const { return index_of(entity) != kNoIndex; }
@@ -415,7 +421,7 @@ size_t World::MemoryBytes() const {
          Bytes(frame_flags_) + Bytes(slot_index_) + Bytes(slot_entity_) +
          Bytes(slot_flags_) + Bytes(free_slots_) + Bytes(freed_this_frame_) +
          Bytes(dirty_roots_) + Bytes(swept_) + Bytes(moved_slots_) +
-         Bytes(created_slots_) + MapBytes(slot_of_) + MapBytes(frame_start_);
+         Bytes(created_slots_) + slot_of_.bytes() + MapBytes(frame_start_);
 }
 
 absl::Status World::CheckConsistency() const {

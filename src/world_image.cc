@@ -55,7 +55,7 @@ absl::StatusOr<World> World::FromImage(WorldImage image) {
       image.rotation.size() != n || image.scale.size() != n) {
     return broken("its columns differ in length");
   }
-  if (n >= kNoIndex) return broken(n, " instances");
+  if (n >= kClaimed) return broken(n, " instances");
   World world;
   world.frame_ = image.frame;
   // Slots in instance order: slot i is instance i.
@@ -70,7 +70,6 @@ absl::StatusOr<World> World::FromImage(WorldImage image) {
   world.frame_flags_.assign(n, 0);
   world.slot_index_.resize(n);
   world.slot_flags_.assign(n, 0);
-  world.slot_of_.reserve(n);
   for (Index i = 0; i < n; ++i) {
     const Transform local{image.position[i], world.rotation_[i],
                           world.scale_[i]};
@@ -80,7 +79,7 @@ absl::StatusOr<World> World::FromImage(WorldImage image) {
       return broken("instance ", i, ": ", valid.message());
     }
     const EntityId entity = world.slot_entity_[i];
-    if (entity == kNoEntity || !world.slot_of_.try_emplace(entity, i).second) {
+    if (entity == kNoEntity || world.slot_of_.Insert(entity, i) != i) {
       return broken("instance ", i, " has id ", entity, ", zero or repeated");
     }
     const Index p = world.parent_[i];

@@ -75,13 +75,13 @@ void World::ApplyCreates(absl::Span<const CreateOp> ops) {
   std::vector<Slot> slots(count);
   for (uint32_t k = 0; k < count; ++k) {
     if (k + kPrefetchAhead < count) {
-      slot_of_.prefetch(ops[k + kPrefetchAhead].entity);
+      slot_of_.Prefetch(ops[k + kPrefetchAhead].entity);
     }
     slots[k] = AllocateSlot(ops[k].entity);
     slot_index_[slots[k]] = old_size + k;
-    slot_of_.insert_or_assign(ops[k].entity, slots[k]);
+    slot_of_.InsertOrAssign(ops[k].entity, slots[k]);
     if (ops[k].parent == kNoEntity) continue;
-    const Index p = slot_index_[slot_of_.find(ops[k].parent)->second];
+    const Index p = slot_index_[slot_of_.Find(ops[k].parent)];
     if (p >= old_size) {
       group_parent[k] = p - old_size;
     } else {
@@ -295,7 +295,7 @@ void World::ApplyDestroy(const DestroyOp& op) {
   for (Index j = i; j < last; ++j) {
     TouchStructure(entity_of(j), j);
     const Slot slot = slot_[j];
-    slot_of_.erase(slot_entity_[slot]);
+    slot_of_.Erase(slot_entity_[slot]);
     slot_index_[slot] = kNoIndex;
     slot_flags_[slot] = 0;
     freed_this_frame_.push_back(slot);

@@ -56,6 +56,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "xform/internal/huge_page_allocator.h"
+#include "xform/internal/id_index.h"
 #include "xform/transform.h"
 #include "xform/world_image.h"
 
@@ -392,7 +393,12 @@ class World {
   // Freed this frame; reusable after EndFrame so moved_slots_ stays unique.
   std::vector<Slot> freed_this_frame_;
 
-  internal::HugePageMap<EntityId, Slot> slot_of_;
+  // Each id's slot: an array for dense ids (one load, no hash), see
+  // internal/id_index.h. An id claimed by a batch being validated maps to
+  // kClaimed until the batch applies.
+  static constexpr Slot kClaimed = internal::IdIndex::kAbsent - 1;
+  static_assert(internal::kNoIndex == internal::IdIndex::kAbsent);
+  internal::IdIndex slot_of_;
 
   // This batch's subtree roots to recompute.
   std::vector<Slot> dirty_roots_;

@@ -37,6 +37,11 @@ class IdIndex {
   size_t size() const { return size_; }
   // What the array takes, for the bound above.
   size_t array_bytes() const { return dense_.capacity() * sizeof(uint32_t); }
+  // All it takes: the array, and the hash map's slots and control bytes.
+  size_t bytes() const {
+    return array_bytes() +
+           sparse_.capacity() * (sizeof(decltype(sparse_)::slot_type) + 1);
+  }
 
   // The index of `e`, or kAbsent. O(1).
   uint32_t Find(EntityId e) const {
