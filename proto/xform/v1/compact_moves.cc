@@ -106,13 +106,16 @@ constexpr int kSmallestThree[4][3] = {
 }  // namespace
 
 std::optional<QuantizedPose> PoseQuantizer::Quantize(const Matrix3x4& m) const {
+  // Runs twice a moved entity on the server, for every compact frame: so
+  // one reciprocal per column rather than three divisions, and no branch on
+  // which quaternion component is largest (it is as good as random).
   glm::vec3 col[3];
   float scale[3];
   for (int j = 0; j < 3; ++j) {
     col[j] = {m.m[j], m.m[4 + j], m.m[8 + j]};
     scale[j] = glm::length(col[j]);
     if (!(scale[j] > 0) || !std::isfinite(scale[j])) return std::nullopt;
-    col[j] /= scale[j];
+    col[j] *= 1 / scale[j];
   }
   if (std::abs(glm::dot(col[0], col[1])) > kMaxSkew ||
       std::abs(glm::dot(col[0], col[2])) > kMaxSkew ||
@@ -122,25 +125,41 @@ std::optional<QuantizedPose> PoseQuantizer::Quantize(const Matrix3x4& m) const {
   }
   QuantizedPose q;
   for (int i = 0; i < 3; ++i) {
-    const double steps = static_cast<double>(m.m[4 * i + 3]) / precision_;
+    // The precision is a power of two on the wire (CompactPrecision), so
+    // this multiplication is the division exactly.
+    const double steps = static_cast<double>(m.m[4 * i + 3]) * inverse_;
     if (!(std::abs(steps) < kMaxPositionSteps)) return std::nullopt;
     q.position[i] = Round(steps);
     // A float's log2 is 2^-23 exact, far finer than the 2^-16 kept.
     const float log_scale = std::log2(scale[i]);
     q.log_scale[i] = static_cast<int32_t>(Round(log_scale * kLogScaleScale));
   }
-  const glm::quat r =
-      glm::normalize(glm::quat_cast(glm::mat3(col[0], col[1], col[2])));
-  std::array<float, 4> c = {r.x, r.y, r.z, r.w};
+  // The rotation's quaternion, from the products of its components that
+  // the matrix holds: p[i][j] = 4 q_i q_j (x y z w order; column j of the
+  // matrix is col[j], so element (r, c) is col[c][r]). The largest
+  // component is the one with the largest square, p[i][i]; it is taken as
+  // positive, and each component is p[largest][i] / (4 q_largest).
+  const float m00 = col[0].x, m11 = col[1].y, m22 = col[2].z;
+  const float p[4][4] = {{1 + m00 - m11 - m22, col[1].x + col[0].y,
+                          col[2].x + col[0].z, col[1].z - col[2].y},
+                         {col[1].x + col[0].y, 1 - m00 + m11 - m22,
+                          col[2].y + col[1].z, col[2].x - col[0].z},
+                         {col[2].x + col[0].z, col[2].y + col[1].z,
+                          1 - m00 - m11 + m22, col[0].y - col[1].x},
+                         {col[1].z - col[2].y, col[2].x - col[0].z,
+                          col[0].y - col[1].x, 1 + m00 + m11 + m22}};
   int largest = 0;
-  for (int i = 1; i < 4; ++i) {
-    if (std::abs(c[i]) > std::abs(c[largest])) largest = i;
-  }
-  const float sign = c[largest] < 0 ? -1.0f : 1.0f;
+  for (int i = 1; i < 4; ++i)
+    largest = p[i][i] > p[largest][largest] ? i : largest;
+  const float* row = p[largest];
+  // Normalized at once: |(row)| = 4 q_largest |q|, so dividing by it gives
+  // the unit quaternion's components.
+  const float unit = 1 / std::sqrt(row[0] * row[0] + row[1] * row[1] +
+                                   row[2] * row[2] + row[3] * row[3]);
   q.largest = static_cast<uint8_t>(largest);
-  for (int i = 0, k = 0; i < 4; ++i) {
-    if (i == largest) continue;
-    q.rotation[k++] = static_cast<int32_t>(Round(sign * c[i] * kRotationScale));
+  for (int k = 0; k < 3; ++k) {
+    q.rotation[k] = static_cast<int32_t>(
+        Round(row[kSmallestThree[largest][k]] * unit * kRotationScale));
   }
   return q;
 }

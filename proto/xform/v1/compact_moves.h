@@ -65,7 +65,8 @@ struct QuantizedPose {
 
 class PoseQuantizer {
  public:
-  explicit PoseQuantizer(float precision) : precision_(precision) {}
+  explicit PoseQuantizer(float precision)
+      : precision_(precision), inverse_(1 / static_cast<double>(precision)) {}
 
   // The matrix's pose, or none for one that is not a rotation and a positive
   // scale within 1e-4 (shear, a reflection, a zero or non-finite scale, a
@@ -80,6 +81,7 @@ class PoseQuantizer {
 
  private:
   const float precision_;
+  const double inverse_;
 };
 
 // Writes one message's compact_moved. Entries may be added in any order;
