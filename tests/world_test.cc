@@ -431,6 +431,43 @@ TEST(WorldTest, MemoryIsAccounted) {
   EXPECT_NEAR(world.WorldMatrix(1000)->translation().x, 1000.0f, 1e-3f);
 }
 
+// Ids are the writer's: dense ones go in an array, any other (a hash, a
+// handle with high bits) in a hash map beside it (internal/id_index.h).
+// Both kinds work alike, and far ones do not grow the array.
+TEST(WorldTest, IdsFarApartWorkAndTakeNoMoreThanTheyNeed) {
+  const std::vector<EntityId> far = {uint64_t{1} << 40, (uint64_t{1} << 63) + 5,
+                                     ~uint64_t{0}, 123'456'789'012};
+  World world;
+  std::vector<CreateOp> ops = {{1, kNoEntity, At(1, 0, 0)}};
+  EntityId parent = 1;
+  for (EntityId e : far) {
+    ops.push_back({e, parent, At(1, 0, 0)});
+    parent = e;
+  }
+  ASSERT_TRUE(world.CreateMany(ops).ok());
+  ASSERT_TRUE(world.CheckConsistency().ok()) << world.CheckConsistency();
+  EXPECT_NEAR(world.WorldMatrix(far.back())->translation().x, 5.0f, 1e-5f);
+  EXPECT_LT(world.MemoryBytes(), 64u << 10);
+
+  // A far id twice in one batch is refused like a dense one, and the batch
+  // leaves nothing claimed.
+  EXPECT_EQ(world
+                .CreateMany({{uint64_t{1} << 50, kNoEntity, {}},
+                             {uint64_t{1} << 50, kNoEntity, {}}})
+                .code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_FALSE(world.Has(uint64_t{1} << 50));
+
+  ASSERT_TRUE(world.SetLocals({{far[1], At(0, 2, 0)}}).ok());
+  EXPECT_NEAR(world.WorldMatrix(far.back())->translation().y, 2.0f, 1e-5f);
+  ASSERT_TRUE(world.Destroy(far[2], DestroyMode::kReparentChildren).ok());
+  EXPECT_FALSE(world.Has(far[2]));
+  EXPECT_EQ(*world.Parent(far[3]), far[1]);
+  ASSERT_TRUE(world.Create(far[2], far[3], At(0, 0, 3)).ok());
+  ASSERT_TRUE(world.CheckConsistency().ok()) << world.CheckConsistency();
+  EXPECT_NEAR(world.WorldMatrix(far[2])->translation().z, 3.0f, 1e-5f);
+}
+
 // ---------------------------------------------------------------------------
 // Bad input: one test per case, each showing the code and that nothing changed.
 
