@@ -7,8 +7,10 @@
 // whole (a snapshot, a folded frame). The encoding's bytes per entity are
 // reported as a counter.
 
+#include <map>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/types/span.h"
@@ -26,7 +28,8 @@ namespace {
 constexpr int kMoves = 5000;
 
 // The world matrices of 5,000 leaves of a 100k scene before and after one
-// frame's step (as xform-load moves them).
+// frame's step (as xform-load moves them); or of `moves` leaves of a scene
+// of `entities`.
 struct Frame {
   std::vector<EntityId> ids;
   std::vector<Matrix3x4> before, after;
@@ -35,10 +38,13 @@ struct Frame {
   std::vector<Matrix3x4> all_before;
 };
 
-const Frame& SceneFrame() {
-  static const Frame* frame = [] {
-    auto* f = new Frame;
-    const std::vector<CreateOp> scene = MakeScene(SceneShape::kScene, 100'000);
+const Frame& SceneFrame(size_t entities = 100'000, int moves = kMoves) {
+  static auto* frames = new std::map<std::pair<size_t, int>, Frame>;
+  auto [it, added] = frames->try_emplace({entities, moves});
+  if (!added) return it->second;
+  {
+    Frame* f = &it->second;
+    const std::vector<CreateOp> scene = MakeScene(SceneShape::kScene, entities);
     World world;
     std::vector<Command> create(scene.begin(), scene.end());
     (void)world.Apply(create);
@@ -51,7 +57,7 @@ const Frame& SceneFrame() {
     std::vector<EntityId> leaves = Leaves(scene);
     std::mt19937 rng(5);
     std::shuffle(leaves.begin(), leaves.end(), rng);
-    leaves.resize(kMoves);
+    leaves.resize(static_cast<size_t>(moves));
     std::sort(leaves.begin(), leaves.end());
     std::uniform_real_distribution<float> u(-1, 1);
     std::vector<Command> step;
@@ -69,9 +75,8 @@ const Frame& SceneFrame() {
     (void)world.Apply(step);
     world.EndFrame(&changes);
     for (EntityId e : leaves) f->after.push_back(*world.WorldMatrix(e));
-    return f;
-  }();
-  return *frame;
+  }
+  return it->second;
 }
 
 void BM_EncodeRaw(benchmark::State& state) {
@@ -172,11 +177,12 @@ BENCHMARK(BM_DecodeCompactDeltas);
 // decode (compact), apply to its copy of the whole 100k world, where each
 // entity's lookup (in the copy, and in the changes not yet taken) misses the
 // cache. Frames alternate forward and back, so compact deltas stay in range.
-// Arg 0: nobody takes the changes (xform-load: they hold the whole world);
-// arg 1: they are taken after each frame (a renderer).
-// Arg 2: how many Mirrors take each frame in turn. One Mirror's 100k world
+// First argument 0: nobody takes the changes (xform-load: they hold the
+// whole world); 1: they are taken after each frame (a renderer).
+// Second: how many Mirrors take each frame in turn. One Mirror's 100k world
 // (about 20 MB) partly stays in this machine's caches between frames; 16,
 // as xform-load's subscribers, do not, so every row is a trip to memory.
+// Third: the world's size (a 1M world moves 10,000 a frame).
 std::string MovesMessage(absl::Span<const EntityId> ids,
                          absl::Span<const Matrix3x4> worlds,
                          const Matrix3x4* previous, bool compact,
@@ -200,7 +206,10 @@ std::string MovesMessage(absl::Span<const EntityId> ids,
 }
 
 void MirrorApply(benchmark::State& state, bool compact) {
-  const Frame& f = SceneFrame();
+  // A 1M world moves 10,000 a frame, as xform-load's 1M run does.
+  const size_t entities = static_cast<size_t>(state.range(2));
+  const int moves = entities > 100'000 ? 10'000 : kMoves;
+  const Frame& f = SceneFrame(entities, moves);
   v1::FrameUpdate snapshot;
   snapshot.set_frame(1);
   snapshot.set_snapshot(true);
@@ -235,14 +244,20 @@ void MirrorApply(benchmark::State& state, bool compact) {
     }
     ++k;
   }
-  state.SetItemsProcessed(state.iterations() * kMoves * mirrors.size());
+  state.SetItemsProcessed(state.iterations() * moves * mirrors.size());
 }
 void BM_MirrorApplyRaw(benchmark::State& state) { MirrorApply(state, false); }
 void BM_MirrorApplyCompact(benchmark::State& state) {
   MirrorApply(state, true);
 }
-BENCHMARK(BM_MirrorApplyRaw)->ArgsProduct({{0, 1}, {1, 16}});
-BENCHMARK(BM_MirrorApplyCompact)->ArgsProduct({{0, 1}, {1, 16}});
+// 16 Mirrors of a 1M world hold about 2 GB: on 4 KB pages nearly every
+// row's page also misses the TLB.
+BENCHMARK(BM_MirrorApplyRaw)
+    ->ArgsProduct({{0, 1}, {1, 16}, {100'000}})
+    ->Args({0, 16, 1'000'000});
+BENCHMARK(BM_MirrorApplyCompact)
+    ->ArgsProduct({{0, 1}, {1, 16}, {100'000}})
+    ->Args({0, 16, 1'000'000});
 
 }  // namespace
 }  // namespace xform
