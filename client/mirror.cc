@@ -131,7 +131,8 @@ class Mirror::Impl {
                std::vector<Matrix3x4>* worlds) const {
     absl::MutexLock lock(&mu_);
     *entities = state_.copy().ids();
-    *worlds = state_.copy().worlds();
+    worlds->assign(state_.copy().worlds().begin(),
+                   state_.copy().worlds().end());
   }
 
   MirrorChanges TakeChanges() {

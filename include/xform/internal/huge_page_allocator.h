@@ -1,7 +1,7 @@
 // Copyright 2026 The xform Authors.
 //
-// An allocator for the world's big columns. Not part of the API: World's
-// header names it only because its members do.
+// An allocator for big columns: a world's, a Mirror's copy's, an id index's.
+// Not part of the API: World's header names it only because its members do.
 
 #ifndef XFORM_INTERNAL_HUGE_PAGE_ALLOCATOR_H_
 #define XFORM_INTERNAL_HUGE_PAGE_ALLOCATOR_H_
@@ -12,8 +12,6 @@
 #include <new>
 #include <utility>
 #include <vector>
-
-#include "absl/container/flat_hash_map.h"
 
 namespace xform::internal {
 
@@ -27,7 +25,8 @@ void* MapHugePageBacked(size_t bytes);
 // Unmaps what MapHugePageBacked(bytes) returned.
 void UnmapHugePageBacked(void* pointer, size_t bytes);
 
-// Allocates like std::allocator, except that big arrays get 2 MB pages.
+// Allocates like std::allocator, except that arrays of at least
+// kMinimumBytes get 2 MB pages.
 //
 // A 1M-entity world's columns are 4-48 MB each, and a frame that moves a few
 // percent of it, or a server encoding its moved entities, reads them at
@@ -36,14 +35,20 @@ void UnmapHugePageBacked(void* pointer, size_t bytes);
 // world fits the TLB's second level. Only the pages a column covers are
 // advised, so a column costs no more memory than on 4 KB pages (its tail
 // beyond the last 2 MB boundary stays on 4 KB pages).
-template <typename T>
+template <typename T, size_t kMinimumBytes = kHugePageMinimumBytes>
 class HugePageAllocator {
  public:
+  static_assert(kMinimumBytes >= kHugePageMinimumBytes);
   using value_type = T;
+  template <typename U>
+  struct rebind {
+    using other = HugePageAllocator<U, kMinimumBytes>;
+  };
 
   HugePageAllocator() = default;
   template <typename U>
-  explicit HugePageAllocator(const HugePageAllocator<U>& /*other*/) {}
+  explicit HugePageAllocator(
+      const HugePageAllocator<U, kMinimumBytes>& /*other*/) {}
 
   T* allocate(size_t n) {
     if (n > std::allocator_traits<std::allocator<T>>::max_size(
@@ -51,13 +56,13 @@ class HugePageAllocator {
       throw std::bad_array_new_length();
     }
     const size_t bytes = n * sizeof(T);
-    if (bytes < kHugePageMinimumBytes) return std::allocator<T>().allocate(n);
+    if (bytes < kMinimumBytes) return std::allocator<T>().allocate(n);
     return static_cast<T*>(MapHugePageBacked(bytes));
   }
 
   void deallocate(T* pointer, size_t n) {
     const size_t bytes = n * sizeof(T);
-    if (bytes < kHugePageMinimumBytes) {
+    if (bytes < kMinimumBytes) {
       std::allocator<T>().deallocate(pointer, n);
       return;
     }
@@ -67,21 +72,14 @@ class HugePageAllocator {
   // Stateless: memory from one is freed by any other.
   template <typename U>
   friend bool operator==(const HugePageAllocator& /*a*/,
-                         const HugePageAllocator<U>& /*b*/) {
+                         const HugePageAllocator<U, kMinimumBytes>& /*b*/) {
     return true;
   }
 };
 
-// A per-instance or per-slot column of a world.
-template <typename T>
-using Column = std::vector<T, HugePageAllocator<T>>;
-
-// An id map big enough to matter (a million entities: 32 MB) on 2 MB pages
-// too: its lookups are scattered, and loading it faults in no 4 KB pages.
-template <typename Key, typename Value>
-using HugePageMap =
-    absl::flat_hash_map<Key, Value, absl::Hash<Key>, std::equal_to<Key>,
-                        HugePageAllocator<std::pair<const Key, Value>>>;
+// A per-instance or per-slot column of a world (or of a copy of one).
+template <typename T, size_t kMinimumBytes = kHugePageMinimumBytes>
+using Column = std::vector<T, HugePageAllocator<T, kMinimumBytes>>;
 
 }  // namespace xform::internal
 
