@@ -37,6 +37,23 @@ TEST(HugePageAllocatorTest, SmallColumnsAllocateAndFreeLikeAnyVector) {
   EXPECT_EQ(small.back(), 2);
 }
 
+// A Mirror's rows take 2 MB pages only from 16 MB (client/mirror_state.h),
+// and are over-aligned: a cache line each.
+TEST(HugePageAllocatorTest, AColumnMayTakeHugePagesFromABiggerSize) {
+  constexpr size_t kFrom = size_t{16} << 20;
+  struct alignas(64) Line {
+    uint64_t words[8];
+  };
+  Column<Line, kFrom> under(kHugePageMinimumBytes / sizeof(Line) + 1);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(under.data()) % alignof(Line), 0u);
+  Column<Line, kFrom> over(kFrom / sizeof(Line) + 1);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(over.data()) % kHugePageBytes, 0u);
+  over.back().words[7] = 9;
+  over.push_back(over.back());  // Grows: maps anew, copies, unmaps.
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(over.data()) % kHugePageBytes, 0u);
+  EXPECT_EQ(over.back().words[7], 9u);
+}
+
 TEST(HugePageAllocatorTest, ImpossibleSizesThrowInsteadOfWrapping) {
   HugePageAllocator<uint64_t> allocator;
   EXPECT_THROW(allocator.allocate(SIZE_MAX / 4), std::bad_array_new_length);
