@@ -135,9 +135,9 @@ class Copy {
   // run went on), 21 ms on 2 MB ones; raw 9.3 against 3.9 ms
   // (BM_MirrorApply*/0/16/1000000). Not from 4 MB, as the world's columns:
   // at 100k entities (4.8 and 6.4 MB) 2 MB pages were 5-10% slower.
-  static constexpr size_t kHugePageMinimumBytes = size_t{16} << 20;
+  static constexpr size_t kRowsOnHugePagesFrom = size_t{16} << 20;
   template <typename T>
-  using RowColumn = internal::Column<T, kHugePageMinimumBytes>;
+  using RowColumn = internal::Column<T, kRowsOnHugePagesFrom>;
 
   internal::IdIndex index_;
   std::vector<EntityId> ids_;

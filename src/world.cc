@@ -132,13 +132,7 @@ absl::Status World::CreateMany(absl::Span<const CreateOp> ops) {
         [&](EntityId e) {
           return slot_of_.Find(e) != internal::IdIndex::kAbsent;
         },
-        [&](EntityId e) {
-          // Taken if it grew: an id claimed earlier in the batch maps to
-          // kClaimed too.
-          const size_t held = slot_of_.size();
-          slot_of_.Insert(e, kClaimed);
-          return slot_of_.size() > held;
-        });
+        [&](EntityId e) { return slot_of_.TryInsert(e, kClaimed); });
     if (!status.ok()) {
       for (size_t undo = 0; undo < k; ++undo) slot_of_.Erase(ops[undo].entity);
       return command_checks::Annotate(status, k, "create", op.entity);

@@ -95,6 +95,20 @@ TEST(IdIndexTest, IdsTheArrayGrowsOverAreStillFound) {
   EXPECT_EQ(index.size(), 60'000u);
 }
 
+// The world claims ids being created with one shared value: a second claim
+// of the same id must fail, dense or not.
+TEST(IdIndexTest, TryInsertSaysWhetherItInserted) {
+  IdIndex index;
+  constexpr uint32_t kClaim = 7;
+  for (EntityId e : {EntityId{3}, EntityId{1} << 60}) {
+    EXPECT_TRUE(index.TryInsert(e, kClaim));
+    EXPECT_FALSE(index.TryInsert(e, kClaim));
+    EXPECT_FALSE(index.TryInsert(e, 8));
+    EXPECT_EQ(index.Find(e), kClaim);
+  }
+  EXPECT_EQ(index.size(), 2u);
+}
+
 TEST(IdIndexTest, ArrayIsBoundedByTheIdsHeld) {
   // A hostile peer's ids: each as far past the array as it may reach.
   IdIndex index;

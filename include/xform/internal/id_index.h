@@ -74,6 +74,13 @@ class IdIndex {
     ++size_;
     return row;
   }
+  // Maps `e` to `row` unless it is mapped already; whether it did. (Insert's
+  // answer cannot tell when `e` is mapped to `row` already.)
+  bool TryInsert(EntityId e, uint32_t row) {
+    const size_t held = size_;
+    Insert(e, row);
+    return size_ > held;
+  }
   // Points `e`, which is mapped, to another index.
   void Set(EntityId e, uint32_t row) {
     if (e < dense_.size()) {
