@@ -26,13 +26,14 @@ absl::Status MirrorState::Apply(const v1::FrameUpdate& u) {
 
 absl::Status MirrorState::Decode(const v1::FrameUpdate& u) {
   last_decoded_ = {decoded_size_, decoded_size_, rows_moved_};
+  const size_t unplaced_before = unplaced_poses_.size();
   absl::Status decoded = absl::OkStatus();
   if (!u.compact_moved().empty()) {
     // Against the copy the message will change: a delta frame's parts all
     // against the copy before the frame (none is taken in before its
-    // last); a snapshot's against the one being built, empty at its first
-    // part.
-    const Copy* against = &copy_;
+    // last, and none lists an entity another does); a snapshot's against
+    // the one being built, empty at its first part.
+    Copy* against = &copy_;
     if (u.snapshot()) {
       against = in_snapshot_ && u.part() != 0 ? &staging_ : nullptr;
     }
@@ -40,19 +41,21 @@ absl::Status MirrorState::Decode(const v1::FrameUpdate& u) {
   }
   last_decoded_.end = decoded_size_;
   if (decoded.ok()) {
-    absl::StatusOr<size_t> held_bytes = CheckLimits(u);
+    absl::StatusOr<size_t> held_bytes =
+        CheckLimits(u, unplaced_poses_.size() - unplaced_before);
     decoded = held_bytes.status();
     last_decoded_.held_bytes = held_bytes.value_or(0);
   }
   if (!decoded.ok()) {
     decoded_size_ = last_decoded_.begin;
     last_decoded_.end = last_decoded_.begin;
+    unplaced_poses_.resize(unplaced_before);
   }
   return decoded;
 }
 
-absl::StatusOr<size_t> MirrorState::CheckLimits(
-    const v1::FrameUpdate& u) const {
+absl::StatusOr<size_t> MirrorState::CheckLimits(const v1::FrameUpdate& u,
+                                                size_t unplaced) const {
   auto refuse = [&u](absl::string_view why) {
     return absl::ResourceExhaustedError(
         absl::StrCat("frame ", u.frame(), " part ", u.part(), ": ", why));
@@ -70,7 +73,8 @@ absl::StatusOr<size_t> MirrorState::CheckLimits(
   // of it. O(entries), as decoding was.
   const size_t bytes =
       sizeof(Part) + u.ByteSizeLong() +
-      sizeof(DecodedMove) * (last_decoded_.end - last_decoded_.begin);
+      sizeof(DecodedMove) * (last_decoded_.end - last_decoded_.begin) +
+      sizeof(v1::QuantizedPose) * unplaced;
   if (frame_parts_bytes_ + bytes > kHeldFrameBytesPerEntity * max_entities_) {
     return refuse(absl::StrCat("a frame's parts would hold more than ",
                                kHeldFrameBytesPerEntity * max_entities_,
@@ -87,14 +91,14 @@ void MirrorState::ClearFrameParts() {
 }
 
 absl::Status MirrorState::DecodeCompact(const v1::FrameUpdate& u,
-                                        const Copy* against) {
+                                        Copy* against) {
   v1::CompactMovesParser parser(u);
   if (absl::Status started = parser.Start(); !started.ok()) return started;
   const size_t base = decoded_size_;
   decoded_size_ = base + parser.count();
   // Grown, never shrunk to fit: entries are written before they are read,
-  // and value-initializing 120 bytes an entry (an identity matrix among
-  // them) anew each message cost as much as a tenth of the decoding.
+  // and value-initializing them anew each message (an identity matrix
+  // among them) cost as much as a tenth of the decoding.
   if (decoded_.size() < decoded_size_) decoded_.resize(decoded_size_);
   // A block's entries are read, their rows looked up (prefetched), their
   // held poses prefetched, then resolved.
@@ -111,26 +115,32 @@ absl::Status MirrorState::DecodeCompact(const v1::FrameUpdate& u,
       out[k].id = block[k].id;
       out[k].slot =
           against != nullptr ? against->Find(block[k].id) : Copy::kAbsent;
-      if (block[k].is_delta() && out[k].slot != Copy::kAbsent) {
-        against->PrefetchHeld(out[k].slot);
-      }
+      if (out[k].slot != Copy::kAbsent) against->PrefetchHeld(out[k].slot);
     }
     for (int k = 0; k < n; ++k) {
       const v1::CompactMovesParser::Entry& e = block[k];
       DecodedMove& d = out[k];
-      d.raw = e.is_raw();
-      if (d.raw) {
+      const bool placed = d.slot != Copy::kAbsent;
+      d.unplaced_pose = DecodedMove::kNoPose;
+      if (e.is_raw()) {
         d.world = e.raw;
+        if (placed) against->SetHeld(d.slot, nullptr);
         continue;
       }
-      const v1::QuantizedPose* held = e.is_delta() && d.slot != Copy::kAbsent
-                                          ? against->held(d.slot)
-                                          : nullptr;
-      if (absl::Status resolved = parser.Resolve(e, held, d.pose);
+      const v1::QuantizedPose* held =
+          e.is_delta() && placed ? against->held(d.slot) : nullptr;
+      v1::QuantizedPose pose;
+      if (absl::Status resolved = parser.Resolve(e, held, pose);
           !resolved.ok()) {
         return resolved;
       }
-      parser.quantizer().Dequantize(d.pose, d.world);
+      parser.quantizer().Dequantize(pose, d.world);
+      if (placed) {
+        against->SetHeld(d.slot, &pose);
+      } else {
+        d.unplaced_pose = static_cast<uint32_t>(unplaced_poses_.size());
+        unplaced_poses_.push_back(pose);
+      }
     }
   }
   return parser.Finish();
@@ -169,8 +179,12 @@ void MirrorState::Commit(const v1::FrameUpdate& u) {
     // Kept for the next frame, unless a huge one (120 bytes an entry) left
     // it bigger than frames mostly need.
     decoded_size_ = 0;
+    unplaced_poses_.clear();
     if (decoded_.capacity() > kKeptDecoded) {
       std::vector<DecodedMove>().swap(decoded_);
+    }
+    if (unplaced_poses_.capacity() > kKeptDecoded) {
+      std::vector<v1::QuantizedPose>().swap(unplaced_poses_);
     }
   }
 }
@@ -241,7 +255,14 @@ void MirrorState::ApplyDecoded(const DecodedRange& decoded, Copy& copy) {
     for (int k = 0; k < n; ++k) {
       if (slots[k] == Copy::kAbsent) continue;
       copy.SetWorld(slots[k], moves[k].world);
-      copy.SetHeld(slots[k], moves[k].raw ? nullptr : &moves[k].pose);
+      // A pose found a row at decoding, and is held there (moved with its
+      // row since, if rows moved); one that did not is held now.
+      if (moves[k].slot == Copy::kAbsent) {
+        const uint32_t pose = moves[k].unplaced_pose;
+        copy.SetHeld(slots[k], pose == DecodedMove::kNoPose
+                                   ? nullptr
+                                   : &unplaced_poses_[pose]);
+      }
       if (note) Note(moves[k].id, kMoved);
     }
   }

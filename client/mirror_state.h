@@ -150,7 +150,7 @@ class MirrorState {
  public:
   // What the parts of one frame may hold, for each of max_entities: a
   // frame lists an entity at most once in each of its lists, which takes
-  // at most about 230 bytes (a shear's raw compact entry, 48 bytes and its
+  // at most about 230 bytes (a compact entry, at most 48 bytes and at most
   // 120 decoded, beside its creation, destruction and re-parenting).
   static constexpr size_t kHeldFrameBytesPerEntity = 256;
 
@@ -163,14 +163,18 @@ class MirrorState {
   // copy() sees: the Mirror does it outside the lock its readers take.
   //
   // Decode: checks `u` and decodes its compact moves against the poses held
-  // for them. DATA_LOSS for bytes that do not parse or a delta for an
-  // entity holding no pose; RESOURCE_EXHAUSTED for one that would take the
-  // copy past max_entities (counting every entity created, even one there
-  // already), or a frame whose parts, held until its last, would take more
-  // than kHeldFrameBytesPerEntity x max_entities bytes. Either way `u` must
-  // not be committed, and the stream must be dropped and resynced (a
-  // message refused leaves the copy as it was, and never half a frame in
-  // it). O(entries in u).
+  // for them, and holds the poses it decodes for the entities it finds (the
+  // decoder's own, which no reader of the copy sees: held as they are read,
+  // a commit does not touch each entity's pose a second time). DATA_LOSS
+  // for bytes that do not parse or a delta for an entity holding no pose;
+  // RESOURCE_EXHAUSTED for one that would take the copy past max_entities
+  // (counting every entity created, even one there already), or a frame
+  // whose parts, held until its last, would take more than
+  // kHeldFrameBytesPerEntity x max_entities bytes. Either way `u` must not
+  // be committed, and the stream must be dropped and resynced (a message
+  // refused leaves the copy as it was, and never half a frame in it; the
+  // poses held may have moved on, which the resync's snapshot replaces).
+  // O(entries in u).
   absl::Status Decode(const v1::FrameUpdate& u);
   // Takes `u`, which Decode() accepted last, into the copy (or, for a
   // frame's parts before its last, holds it). O(entries in u), and O(world)
@@ -198,16 +202,21 @@ class MirrorState {
   NetChanges::Map TakeChanges(bool* resynced);
 
  private:
-  // A compact entry as decoded, waiting for its message's commit.
+  // A compact entry as decoded, waiting for its message's commit: a cache
+  // line. Its pose is held at once where its row was found; the pose of
+  // one whose row is not there yet (created by its message) waits in
+  // unplaced_poses_.
   struct DecodedMove {
+    static constexpr uint32_t kNoPose = ~uint32_t{0};
     EntityId id;
     // Its row in the copy decoded against, or kAbsent; good while no row
     // has moved since (rows_moved_ unchanged).
     uint32_t slot;
-    bool raw;
-    v1::QuantizedPose pose;  // Unless raw.
+    // Where slot is kAbsent: its pose in unplaced_poses_, or kNoPose (raw).
+    uint32_t unplaced_pose;
     Matrix3x4 world;
   };
+  static_assert(sizeof(DecodedMove) == 64);
   // One message's decoded entries: decoded_[begin, end).
   struct DecodedRange {
     size_t begin = 0;
@@ -220,10 +229,12 @@ class MirrorState {
     DecodedRange decoded;
   };
 
-  absl::Status DecodeCompact(const v1::FrameUpdate& u, const Copy* against);
+  absl::Status DecodeCompact(const v1::FrameUpdate& u, Copy* against);
   // RESOURCE_EXHAUSTED where `u` passes the limits Decode() documents;
   // else what it adds to the bytes its frame holds, if it is held.
-  absl::StatusOr<size_t> CheckLimits(const v1::FrameUpdate& u) const;
+  // `unplaced`: the poses its decoding left in unplaced_poses_.
+  absl::StatusOr<size_t> CheckLimits(const v1::FrameUpdate& u,
+                                     size_t unplaced) const;
   // Forgets a frame's held parts.
   void ClearFrameParts();
   void Note(EntityId e, NetChange change) {
@@ -259,6 +270,7 @@ class MirrorState {
   // is held.
   std::vector<DecodedMove> decoded_;  // Its first decoded_size_ in use.
   size_t decoded_size_ = 0;
+  std::vector<v1::QuantizedPose> unplaced_poses_;  // Cleared with decoded_.
   DecodedRange last_decoded_;
   // Counts removals and swaps of rows, in either copy: a decoded slot is
   // stale once this has moved.
