@@ -318,7 +318,9 @@ class Mirror::Impl {
 
   // Decoding, most of a message's work, reads the copy without mu_ so that
   // readers do not wait for it: only a holder of take_mu_ changes the copy
-  // (holding mu_ as well), and the decoder's scratch is the taker's alone.
+  // (holding mu_ as well), and the decoder's scratch is the taker's alone,
+  // as are the poses held for decoding, which it writes back (no reader
+  // looks at them).
   absl::Status Decode(Arrival& arrival)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(take_mu_) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     const v1::FrameUpdate& u = arrival.update;

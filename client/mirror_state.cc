@@ -176,7 +176,7 @@ void MirrorState::Commit(const v1::FrameUpdate& u) {
     ApplyDelta(u, decoded);
   }
   if (frame_parts_.empty()) {
-    // Kept for the next frame, unless a huge one (120 bytes an entry) left
+    // Kept for the next frame, unless a huge one (64 bytes an entry) left
     // it bigger than frames mostly need.
     decoded_size_ = 0;
     unplaced_poses_.clear();
