@@ -6,6 +6,8 @@
 
 #include "xform/v1/compact_moves.h"
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -330,6 +332,75 @@ TEST(CompactMovesTest, HostileBytesAreDataLoss) {
     FrameUpdate u = Compact(bytes);
     CompactMovesReader reader;
     (void)reader.Decode(u);
+  }
+}
+
+// Every length a value's varint may have (1 to 10 bytes, canonical or
+// padded with 0x80s), at every distance from the end of the bytes, reads as
+// written, in every kind of entry; one of 11 bytes is refused.
+TEST(CompactMovesTest, VarintsOfEveryLengthReadAsWritten) {
+  auto put = [](uint64_t v, int padding, std::string& out) {
+    while (v >= 0x80 || padding > 0) {
+      out.push_back(static_cast<char>((v & 0x7f) | 0x80));
+      if (v < 0x80) --padding;
+      v >>= 7;
+    }
+    out.push_back(static_cast<char>(v));
+  };
+  std::mt19937_64 rng(11);
+  for (int message = 0; message < 3000; ++message) {
+    const int entries = 1 + static_cast<int>(rng() % 6);
+    std::string bytes;
+    put(static_cast<uint64_t>(entries), 0, bytes);
+    std::vector<std::vector<int64_t>> want(entries);
+    for (int k = 0; k < entries; ++k) {
+      put(1, 0, bytes);  // The id: one above the last.
+      // A delta without scale (6 values), with it, or a whole (9).
+      const uint8_t flags = std::array<uint8_t, 3>{0, 0x10, 1}[rng() % 3];
+      bytes.push_back(static_cast<char>(flags));
+      const int values = flags == 0 ? 6 : 9;
+      for (int v = 0; v < values; ++v) {
+        // Of 0 to 64 bits, so of every length from 1 to 10 bytes.
+        const int bits = static_cast<int>(rng() % 65);
+        const uint64_t zigzag = bits == 0 ? 0 : rng() >> (64 - bits);
+        // Now and then padded (0x80 ... 0x00): at most 10 bytes in all.
+        const int length = std::max(1, (bits + 6) / 7);
+        const int padding =
+            rng() % 8 == 0 ? static_cast<int>(rng() % (11 - length)) : 0;
+        put(zigzag, padding, bytes);
+        want[k].push_back(static_cast<int64_t>(zigzag >> 1) ^
+                          -static_cast<int64_t>(zigzag & 1));
+      }
+    }
+    const FrameUpdate u = Compact(bytes);
+    CompactMovesParser parser(u);
+    ASSERT_TRUE(parser.Start().ok());
+    ASSERT_EQ(parser.count(), static_cast<uint64_t>(entries));
+    CompactMovesParser::Entry entry;
+    for (int k = 0; k < entries; ++k) {
+      ASSERT_TRUE(parser.Read(entry).ok()) << message << " " << k;
+      for (size_t v = 0; v < want[k].size(); ++v) {
+        ASSERT_EQ(entry.values[v], want[k][v]) << message << " " << k << " " << v;
+      }
+    }
+    EXPECT_TRUE(parser.Finish().ok());
+  }
+  // A varint of 11 bytes, anywhere in an entry, however far from the end.
+  for (int before = 0; before < 6; ++before) {
+    for (int after = 0; after < 40; after += 13) {
+      // One entry: id 1, a delta, `before` values of 1, then 11 bytes.
+      std::string bytes("\x01\x01\x00", 3);
+      bytes.append(static_cast<size_t>(before), '\x02');
+      bytes.append(10, '\x80');
+      bytes.push_back('\x01');
+      bytes.append(static_cast<size_t>(after), '\x02');
+      const FrameUpdate u = Compact(bytes);
+      CompactMovesParser parser(u);
+      ASSERT_TRUE(parser.Start().ok());
+      CompactMovesParser::Entry entry;
+      EXPECT_EQ(parser.Read(entry).code(), absl::StatusCode::kDataLoss)
+          << before << " " << after;
+    }
   }
 }
 
