@@ -186,7 +186,11 @@ absl::StatusOr<ModeResult> LoadRun::Run(const std::string& mode,
 
 void LoadRun::Write(int w, absl::Time end, std::atomic<uint64_t>* written,
                     std::vector<double>* apply_ms, uint64_t* entities) {
-  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options_);
+  // Its own connection (--writers says so), as a writing process's would
+  // be: not behind the subscribers' streams on theirs.
+  ClientOptions own = options_;
+  own.own_connection = true;
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(own);
   if (!client.ok()) return;
   absl::StatusOr<std::unique_ptr<BatchWriter>> writer =
       (*client)->OpenWriter(config_.world);
