@@ -380,7 +380,8 @@ TEST(CompactMovesTest, VarintsOfEveryLengthReadAsWritten) {
     for (int k = 0; k < entries; ++k) {
       ASSERT_TRUE(parser.Read(entry).ok()) << message << " " << k;
       for (size_t v = 0; v < want[k].size(); ++v) {
-        ASSERT_EQ(entry.values[v], want[k][v]) << message << " " << k << " " << v;
+        ASSERT_EQ(entry.values[v], want[k][v])
+            << message << " " << k << " " << v;
       }
     }
     EXPECT_TRUE(parser.Finish().ok());

@@ -157,7 +157,8 @@ TEST_F(ToolsTest, XformctlWatchPrintsALinePerFrame) {
 }
 
 // A short run of every mode, stalling subscriber included, through the JSON
-// report: every subscriber received frames, none was disconnected.
+// report: every subscriber received frames, none was disconnected, and a
+// stream's latency splits at the message's arrival.
 TEST_F(ToolsTest, XformLoadReportsEveryMode) {
   Ran ran = RunShell(absl::StrCat(
       XFORM_LOAD_PATH, " --server=", server_.address(),
@@ -173,6 +174,13 @@ TEST_F(ToolsTest, XformLoadReportsEveryMode) {
       EXPECT_GT(sub["messages"].get<int>(), 0) << mode["mode"];
       EXPECT_GT(sub["updates"].get<int>(), 0) << mode["mode"];
       EXPECT_GT(sub["latency_p50_ms"].get<double>(), 0) << mode["mode"];
+      // A stream's messages arrive before they are applied (the stalled
+      // subscriber's arrivals are not split out).
+      if (mode["mode"] == "stream" && !sub.contains("stalled")) {
+        EXPECT_GT(sub["arrived_p50_ms"].get<double>(), 0);
+        EXPECT_LE(sub["arrived_p50_ms"].get<double>(),
+                  sub["latency_p50_ms"].get<double>());
+      }
     }
     EXPECT_TRUE(mode["subscribers"][0].contains("stalled")) << mode["mode"];
   }

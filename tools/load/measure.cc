@@ -34,6 +34,11 @@ void Recorder::MaybeStall() {
   stall_end_ = absl::Now();
 }
 
+void Recorder::RecordArrival(double age_ms) {
+  absl::MutexLock lock(&mu_);
+  if (measuring_ && !received_.stalled) received_.arrived_ms.push_back(age_ms);
+}
+
 void Recorder::Record(absl::Span<const double> ages_ms, uint64_t frames,
                       uint64_t updates, uint64_t bytes) {
   absl::MutexLock lock(&mu_);

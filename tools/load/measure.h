@@ -23,6 +23,10 @@ namespace xform::load {
 // What one subscriber received while measuring.
 struct Received {
   std::vector<double> latency_ms;  // One per message (poll: per write seen).
+  // stream only: the part of each message's latency before it reached this
+  // process (publication to gRPC's read of it); the rest is the Mirror's
+  // queue, decoding and committing.
+  std::vector<double> arrived_ms;
   uint64_t messages = 0;
   uint64_t frames = 0;   // Frames covered, folded ones included.
   uint64_t updates = 0;  // Entity updates delivered.
@@ -52,6 +56,8 @@ class Recorder {
   // One message: its age at arrival for each of `ages`, and what it carried.
   void Record(absl::Span<const double> ages_ms, uint64_t frames,
               uint64_t updates, uint64_t bytes);
+  // How old a message was when it reached the process (stream).
+  void RecordArrival(double age_ms);
   void Disconnected();
 
   uint64_t messages();

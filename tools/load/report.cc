@@ -25,6 +25,8 @@ Json ToJson(const ModeResult& r) {
               {"latency_p50_ms", Percentile(s.latency_ms, 0.5)},
               {"latency_p99_ms", Percentile(s.latency_ms, 0.99)},
               {"latency_max_ms", Percentile(s.latency_ms, 1.0)},
+              {"arrived_p50_ms", Percentile(s.arrived_ms, 0.5)},
+              {"arrived_p99_ms", Percentile(s.arrived_ms, 0.99)},
               {"disconnects", s.disconnects}};
     if (s.stalled) {
       j["stalled"] = {{"first_after_stall_age_ms", s.first_after_stall_ms},
@@ -99,6 +101,30 @@ void PrintTable(const Config& c, const std::vector<ModeResult>& results) {
             ? absl::StrFormat("%.0f MB", r.server_rss_mb).c_str()
             : "n/a",
         stalled);
+  }
+  // Where a stream's latency goes: before the message reaches the
+  // subscriber's process (the server, the transport) or after (its queue,
+  // decoding and committing).
+  bool arrivals = false;
+  for (const ModeResult& r : results) {
+    for (const Received& s : r.subscribers) arrivals |= !s.arrived_ms.empty();
+  }
+  if (arrivals) {
+    absl::PrintF(
+        "\n| mode | arrived p50 | arrived p99 | applied p50 | applied p99 "
+        "|\n|---|---|---|---|---|\n");
+  }
+  for (const ModeResult& r : results) {
+    std::vector<double> arrived, latency;
+    for (const Received& s : r.subscribers) {
+      if (s.arrived_ms.empty()) continue;
+      arrived.insert(arrived.end(), s.arrived_ms.begin(), s.arrived_ms.end());
+      latency.insert(latency.end(), s.latency_ms.begin(), s.latency_ms.end());
+    }
+    if (arrived.empty()) continue;
+    absl::PrintF("| %s | %.2f ms | %.2f ms | %.2f ms | %.2f ms |\n", r.mode,
+                 Percentile(arrived, 0.5), Percentile(arrived, 0.99),
+                 Percentile(latency, 0.5), Percentile(latency, 0.99));
   }
   absl::PrintF(
       "\n| mode | batches/s written | entities/s written | apply p50 | "
