@@ -34,15 +34,15 @@ void Recorder::MaybeStall() {
   stall_end_ = absl::Now();
 }
 
-void Recorder::RecordArrival(double age_ms) {
-  absl::MutexLock lock(&mu_);
-  if (measuring_ && !received_.stalled) received_.arrived_ms.push_back(age_ms);
-}
-
 void Recorder::Record(absl::Span<const double> ages_ms, uint64_t frames,
-                      uint64_t updates, uint64_t bytes) {
+                      uint64_t updates, uint64_t bytes,
+                      std::optional<double> arrived_ms) {
   absl::MutexLock lock(&mu_);
   if (!measuring_) return;
+  // Not split for the stalled subscriber, whose latency is reported apart.
+  if (arrived_ms && !received_.stalled) {
+    received_.arrived_ms.push_back(*arrived_ms);
+  }
   ++received_.messages;
   received_.frames += frames;
   received_.updates += updates;

@@ -11,6 +11,7 @@
 #define XFORM_TOOLS_LOAD_MEASURE_H_
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -53,11 +54,11 @@ class Recorder {
   // stall once, if this subscriber is the one that stalls.
   void MaybeStall();
 
-  // One message: its age at arrival for each of `ages`, and what it carried.
+  // One message: its age at arrival for each of `ages`, and what it carried;
+  // for a stream's, also how old it was on reaching the process.
   void Record(absl::Span<const double> ages_ms, uint64_t frames,
-              uint64_t updates, uint64_t bytes);
-  // How old a message was when it reached the process (stream).
-  void RecordArrival(double age_ms);
+              uint64_t updates, uint64_t bytes,
+              std::optional<double> arrived_ms = std::nullopt);
   void Disconnected();
 
   uint64_t messages();

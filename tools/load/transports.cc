@@ -35,10 +35,8 @@ class StreamSubscriber final : public Subscriber {
       recorder_.MaybeStall();
       // Its age when the consumer gets to it: after a stall, not on arrival.
       const double age = absl::ToDoubleMilliseconds(absl::Now() - u.published);
-      recorder_.RecordArrival(
-          absl::ToDoubleMilliseconds(u.received - u.published));
-      recorder_.Record({&age, 1}, 1 + u.frames_skipped, u.moved.size(),
-                       u.bytes);
+      recorder_.Record({&age, 1}, 1 + u.frames_skipped, u.moved.size(), u.bytes,
+                       absl::ToDoubleMilliseconds(u.received - u.published));
     };
     mirror_ = *Mirror::Start(*client_, std::move(mirror));
   }
