@@ -24,9 +24,9 @@ class StreamSubscriber final : public Subscriber {
                    MirrorOptions::Encoding encoding, float precision,
                    bool stalls)
       : Subscriber(stalls) {
-    // Its own connection, as a subscribing process's would be: 64 Mirrors
-    // on one connection are bound by that connection's flow control, a
-    // case of its own (docs/benchmarks.md).
+    // Its own connection, as a subscribing process's would be. (64 Mirrors
+    // sharing one, with the writer on another, fell behind and folded:
+    // docs/benchmarks.md, "Where the tail is".)
     ClientOptions own = options;
     own.own_connection = true;
     absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(own);
