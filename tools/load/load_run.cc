@@ -22,6 +22,12 @@ LoadRun::LoadRun(Config config) : config_(std::move(config)) {
   options_.max_message_bytes = kLoadMaxMessageBytes;
   options_.deadline = absl::Seconds(120);
   options_.connect_timeout = absl::Seconds(20);
+  // Every client on a connection of its own, as the processes it stands
+  // for (a writer, each subscriber) would be. gRPC otherwise puts clients
+  // with the same arguments on one; 64 Mirrors sharing one, with the
+  // writer on another, fell behind and folded (docs/benchmarks.md, "Where
+  // the tail is").
+  options_.own_connection = true;
 }
 
 absl::Status LoadRun::Build() {
@@ -186,11 +192,7 @@ absl::StatusOr<ModeResult> LoadRun::Run(const std::string& mode,
 
 void LoadRun::Write(int w, absl::Time end, std::atomic<uint64_t>* written,
                     std::vector<double>* apply_ms, uint64_t* entities) {
-  // Its own connection (--writers says so), as a writing process's would
-  // be: not behind the subscribers' streams on theirs.
-  ClientOptions own = options_;
-  own.own_connection = true;
-  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(own);
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options_);
   if (!client.ok()) return;
   absl::StatusOr<std::unique_ptr<BatchWriter>> writer =
       (*client)->OpenWriter(config_.world);

@@ -16,20 +16,14 @@
 namespace xform::load {
 namespace {
 
-// xform's way: a Mirror on a connection of its own; its thread records each
-// message (and stalls).
+// xform's way: a Mirror; its thread records each message (and stalls).
 class StreamSubscriber final : public Subscriber {
  public:
   StreamSubscriber(const ClientOptions& options, const std::string& world,
                    MirrorOptions::Encoding encoding, float precision,
                    bool stalls)
       : Subscriber(stalls) {
-    // Its own connection, as a subscribing process's would be. (64 Mirrors
-    // sharing one, with the writer on another, fell behind and folded:
-    // docs/benchmarks.md, "Where the tail is".)
-    ClientOptions own = options;
-    own.own_connection = true;
-    absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(own);
+    absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
     if (!client.ok()) return;  // Never ready: the run times out and says so.
     client_ = *std::move(client);
     MirrorOptions mirror;
@@ -65,10 +59,7 @@ class PollSubscriber final : public Subscriber {
         ids_(ids),
         acks_(acks),
         period_(absl::Seconds(1 / hz)) {
-    // Its own connection, not shared with the others'.
-    ClientOptions own = options;
-    own.own_connection = true;
-    absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(own);
+    absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
     if (!client.ok()) return;  // Never ready: the run times out and says so.
     client_ = *std::move(client);
     thread_ = std::thread([this] { Run(); });

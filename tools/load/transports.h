@@ -11,7 +11,8 @@
 // Every mode's latency runs from xformd's publication to the subscriber
 // holding the update (poll: from the write's acknowledgement).
 // Each receives on threads of its own into its Recorder, and stalls when the
-// Recorder says so.
+// Recorder says so. Each connects with the options it is given (LoadRun's
+// give every client a connection of its own).
 
 #ifndef XFORM_TOOLS_LOAD_TRANSPORTS_H_
 #define XFORM_TOOLS_LOAD_TRANSPORTS_H_
