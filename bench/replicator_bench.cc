@@ -11,6 +11,10 @@
 // world's lock meanwhile (a LockProbe's), which is the burst's hold;
 // `longest_next_ms` the longest Next() call (the burst's, including work
 // outside the lock), and `burst_entities` its size.
+//
+// BM_CompactFold: what a compact subscriber that is sent its own messages
+// (here rate-limited to 10 a second, on a 60 Hz world) costs the server,
+// and what its messages weigh.
 
 #include <algorithm>
 #include <atomic>
@@ -25,6 +29,7 @@
 #include "server/burst_budget.h"
 #include "server/published_state.h"
 #include "server/replicator.h"
+#include "tools/scenes.h"
 #include "xform/world.h"
 
 namespace xform::server {
@@ -197,6 +202,70 @@ void BM_PublishedStateFrame(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * kMoves);
 }
 BENCHMARK(BM_PublishedStateFrame)->Arg(100'000)->Arg(1'000'000);
+
+// A compact subscriber rate-limited to a sixth of the frames, in xform-load's
+// scene workload (a 100k scene, 5,000 leaves stepped a frame): six frames
+// published, then its message taken and encoded, folding them. First
+// argument: 0, the subscriber filters echoes, so it is sent its folds whole
+// (as every compact subscriber was until 2026-11-25); 1, as deltas against
+// what it holds. Timed: the six publications and the
+// message; `bytes_per_entity` is the message's, over its entities.
+void BM_CompactFold(benchmark::State& state) {
+  const bool deltas = state.range(0) == 1;
+  constexpr int kFramesPerMessage = 6;
+  constexpr size_t kMoves = 5'000;
+  const std::vector<CreateOp> scene = MakeScene(SceneShape::kScene, 100'000);
+  World world;
+  FrameChanges changes;
+  if (!world.CreateMany(scene).ok()) state.SkipWithError("scene");
+  world.EndFrame(&changes);
+  Replicator replicator;
+  replicator.Publish(changes, absl::Now());
+  SubscriptionOptions options;
+  options.compact_precision = 0x1p-10f;
+  options.max_rate_hz = 10;
+  if (!deltas) options.no_echo_client_id = "nobody writing";
+  const auto id = replicator.Subscribe(options, std::make_shared<NullSink>());
+  while (replicator.Next(id, absl::InfiniteFuture()) != nullptr) {
+  }
+  // Frames made beforehand, stepping leaves back and forth.
+  std::vector<EntityId> leaves = Leaves(scene);
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<FrameChanges> frames(2 * kFramesPerMessage);
+  for (size_t f = 0; f < frames.size(); ++f) {
+    std::shuffle(leaves.begin(), leaves.end(), rng);
+    std::vector<SetLocalOp> step;
+    for (size_t k = 0; k < kMoves; ++k) {
+      Transform t = *world.Local(leaves[k]);
+      t.position += glm::vec3(u(rng), u(rng), u(rng)) / 60.0f;
+      step.push_back({leaves[k], t});
+    }
+    if (!world.SetLocals(step).ok()) state.SkipWithError("step");
+    world.EndFrame(&frames[f]);
+  }
+  uint64_t frame = world.frame();
+  size_t sent = 0, bytes = 0, taken = 0;
+  size_t next = 0;
+  for (auto _ : state) {
+    for (int f = 0; f < kFramesPerMessage; ++f) {
+      FrameChanges& c = frames[next++ % frames.size()];
+      c.frame = ++frame;
+      replicator.Publish(c, absl::Now());
+    }
+    while (auto out = replicator.Next(id, absl::InfiniteFuture())) {
+      bytes += out->encoded().size();
+      sent += static_cast<size_t>(out->message().moved_size());
+    }
+    ++taken;
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(sent));
+  state.counters["bytes_per_entity"] =
+      sent > 0 ? static_cast<double>(bytes) / static_cast<double>(sent) : 0;
+  state.counters["entities_per_message"] =
+      taken > 0 ? static_cast<double>(sent) / static_cast<double>(taken) : 0;
+}
+BENCHMARK(BM_CompactFold)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace xform::server

@@ -60,6 +60,11 @@ class Outgoing {
       std::vector<std::optional<Matrix3x4>> previous = {});
   // The compact encoding's precision, or 0 for a raw message.
   float compact_precision() const { return precision_; }
+  // A compact one's `previous`: what its receivers held of each moved
+  // entity before it (by index in message().moved()).
+  const std::vector<std::optional<Matrix3x4>>& previous() const {
+    return previous_;
+  }
 
   const Header& header() const { return header_; }
   // Whether it is made later: then reading or encoding it costs O(message).

@@ -12,8 +12,8 @@
 
 namespace xform::server {
 
-void Replicator::Note(Subscription& s, EntityId e, NetChange change,
-                      Slot slot) const {
+void Replicator::Note(Subscription& s, EntityId e, NetChange change, Slot slot,
+                      const std::optional<Matrix3x4>& before) const {
   s.noted = true;
   if (s.snapshot) {
     NoteInSnapshot(*s.snapshot, e, change, slot);
@@ -21,6 +21,13 @@ void Replicator::Note(Subscription& s, EntityId e, NetChange change,
   }
   if (s.resync) return;  // It gets its view whole.
   s.pending.Note(e, change);
+  // At e's first note since the last message, the subscriber holds what was
+  // published before this frame (everything else it was sent is current):
+  // `before`, for a move. Later notes keep it, whatever they are: an entity
+  // destroyed and created again, unseen, is still what it was to it.
+  if (TracksHeld(s)) {
+    s.held.try_emplace(e, change == kMoved ? before : std::nullopt);
+  }
 }
 
 void Replicator::Fold(Subscription& s) const {
@@ -32,7 +39,13 @@ void Replicator::Fold(Subscription& s) const {
     for (EntityId e : u.destroyed()) Note(s, e, kDestroyed);
     for (EntityId e : u.created()) Note(s, e, kCreated);
     for (EntityId e : u.reparented()) Note(s, e, kReparented);
-    for (EntityId e : u.moved()) Note(s, e, kMoved);
+    // A compact part knows what its receivers held before it.
+    const std::vector<std::optional<Matrix3x4>>& before = part->previous();
+    for (int k = 0; k < u.moved_size(); ++k) {
+      const size_t at = static_cast<size_t>(k);
+      Note(s, u.moved(k), kMoved, PublishedState::kNoSlot,
+           at < before.size() ? before[at] : std::nullopt);
+    }
   }
   s.noted = noted;
   s.frames_with_changes += s.ready_frames;
@@ -89,12 +102,16 @@ void Replicator::Publish(const FrameChanges& changes, absl::Time time,
   {
     std::lock_guard<std::mutex> lock(mu_);
     ViewsBefore views = RecordViewsBefore(changes);
+    const std::vector<std::optional<Matrix3x4>> moved_before =
+        MovedBefore(changes, served);
     state_.TakeIn(changes);
     frame_ = changes.frame;
     frame_time_ = time;
     const Echoes echoes = FindEchoes(writers);
-    if (!changes.empty()) FoldIntoWholeWorld(changes, served, echoes);
-    UpdateFilteredViews(changes, views, echoes);
+    if (!changes.empty()) {
+      FoldIntoWholeWorld(changes, served, echoes, moved_before);
+    }
+    UpdateFilteredViews(changes, views, echoes, moved_before);
     CloseFrame(served, wake);
   }
   WakeAll(std::move(wake));
@@ -204,6 +221,29 @@ Replicator::ViewsBefore Replicator::RecordViewsBefore(
   return views;
 }
 
+std::vector<std::optional<Matrix3x4>> Replicator::MovedBefore(
+    const FrameChanges& changes,
+    const absl::flat_hash_set<SubscriptionId>& served) const {
+  std::vector<std::optional<Matrix3x4>> before;
+  const bool wanted =
+      std::any_of(subs_.begin(), subs_.end(), [&](const auto& entry) {
+        const Subscription& s = *entry.second;
+        return TracksHeld(s) && !s.snapshot && !s.resync &&
+               !served.contains(entry.first);
+      });
+  if (!wanted) return before;
+  // A created entity's is not wanted (its first note this frame is its
+  // creation, or, re-using an id destroyed this frame, the destruction).
+  before.reserve(changes.moved.size());
+  for (EntityId e : changes.moved) {
+    const Slot slot = state_.Find(e);
+    before.push_back(slot == PublishedState::kNoSlot
+                         ? std::nullopt
+                         : std::optional<Matrix3x4>(state_.world(slot)));
+  }
+  return before;
+}
+
 Replicator::Echoes Replicator::FindEchoes(const FrameWriters& writers) const {
   // Once per writer, however many of its subscriptions filter echoes.
   Echoes echoes;
@@ -223,7 +263,8 @@ bool Replicator::IsEcho(const Echoes& echoes, const std::string& client,
 
 void Replicator::FoldIntoWholeWorld(
     const FrameChanges& changes,
-    const absl::flat_hash_set<SubscriptionId>& served, const Echoes& echoes) {
+    const absl::flat_hash_set<SubscriptionId>& served, const Echoes& echoes,
+    const std::vector<std::optional<Matrix3x4>>& moved_before) {
   // Streaming snapshots mark changes by slot: each entity's looked up once
   // for them all, not once per joining subscriber.
   const bool snapshots = std::any_of(subs_.begin(), subs_.end(), [](auto& s) {
@@ -263,18 +304,24 @@ void Replicator::FoldIntoWholeWorld(
     }
     for (size_t k = 0; k < moved.size(); ++k) {
       const EntityId e = changes.moved[k];
-      if (!IsEcho(echoes, client, e)) Note(*s, e, kMoved, moved[k]);
+      if (IsEcho(echoes, client, e)) continue;
+      Note(*s, e, kMoved, moved[k],
+           k < moved_before.size() ? moved_before[k] : std::nullopt);
     }
   }
 }
 
-void Replicator::UpdateFilteredViews(const FrameChanges& changes,
-                                     ViewsBefore& before,
-                                     const Echoes& echoes) {
+void Replicator::UpdateFilteredViews(
+    const FrameChanges& changes, ViewsBefore& before, const Echoes& echoes,
+    const std::vector<std::optional<Matrix3x4>>& moved_before) {
   if (before.filtered.empty()) return;
   const std::vector<EntityId>& touched = before.touched;
-  const absl::flat_hash_set<EntityId> moved(changes.moved.begin(),
-                                            changes.moved.end());
+  // Each moved entity's index in changes.moved.
+  absl::flat_hash_map<EntityId, size_t> moved;
+  moved.reserve(changes.moved.size());
+  for (size_t k = 0; k < changes.moved.size(); ++k) {
+    moved.emplace(changes.moved[k], k);
+  }
   const absl::flat_hash_set<EntityId> reparented(changes.reparented.begin(),
                                                  changes.reparented.end());
   // Parents first, so that an entity's membership can follow its parent's,
@@ -315,8 +362,11 @@ void Replicator::UpdateFilteredViews(const FrameChanges& changes,
         Note(s, e, kDestroyed, slot);
       } else if (was && is) {
         if (reparented.contains(e)) Note(s, e, kReparented, slot);
-        if (moved.contains(e) && !IsEcho(echoes, client, e)) {
-          Note(s, e, kMoved, slot);
+        const auto at = moved.find(e);
+        if (at != moved.end() && !IsEcho(echoes, client, e)) {
+          Note(s, e, kMoved, slot,
+               at->second < moved_before.size() ? moved_before[at->second]
+                                                : std::nullopt);
         }
       }
     }
@@ -332,6 +382,7 @@ void Replicator::CloseFrame(const absl::flat_hash_set<SubscriptionId>& served,
     }
     if (s->pending.size() > max_pending_) {
       s->pending.Release();
+      absl::flat_hash_map<EntityId, std::optional<Matrix3x4>>().swap(s->held);
       s->resync = true;
     }
     if (s->resync) {
@@ -446,8 +497,8 @@ void Replicator::CommitFirstReadyFrame(Subscription& s) {
 std::shared_ptr<const Outgoing> Replicator::TakePart(Subscription& s) {
   std::shared_ptr<const Outgoing> part = std::move(s.parts.front());
   s.parts.pop_front();
-  // A compact subscriber's own messages (a snapshot's, folded frames') are
-  // coded whole: what it holds is known only for frames it gets in turn.
+  // A compact subscriber's snapshot, and an echo-filtering one's folded
+  // frames, are coded whole here: what it holds is not known for them.
   if (s.options.compact_precision > 0 && part->compact_precision() == 0) {
     part = Outgoing::Compact(std::move(part), s.options.compact_precision);
   }
@@ -621,8 +672,25 @@ std::shared_ptr<const Outgoing> Replicator::NextPendingPart(Subscription& s,
       s.frames_with_changes > 0 ? s.frames_with_changes - 1 : 0;
   s.frames_skipped += skipped;
   s.frames_with_changes = 0;
-  for (auto& part : Share(writer.Finish(skipped))) {
-    s.parts.push_back(std::move(part));
+  if (!TracksHeld(s)) {
+    for (auto& part : Share(writer.Finish(skipped))) {
+      s.parts.push_back(std::move(part));
+    }
+  } else {
+    // Coded against what it holds. An entity new to it holds none: its
+    // first note was its creation.
+    for (auto& part : Share(writer.Finish(skipped))) {
+      const v1::FrameUpdate& u = part->message();
+      std::vector<std::optional<Matrix3x4>> previous;
+      previous.reserve(u.moved_size());
+      for (EntityId e : u.moved()) {
+        const auto it = s.held.find(e);
+        previous.push_back(it != s.held.end() ? it->second : std::nullopt);
+      }
+      s.parts.push_back(Outgoing::Compact(
+          std::move(part), s.options.compact_precision, std::move(previous)));
+    }
+    s.held.clear();
   }
   if (s.options.max_rate_hz > 0) {
     s.next_allowed = now + absl::Seconds(1.0 / s.options.max_rate_hz);

@@ -101,7 +101,9 @@ struct SubscriptionOptions {
   // ENCODING_COMPACT at this position precision (see xform/v1/
   // compact_moves.h); 0: raw. Caught-up subscribers with the same
   // precision share each frame's compact messages, coded as deltas against
-  // the frame before.
+  // the frame before. A subscriber's own folded messages are deltas too,
+  // against what it holds; its snapshots, and all of an echo-filtering
+  // subscriber's own messages, are whole.
   float compact_precision = 0;
 };
 
@@ -221,6 +223,14 @@ class Replicator {
     // What changed in its view since its last message (entering the view is
     // being created to it, leaving it being destroyed).
     NetChanges pending;
+    // A compact subscriber's, unless it filters echoes (its view then lags
+    // the published state where its own writes were not sent): of each
+    // entity noted in `pending`, the matrix the subscriber holds, found at
+    // its first note since the last message; none where that is not known
+    // (an entity new to it, or noted first as anything but moved). So its
+    // folded messages are deltas, as the frames it shares are, not whole.
+    // At most one entry an entity noted: bounded as `pending` is.
+    absl::flat_hash_map<EntityId, std::optional<Matrix3x4>> held;
     uint64_t last_frame_sent = 0;
     uint64_t frames_skipped = 0;
     // Frames that changed this subscriber's view since its last message
@@ -263,13 +273,15 @@ class Replicator {
   Echoes FindEchoes(const FrameWriters& writers) const;
   // 4. The other whole-world subscribers fold the frame into their pending
   //    changes.
-  void FoldIntoWholeWorld(const FrameChanges& changes,
-                          const absl::flat_hash_set<SubscriptionId>& served,
-                          const Echoes& echoes);
+  void FoldIntoWholeWorld(
+      const FrameChanges& changes,
+      const absl::flat_hash_set<SubscriptionId>& served, const Echoes& echoes,
+      const std::vector<std::optional<Matrix3x4>>& moved_before);
   // 5. Filtered views follow the frame, noting what entered, left, or
   //    changed in them.
-  void UpdateFilteredViews(const FrameChanges& changes, ViewsBefore& before,
-                           const Echoes& echoes);
+  void UpdateFilteredViews(
+      const FrameChanges& changes, ViewsBefore& before, const Echoes& echoes,
+      const std::vector<std::optional<Matrix3x4>>& moved_before);
   // 6. Counts the frame for those it changed, and finds whom to wake.
   // (Then the woken are woken: WakeAll, without the lock.)
   void CloseFrame(const absl::flat_hash_set<SubscriptionId>& served,
@@ -310,9 +322,24 @@ class Replicator {
                                          const FrameWriters& writers) const;
   // Folds an event into the subscriber's pending events, or, while its
   // snapshot streams, into the snapshot's bits: at e's slot this frame (see
-  // PublishedState::FindThisFrame), looked up unless given.
+  // PublishedState::FindThisFrame), looked up unless given. `before`: for a
+  // move, e's matrix before the frame, if it existed (see Subscription::
+  // held).
   void Note(Subscription& s, EntityId e, NetChange change,
-            Slot slot = PublishedState::kNoSlot) const;
+            Slot slot = PublishedState::kNoSlot,
+            const std::optional<Matrix3x4>& before = std::nullopt) const;
+  // Whether the subscriber keeps Subscription::held.
+  static bool TracksHeld(const Subscription& s) {
+    return s.options.compact_precision > 0 &&
+           s.options.no_echo_client_id.empty();
+  }
+  // Each moved entity's matrix before the frame (by its index in
+  // changes.moved; none for one created), found before the state takes the
+  // frame in: only when a subscriber that tracks what it holds will note
+  // the frame, else empty.
+  std::vector<std::optional<Matrix3x4>> MovedBefore(
+      const FrameChanges& changes,
+      const absl::flat_hash_set<SubscriptionId>& served) const;
   void NoteInSnapshot(StreamedSnapshot& snap, EntityId e, NetChange change,
                       Slot slot) const;
   // Turns untaken shared parts back into pending events.

@@ -16,7 +16,9 @@
 #include <thread>
 #include <vector>
 
+#include "glm/gtc/quaternion.hpp"
 #include "gtest/gtest.h"
+#include "xform/v1/compact_moves.h"
 #include "xform/v1/frame_update.h"
 #include "xform/world.h"
 
@@ -728,6 +730,163 @@ TEST(ReplicatorLagTest, ALaggardCostsBoundedMemoryAndResyncs) {
     }
   }
   EXPECT_EQ(b, expected);
+}
+
+// A subscriber's end of its stream: each message parsed from its bytes, its
+// compact moves (if any) decoded against the poses held, as a Mirror does,
+// then applied; and of its own (unshared) compact messages' entries, how
+// many were deltas and how many whole.
+struct CompactReceiver {
+  void Take(const Outgoing& out, bool own) {
+    v1::FrameUpdate u;
+    ASSERT_TRUE(u.ParseFromString(std::string(out.encoded())));
+    if (out.compact_precision() > 0 && own && !u.snapshot()) {
+      ASSERT_TRUE(u.moved().empty()) << "moves come compact";
+      v1::CompactMovesParser parser(u);
+      ASSERT_TRUE(parser.Start().ok());
+      v1::CompactMovesParser::Entry entry;
+      for (uint64_t k = 0; k < parser.count(); ++k) {
+        ASSERT_TRUE(parser.Read(entry).ok());
+        ++(entry.is_delta() ? own_deltas : own_wholes);
+      }
+    }
+    const absl::Status decoded = reader.Decode(u);
+    ASSERT_TRUE(decoded.ok()) << decoded;
+    ApplyUpdate(u, &state);
+  }
+  // Drains what is due; `own`: whether its messages are its own (folds, a
+  // filtered view's), not a frame's shared ones.
+  void Drain(Replicator& r, Replicator::SubscriptionId id, bool own) {
+    while (auto out = r.Next(id, absl::InfiniteFuture())) {
+      Take(*out, own || out->header().frames_skipped > 0);
+    }
+  }
+  v1::CompactMovesReader reader;
+  State state;
+  int own_deltas = 0;
+  int own_wholes = 0;
+};
+
+// Within the compact encoding's bounds (see compact_moves.h) of the world.
+void ExpectCompactMatch(const State& got, const State& truth, float precision) {
+  ASSERT_EQ(got.size(), truth.size());
+  for (const auto& [e, entry] : truth) {
+    ASSERT_TRUE(got.contains(e)) << e;
+    const Entry& mine = got.at(e);
+    EXPECT_EQ(mine.parent, entry.parent) << e;
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_NEAR(mine.world.m[4 * i + 3], entry.world.m[4 * i + 3],
+                  precision / 2 + 1e-4f)
+          << e;
+      for (int j = 0; j < 3; ++j) {
+        EXPECT_NEAR(mine.world.m[4 * i + j], entry.world.m[4 * i + j], 2e-4f)
+            << e;
+      }
+    }
+  }
+}
+
+// Compact subscribers that are sent their own messages (one that falls
+// behind, a filtered view) are sent deltas against what each holds, as the
+// shared frames are, through moves, re-parenting, and entities destroyed and
+// created again under the same id unseen; each ends within the encoding's
+// bounds, so no delta was coded against a pose it did not hold. One that
+// filters echoes is sent its own messages whole: its view lags where its
+// writes were not echoed.
+TEST(ReplicatorCompactTest, FoldsAreDeltasAgainstWhatEachSubscriberHolds) {
+  World world;
+  FrameChanges changes;
+  Replicator replicator;
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-1, 1);
+  const auto pose = [&] {
+    Transform t;
+    t.position = {u(rng) * 100, u(rng) * 100, u(rng) * 100};
+    t.rotation = glm::normalize(glm::quat(u(rng), u(rng), u(rng), u(rng)));
+    return t;
+  };
+  constexpr EntityId kRoots = 200;  // Roots 1-200, root r's child r + 200.
+  std::vector<CreateOp> scene;
+  for (EntityId e = 1; e <= 2 * kRoots; ++e) {
+    scene.push_back({e, e > kRoots ? e - kRoots : kNoEntity, pose()});
+  }
+  ASSERT_TRUE(world.CreateMany(scene).ok());
+  world.EndFrame(&changes);
+  replicator.Publish(changes, absl::Now());
+
+  constexpr float kPrecision = 0x1p-10f;
+  SubscriptionOptions compact;
+  compact.compact_precision = kPrecision;
+  SubscriptionOptions subtree = compact;
+  subtree.subtrees = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  SubscriptionOptions no_echo = compact;
+  no_echo.no_echo_client_id = "me";
+  const auto sink = std::make_shared<CountingSink>();
+  const auto ahead = replicator.Subscribe(compact, sink);
+  const auto behind = replicator.Subscribe(compact, sink);
+  const auto filtered = replicator.Subscribe(subtree, sink);
+  const auto echoing = replicator.Subscribe(no_echo, sink);
+  CompactReceiver ahead_end, behind_end, filtered_end, echoing_end;
+  for (int f = 0; f < 300; ++f) {
+    FrameWriters writers;
+    std::vector<SetLocalOp> moves;
+    for (int k = 0; k < 60; ++k) {
+      const EntityId e = 1 + rng() % (2 * kRoots);
+      if (!world.Has(e)) continue;
+      Transform t = *world.Local(e);
+      t.position += glm::vec3(u(rng), u(rng), u(rng));
+      t.rotation = glm::normalize(
+          glm::angleAxis(0.1f * u(rng), glm::vec3(0, 0, 1)) * t.rotation);
+      moves.push_back({e, t});
+      writers[e] = k % 3 == 0 ? "me" : "";
+    }
+    ASSERT_TRUE(world.SetLocals(moves).ok());
+    // Children go and come back under the same id, perhaps elsewhere.
+    const EntityId child = kRoots + 1 + rng() % kRoots;
+    if (f % 5 == 0 && world.Has(child)) {
+      ASSERT_TRUE(world.Destroy(child).ok());
+    } else if (f % 5 == 2 && !world.Has(child)) {
+      ASSERT_TRUE(world.Create(child, 1 + rng() % kRoots, pose()).ok());
+    }
+    if (f % 7 == 0) {
+      const EntityId moved = kRoots + 1 + rng() % kRoots;
+      if (world.Has(moved)) {
+        ASSERT_TRUE(world.Link(moved, 1 + rng() % kRoots).ok());
+      }
+    }
+    world.EndFrame(&changes);
+    replicator.Publish(changes, absl::Now(), writers);
+    ahead_end.Drain(replicator, ahead, /*own=*/false);
+    // Behind by more than the world at times: kept frames then fold.
+    if (f % 9 == 0) behind_end.Drain(replicator, behind, /*own=*/false);
+    if (f % 3 == 0) filtered_end.Drain(replicator, filtered, /*own=*/true);
+    if (f % 4 == 0) echoing_end.Drain(replicator, echoing, /*own=*/false);
+  }
+  ahead_end.Drain(replicator, ahead, false);
+  behind_end.Drain(replicator, behind, false);
+  filtered_end.Drain(replicator, filtered, true);
+  echoing_end.Drain(replicator, echoing, false);
+
+  const State truth = Snapshot(world);
+  ExpectCompactMatch(ahead_end.state, truth, kPrecision);
+  ExpectCompactMatch(behind_end.state, truth, kPrecision);
+  State in_view;
+  for (const auto& [e, entry] : truth) {
+    const EntityId root = entry.parent == kNoEntity ? e : entry.parent;
+    if (root <= 10) in_view[e] = entry;
+  }
+  ExpectCompactMatch(filtered_end.state, in_view, kPrecision);
+  EXPECT_GT(echoing_end.state.size(), 0u);  // Its view lags; whole, though.
+  // Own messages: deltas but for the entities new to the subscriber and
+  // the re-parented (whose first note is not a move).
+  EXPECT_GT(behind_end.own_deltas, 9 * behind_end.own_wholes);
+  EXPECT_GT(filtered_end.own_deltas, 9 * filtered_end.own_wholes);
+  EXPECT_GT(echoing_end.own_wholes, 0);
+  EXPECT_EQ(echoing_end.own_deltas, 0);
+  RecordProperty("behind_deltas", behind_end.own_deltas);
+  RecordProperty("behind_wholes", behind_end.own_wholes);
+  RecordProperty("filtered_deltas", filtered_end.own_deltas);
+  RecordProperty("filtered_wholes", filtered_end.own_wholes);
 }
 
 // Publishing, consuming, subscribing and leaving, all at once. Every consumer
