@@ -156,12 +156,20 @@ absl::flat_hash_set<Replicator::SubscriptionId> Replicator::ServeCaughtUp(
                            s->parts.empty() && s->options.max_rate_hz == 0 &&
                            s->options.no_echo_client_id.empty();
     if (!caught_up) continue;
-    // Kept frames never hold more than max_pending entities' changes, nor
-    // more than the world: past that, they fold into pending events, which
-    // hold each entity once (and past max_pending of those, it resyncs).
-    if (s->ready_frames > 0 &&
-        s->ready_entities + entities > std::min(max_pending_, state_.size())) {
-      continue;
+    if (s->ready_frames > 0) {
+      if (s->ready_entities + entities > max_pending_) {
+        // Stopped reading: its view whole when it reads again.
+        std::vector<std::shared_ptr<const Outgoing>>().swap(s->ready);
+        s->ready_frames = 0;
+        s->ready_entities = 0;
+        s->resync = true;
+        s->noted = true;
+        served.insert(id);
+        continue;
+      }
+      // Kept frames never hold more than the world: past that, they fold
+      // into pending events, which the world's size bounds.
+      if (s->ready_entities + entities > state_.size()) continue;
     }
     served.insert(id);
     if (shared.empty()) {

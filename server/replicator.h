@@ -215,9 +215,8 @@ class Replicator {
     // subscriber is caught up but for them. Frames it has not started on are
     // kept (shared with the other subscribers: O(1) each a frame), not
     // folded into `pending` frame by frame, until it reads again, or they
-    // would hold more than max_pending entities' changes or more than the
-    // world: then they fold into `pending`, which holds each entity once
-    // (and resyncs past max_pending).
+    // would hold more than max_pending entities (it resyncs) or more than
+    // the world (they fold into `pending`, which the world bounds).
     std::vector<std::shared_ptr<const Outgoing>> ready;
     size_t ready_frames = 0;
     size_t ready_entities = 0;

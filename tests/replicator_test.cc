@@ -889,51 +889,6 @@ TEST(ReplicatorCompactTest, FoldsAreDeltasAgainstWhatEachSubscriberHolds) {
   RecordProperty("filtered_wholes", filtered_end.own_wholes);
 }
 
-// A subscriber behind by more frames than max_pending entities' worth, but
-// with fewer entities than that changed, is sent them folded (for a compact
-// one, as deltas), not its whole view again.
-TEST(ReplicatorLagTest, FramesPastMaxPendingFoldRatherThanResync) {
-  World world;
-  FrameChanges changes;
-  Replicator replicator(/*max_pending=*/1000);
-  std::vector<CreateOp> scene;
-  for (EntityId e = 1; e <= 2000; ++e) scene.push_back({e, kNoEntity, At(1)});
-  ASSERT_TRUE(world.CreateMany(scene).ok());
-  world.EndFrame(&changes);
-  replicator.Publish(changes, absl::Now());
-  for (const float precision : {0.0f, 0x1p-10f}) {
-    SubscriptionOptions options;
-    options.compact_precision = precision;
-    const auto id =
-        replicator.Subscribe(options, std::make_shared<CountingSink>());
-    CompactReceiver end;  // Raw messages' moves pass it as they are.
-    end.Drain(replicator, id, false);
-    // 15 frames of the same 100 entities: 1,500 entities' changes kept.
-    for (int f = 0; f < 15; ++f) {
-      std::vector<SetLocalOp> moves;
-      for (EntityId e = 1; e <= 100; ++e) {
-        moves.push_back({e, At(static_cast<float>(f + e))});
-      }
-      ASSERT_TRUE(world.SetLocals(moves).ok());
-      world.EndFrame(&changes);
-      replicator.Publish(changes, absl::Now());
-    }
-    auto out = replicator.Next(id, absl::InfiniteFuture());
-    ASSERT_NE(out, nullptr);
-    EXPECT_FALSE(out->message().snapshot()) << precision;
-    EXPECT_EQ(out->message().moved_size(), 100) << precision;
-    EXPECT_EQ(out->header().frames_skipped, 14u) << precision;
-    end.Take(*out, /*own=*/true);
-    end.Drain(replicator, id, false);
-    ExpectCompactMatch(end.state, Snapshot(world), 0x1p-10f);
-    if (precision > 0) {
-      EXPECT_EQ(end.own_deltas, 100);
-      EXPECT_EQ(end.own_wholes, 0);
-    }
-    replicator.Unsubscribe(id);
-  }
-}
-
 // Publishing, consuming, subscribing and leaving, all at once. Every consumer
 // ends with the exact final state.
 TEST(ReplicatorThreadsTest, ConcurrentPublishConsumeAndChurn) {
