@@ -208,8 +208,8 @@ BENCHMARK(BM_PublishedStateFrame)->Arg(100'000)->Arg(1'000'000);
 // published, then its message taken and encoded, folding them. First
 // argument: 0, the subscriber filters echoes, so it is sent its folds whole
 // (as every compact subscriber was until 2026-11-25); 1, as deltas against
-// what it holds. Timed: the six publications and the
-// message; `bytes_per_entity` is the message's, over its entities.
+// what it holds. Timed: the six publications and the message.
+// `bytes_per_entity` is the message's, over its entities.
 void BM_CompactFold(benchmark::State& state) {
   const bool deltas = state.range(0) == 1;
   constexpr int kFramesPerMessage = 6;
