@@ -672,26 +672,22 @@ std::shared_ptr<const Outgoing> Replicator::NextPendingPart(Subscription& s,
       s.frames_with_changes > 0 ? s.frames_with_changes - 1 : 0;
   s.frames_skipped += skipped;
   s.frames_with_changes = 0;
-  if (!TracksHeld(s)) {
-    for (auto& part : Share(writer.Finish(skipped))) {
-      s.parts.push_back(std::move(part));
-    }
-  } else {
-    // Coded against what it holds. An entity new to it holds none: its
-    // first note was its creation.
-    for (auto& part : Share(writer.Finish(skipped))) {
-      const v1::FrameUpdate& u = part->message();
+  for (auto& part : Share(writer.Finish(skipped))) {
+    if (TracksHeld(s)) {
+      // Coded against what it holds. An entity new to it holds none: its
+      // first note was its creation.
       std::vector<std::optional<Matrix3x4>> previous;
-      previous.reserve(u.moved_size());
-      for (EntityId e : u.moved()) {
+      previous.reserve(part->message().moved_size());
+      for (EntityId e : part->message().moved()) {
         const auto it = s.held.find(e);
         previous.push_back(it != s.held.end() ? it->second : std::nullopt);
       }
-      s.parts.push_back(Outgoing::Compact(
-          std::move(part), s.options.compact_precision, std::move(previous)));
+      part = Outgoing::Compact(std::move(part), s.options.compact_precision,
+                               std::move(previous));
     }
-    s.held.clear();
+    s.parts.push_back(std::move(part));
   }
+  s.held.clear();
   if (s.options.max_rate_hz > 0) {
     s.next_allowed = now + absl::Seconds(1.0 / s.options.max_rate_hz);
   }
