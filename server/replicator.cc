@@ -382,7 +382,7 @@ void Replicator::CloseFrame(const absl::flat_hash_set<SubscriptionId>& served,
     }
     if (s->pending.size() > max_pending_) {
       s->pending.Release();
-      absl::flat_hash_map<EntityId, std::optional<Matrix3x4>>().swap(s->held);
+      s->ReleaseHeld();
       s->resync = true;
     }
     if (s->resync) {

@@ -230,7 +230,11 @@ class Replicator {
     // (an entity new to it, or noted first as anything but moved). So its
     // folded messages are deltas, as the frames it shares are, not whole.
     // At most one entry an entity noted: bounded as `pending` is.
-    absl::flat_hash_map<EntityId, std::optional<Matrix3x4>> held;
+    using HeldPoses = absl::flat_hash_map<EntityId, std::optional<Matrix3x4>>;
+    HeldPoses held;
+    // Forgets `held` and gives its memory back, for a subscriber that is
+    // sent its view whole (clear() would keep the table's size).
+    void ReleaseHeld() { HeldPoses().swap(held); }
     uint64_t last_frame_sent = 0;
     uint64_t frames_skipped = 0;
     // Frames that changed this subscriber's view since its last message

@@ -111,7 +111,7 @@ void Replicator::NoteInSnapshot(StreamedSnapshot& snap, EntityId e,
 
 void Replicator::BuildSnapshot(Subscription& s) {
   // Its view comes whole: what it held is replaced.
-  absl::flat_hash_map<EntityId, std::optional<Matrix3x4>>().swap(s.held);
+  s.ReleaseHeld();
   auto snap = std::make_unique<StreamedSnapshot>();
   snap->skipped_before =
       s.frames_with_changes > 0 ? s.frames_with_changes - 1 : 0;
