@@ -332,8 +332,11 @@ class Mirror::Impl {
   // its fields keep their memory, so parsing the next one (on gRPC's thread,
   // which reads every stream of the process) neither allocates nor regrows
   // them. A fresh 10,000-move message regrew its matrices' field by
-  // doubling, copying it about once more as it parsed.
+  // doubling, copying it about once more as it parsed. Not a snapshot's
+  // part, nor one bigger than kMaxSpareBytes: what they hold is rarely
+  // needed again, and would stay with the mirror.
   void Recycle(v1::FrameUpdate& spent) {
+    if (spent.snapshot() || spent.SpaceUsedLong() > kMaxSpareBytes) return;
     spent.Clear();
     absl::MutexLock lock(&mu_);
     if (spare_.size() < kMaxSpare) spare_.push_back(std::move(spent));
@@ -474,7 +477,9 @@ class Mirror::Impl {
   std::deque<Arrival> queue_ ABSL_GUARDED_BY(mu_);  // At most max_queued.
   // Applied messages, cleared, for reads to fill (Recycle). Two: one per
   // message between a read and its take, and one more while either waits.
+  // Each at most 4 MB: a 1M world's 10,000-move frame is 560 KB raw.
   static constexpr size_t kMaxSpare = 2;
+  static constexpr size_t kMaxSpareBytes = size_t{4} << 20;
   std::vector<v1::FrameUpdate> spare_ ABSL_GUARDED_BY(mu_);
 
   client_internal::MirrorState state_ ABSL_GUARDED_BY(mu_);

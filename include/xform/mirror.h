@@ -108,7 +108,8 @@ struct MirrorOptions {
   // How many messages may wait to be applied (for kCaller, for Update())
   // before the stream waits. Two more, applied and cleared, are kept for
   // the reads to fill, so that a message's fields are not grown again for
-  // each one: a mirror holds up to max_queued + 2 messages' memory.
+  // each one (frames' messages of up to 4 MB; not snapshots'): a mirror
+  // holds up to max_queued messages and 8 MB besides.
   int max_queued = 4;
   // The most entities the copy may hold: what bounds the mirror's memory
   // (about 150 bytes an entity, twice that through a resync) whatever its
