@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -299,13 +300,12 @@ class Mirror::Impl {
       dropped = arrival.stream == broken_stream_;
     }
     if (resume != nullptr) resume->Resume();
-    if (dropped) {
-      Recycle(arrival.update);
-      return true;
-    }
+    // However this ends, the message is then spare (after Notify, its last
+    // reader).
+    absl::Cleanup recycle = [&] { Recycle(arrival.update); };
+    if (dropped) return true;
     // Only this thread (or Update()'s caller) decodes: in order.
     if (absl::Status decoded = Decode(arrival); !decoded.ok()) {
-      Recycle(arrival.update);
       // The supervisor cancels it (never under a lock: gRPC may run the
       // stream's reactions inline), and resynchronises on a new stream.
       absl::MutexLock lock(&mu_);
@@ -324,7 +324,6 @@ class Mirror::Impl {
     }
     take.Release();
     Notify(arrival);
-    Recycle(arrival.update);
     return true;
   }
 
