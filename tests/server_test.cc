@@ -477,7 +477,13 @@ TEST_F(ServerTest, ReplicationIsExactForEveryFilter) {
           << "subscriber " << k << " at frame " << frame;
       ++checked;
     }
-    EXPECT_GE(checked, k == 3 ? 5u : 50u) << "subscriber " << k;
+    // The messages compared stood for at least 50 frames: heard one by
+    // one, or folded into the next. (Counting only the first: a subscriber
+    // whose thread is starved, the box busy with other tests, folds frames
+    // as designed; beside two busy loops a filtered one heard 5-49 of them
+    // one by one, and the test failed 9 times in 30.)
+    EXPECT_GE(checked + subs[k]->frames_skipped(), 50u) << "subscriber " << k;
+    EXPECT_GT(checked, 0u) << "subscriber " << k;
   }
   // The rate-limited one folded frames together.
   EXPECT_GT(subs[3]->frames_skipped(), 0u);
