@@ -159,10 +159,7 @@ absl::flat_hash_set<Replicator::SubscriptionId> Replicator::ServeCaughtUp(
     if (s->ready_frames > 0) {
       if (s->ready_entities + entities > max_pending_) {
         // Stopped reading: its view whole when it reads again.
-        std::vector<std::shared_ptr<const Outgoing>>().swap(s->ready);
-        s->ready_frames = 0;
-        s->ready_entities = 0;
-        s->resync = true;
+        s->Resync();
         s->noted = true;
         served.insert(id);
         continue;
@@ -381,9 +378,7 @@ void Replicator::CloseFrame(const absl::flat_hash_set<SubscriptionId>& served,
       s->noted = false;
     }
     if (s->pending.size() > max_pending_) {
-      s->pending.Release();
-      s->ReleaseHeld();
-      s->resync = true;
+      s->Resync();  // Its kept frames were folded into pending.
     }
     if (s->resync) {
       wake.push_back(s->sink);

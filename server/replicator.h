@@ -245,6 +245,16 @@ class Replicator {
     // Fell too far behind: `pending` was dropped, and the next message is a
     // fresh snapshot of the view (which the Mirror diffs, as on a resync).
     bool resync = false;
+    // Drops everything it is owed (kept frames, pending changes, held
+    // poses), giving back their memory, so that its view goes whole.
+    void Resync() {
+      std::vector<std::shared_ptr<const Outgoing>>().swap(ready);
+      ready_frames = 0;
+      ready_entities = 0;
+      pending.Release();
+      ReleaseHeld();
+      resync = true;
+    }
     absl::Time next_allowed = absl::InfinitePast();
     // Set while its snapshot streams; pending stays empty then.
     std::unique_ptr<StreamedSnapshot> snapshot;
