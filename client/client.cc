@@ -14,6 +14,10 @@
 namespace xform {
 namespace client_internal {
 
+std::string SubscribeMethod() {
+  return absl::StrCat("/", v1::Xform::service_full_name(), "/Subscribe");
+}
+
 absl::Status FromGrpc(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
@@ -178,6 +182,9 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
   channel->channel =
       grpc::CreateCustomChannel(options.address, credentials, args);
   channel->stub = v1::Xform::NewStub(channel->channel);
+  channel->subscribe_bytes = std::make_unique<
+      grpc::TemplatedGenericStub<v1::SubscribeRequest, grpc::ByteBuffer>>(
+      channel->channel);
   if (options.connect_timeout > absl::ZeroDuration() &&
       !channel->channel->WaitForConnected(
           absl::ToChronoTime(absl::Now() + options.connect_timeout))) {

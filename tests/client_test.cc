@@ -8,6 +8,7 @@
 #include "xform/client.h"
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -18,8 +19,10 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
+#include "grpcpp/generic/async_generic_service.h"
 #include "gtest/gtest.h"
 #include "tests/loopback_server.h"
 #include "xform/mirror.h"
@@ -719,6 +722,76 @@ TEST_F(ClientTest, NoEchoLeavesOutWhatThisClientSets) {
       client_->Apply("w", {SetLocalOp{4, At(8)}}, {.end_frame = true});
   ASSERT_TRUE((*mirror)->WaitForFrame(*frame, kWait));
   EXPECT_THAT((*mirror)->TakeChanges().moved, UnorderedElementsAre(4));
+}
+
+// A peer that answers every Subscribe with one message whose bytes are no
+// FrameUpdate (an unterminated varint), then holds the stream open: what a
+// Mirror must survive from a server it does not control.
+class GarbageSubscribePeer final : public grpc::CallbackGenericService {
+ public:
+  std::atomic<int> calls{0};
+
+  grpc::ServerGenericBidiReactor* CreateReactor(
+      grpc::GenericCallbackServerContext* /*context*/) override {
+    ++calls;
+    return new Reactor;
+  }
+
+ private:
+  class Reactor final : public grpc::ServerGenericBidiReactor {
+   public:
+    Reactor() {
+      grpc::Slice slice(std::string(16, '\xff'));
+      garbage_ = grpc::ByteBuffer(&slice, 1);
+      StartRead(&request_);
+    }
+    void OnReadDone(bool ok) override {
+      if (ok) StartWrite(&garbage_);
+    }
+    void OnCancel() override { Finish(grpc::Status::CANCELLED); }
+    void OnDone() override { delete this; }
+
+   private:
+    grpc::ByteBuffer request_;
+    grpc::ByteBuffer garbage_;
+  };
+};
+
+// The Mirror parses what its stream brings itself (not gRPC): bytes that do
+// not parse drop the stream with DATA_LOSS, and it subscribes again.
+TEST(MirrorPeerTest, BytesThatDoNotParseDropTheStreamWithDataLoss) {
+  GarbageSubscribePeer peer;
+  int port = 0;
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterCallbackGenericService(&peer);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  ClientOptions options;
+  options.address = absl::StrCat("127.0.0.1:", port);
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  absl::StatusOr<std::unique_ptr<Mirror>> mirror =
+      Mirror::Start(**client, {.world = "w",
+                               .reconnect_min = absl::Milliseconds(20),
+                               .reconnect_max = absl::Milliseconds(100)});
+  ASSERT_TRUE(mirror.ok()) << mirror.status();
+
+  const absl::Time deadline = absl::Now() + kWait;
+  while (((*mirror)->status().code() != absl::StatusCode::kDataLoss ||
+          peer.calls < 3) &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ((*mirror)->status().code(), absl::StatusCode::kDataLoss)
+      << (*mirror)->status();
+  EXPECT_THAT((*mirror)->status().message(), HasSubstr("does not parse"));
+  EXPECT_GE(peer.calls, 3);
+  EXPECT_FALSE((*mirror)->synced());
+  EXPECT_EQ((*mirror)->size(), 0u);
+  mirror->reset();
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
 }
 
 }  // namespace

@@ -106,8 +106,9 @@ struct MirrorOptions {
 
   Driver driver = Driver::kBackground;
   // How many messages may wait to be applied (for kCaller, for Update())
-  // before the stream waits. Two more, applied and cleared, are kept for
-  // the reads to fill, so that a message's fields are not grown again for
+  // before the stream waits. They wait as the bytes that came, and are
+  // parsed when taken. Two more, applied and cleared, are kept for the
+  // parses to fill, so that a message's fields are not grown again for
   // each one (frames' messages of up to 4 MB; not snapshots'): a mirror
   // holds up to max_queued messages and 8 MB besides.
   int max_queued = 4;

@@ -26,7 +26,7 @@ struct Received {
   std::vector<double> latency_ms;  // One per message (poll: per write seen).
   // stream only: the part of each message's latency before it reached this
   // process (publication to gRPC's read of it); the rest is the Mirror's
-  // queue, decoding and committing.
+  // queue, parsing, decoding and committing.
   std::vector<double> arrived_ms;
   uint64_t messages = 0;
   uint64_t frames = 0;   // Frames covered, folded ones included.
