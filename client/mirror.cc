@@ -198,10 +198,10 @@ class Mirror::Impl {
 
   // One stream: gRPC's callback API reads it, and each message is handed
   // to the mirror's queue as its bytes (a move, on gRPC's thread: nothing
-  // else runs there, not even the parse; see Parse). When the queue is full,
-  // the next read waits (a hold keeps the stream alive meanwhile) until a
-  // message is taken: the stream stops, and the server folds frames, as it does
-  // for any slow reader.
+  // else runs there, not even the parse; see Parse). When the queue is
+  // full, the next read waits (a hold keeps the stream alive meanwhile)
+  // until a message is taken: the stream stops, and the server folds
+  // frames, as it does for any slow reader.
   enum class Next { kRead, kPause, kStop };  // What a stream does next.
   class Stream final
       : public grpc::ClientBidiReactor<v1::SubscribeRequest, grpc::ByteBuffer> {
