@@ -29,8 +29,21 @@ absl::Span<const T> SpanOf(const google::protobuf::RepeatedField<T>& field) {
   return absl::MakeConstSpan(field.data(), field.size());
 }
 
+// A message's bytes as gRPC read them. grpc::ByteBuffer has no move: its
+// copy makes a new buffer and takes a reference to each slice (a 10,000-move
+// message comes in dozens of them), so here a move swaps.
+struct WireBytes {
+  WireBytes() = default;
+  WireBytes(WireBytes&& other) noexcept { buffer.Swap(&other.buffer); }
+  WireBytes& operator=(WireBytes&& other) noexcept {
+    buffer.Swap(&other.buffer);
+    return *this;
+  }
+  grpc::ByteBuffer buffer;
+};
+
 struct Arrival {
-  grpc::ByteBuffer wire;   // As it came; parsed into `update` when taken.
+  WireBytes wire;          // As it came; parsed into `update` when taken.
   v1::FrameUpdate update;  // A compact one is decoded when taken.
   // A compact one's moves, raw, for on_update (only when there is one).
   std::vector<EntityId> moved;
@@ -228,7 +241,7 @@ class Mirror::Impl {
       if (!ok) return;  // The stream is over: OnDone follows.
       Arrival arrival{.received = absl::Now(), .stream = id_};
       arrival.bytes = wire_.Length();
-      arrival.wire.Swap(&wire_);
+      arrival.wire.buffer.Swap(&wire_);
       // Held before the queue can hand the message to a taker who might
       // resume this stream, so that OnDone cannot come in between.
       AddHold();
@@ -357,9 +370,9 @@ class Mirror::Impl {
         spare_.pop_back();
       }
     }
-    grpc::ProtoBufferReader reader(&arrival.wire);
+    grpc::ProtoBufferReader reader(&arrival.wire.buffer);
     const bool parsed = arrival.update.ParseFromZeroCopyStream(&reader);
-    arrival.wire.Clear();
+    arrival.wire.buffer.Clear();
     if (!parsed) return absl::DataLossError("a message that does not parse");
     return absl::OkStatus();
   }
