@@ -126,7 +126,7 @@ BENCHMARK(BM_EncodeCompactWhole);
 
 // Parsing a raw message as gRPC hands it over, in pieces (16 KB here), into
 // a new message (argument 0) or into one cleared after the last (1), as a
-// Mirror's reads do: a new one's fields grow as each piece is parsed, and
+// Mirror's parses do: a new one's fields grow as each piece is parsed, and
 // the matrices' field is copied again at each doubling.
 void BM_DecodeRaw(benchmark::State& state) {
   const Frame& f = SceneFrame();

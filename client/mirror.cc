@@ -306,6 +306,11 @@ class Mirror::Impl {
       if (stopping_ || queue_.empty()) return false;
       arrival = std::move(queue_.front());
       queue_.pop_front();
+      // What Parse fills: a spare message, if there is one.
+      if (!spare_.empty()) {
+        arrival.update.Swap(&spare_.back());
+        spare_.pop_back();
+      }
       std::swap(resume, paused_);
       // The rest of a stream that would not decode is dropped. (Only a
       // taker marks one, so this cannot change before the decode below.)
@@ -354,7 +359,8 @@ class Mirror::Impl {
     if (spare_.size() < kMaxSpare) spare_.push_back(std::move(spent));
   }
 
-  // Parses the message's bytes into a spare message, on the taker's thread.
+  // Parses the message's bytes into its `update` (a spare message, when
+  // TakeAndApply found one), on the taker's thread.
   // Not on gRPC's: its few threads read every stream of the process, and
   // while one parsed a stream's message (a copy of each matrix: 85 us for
   // 10,000 moves) the others' messages waited to be read; and here the
@@ -363,13 +369,6 @@ class Mirror::Impl {
   // DATA_LOSS for bytes that do not parse (the stream is then dropped and
   // resynced, as gRPC's own parse failing would end it).
   absl::Status Parse(Arrival& arrival) {
-    {
-      absl::MutexLock lock(&mu_);
-      if (!spare_.empty()) {
-        arrival.update.Swap(&spare_.back());
-        spare_.pop_back();
-      }
-    }
     grpc::ProtoBufferReader reader(&arrival.wire.buffer);
     const bool parsed = arrival.update.ParseFromZeroCopyStream(&reader);
     arrival.wire.buffer.Clear();
@@ -510,9 +509,11 @@ class Mirror::Impl {
   absl::Status status_ ABSL_GUARDED_BY(mu_) =
       absl::UnavailableError("not connected yet");
   std::deque<Arrival> queue_ ABSL_GUARDED_BY(mu_);  // At most max_queued.
-  // Applied messages, cleared, for reads to fill (Recycle). Two: one per
-  // message between a read and its take, and one more while either waits.
-  // Each at most 4 MB: a 1M world's 10,000-move frame is 560 KB raw.
+  // Applied messages, cleared, for parses to fill (Recycle, TakeAndApply).
+  // A taker gives its message back only after its callbacks, having let go
+  // of take_mu_; two, so that a second taker (Update() callers) parsing
+  // meanwhile finds one too. Each at most 4 MB: a 1M world's 10,000-move
+  // frame is 560 KB raw.
   static constexpr size_t kMaxSpare = 2;
   static constexpr size_t kMaxSpareBytes = size_t{4} << 20;
   std::vector<v1::FrameUpdate> spare_ ABSL_GUARDED_BY(mu_);
