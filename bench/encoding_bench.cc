@@ -220,7 +220,17 @@ std::string MovesMessage(absl::Span<const EntityId> ids,
   return u.SerializeAsString();
 }
 
-void MirrorApply(benchmark::State& state, bool compact) {
+// How MirrorApply parses each message.
+enum class Parse {
+  kFresh,       // ParseFromString into a new message.
+  kKept,        // ParseFromString into one kept from the last message.
+  kLeftOnWire,  // As a Mirror does: v1::ParseLeavingMovedWorld, its
+                // matrices left in the bytes (served in 16 KB blocks, as
+                // gRPC's slices come), into a kept message.
+};
+
+void MirrorApply(benchmark::State& state, bool compact,
+                 Parse parse = Parse::kFresh) {
   // A 1M world moves 10,000 a frame, as xform-load's 1M run does.
   const size_t entities = static_cast<size_t>(state.range(2));
   const int moves = entities > 100'000 ? 10'000 : kMoves;
@@ -240,11 +250,29 @@ void MirrorApply(benchmark::State& state, bool compact) {
       MovesMessage(f.ids, f.before, f.after.data(), compact)};
   const bool take = state.range(0) != 0;
   std::vector<client_internal::MirrorState> mirrors(state.range(1));
+  v1::FrameUpdate kept;
+  v1::WireMovedWorlds worlds;
   auto apply = [&](client_internal::MirrorState& mirror,
                    const std::string& bytes) {
-    v1::FrameUpdate u;
-    u.ParseFromString(bytes);
-    if (!mirror.Apply(u).ok()) state.SkipWithError("decode failed");
+    if (parse == Parse::kFresh) {
+      v1::FrameUpdate u;
+      u.ParseFromString(bytes);
+      if (!mirror.Apply(u).ok()) state.SkipWithError("decode failed");
+      return;
+    }
+    absl::Status parsed = absl::OkStatus();
+    if (parse == Parse::kKept) {
+      kept.ParseFromString(bytes);
+    } else {
+      google::protobuf::io::ArrayInputStream in(
+          bytes.data(), static_cast<int>(bytes.size()), 16 << 10);
+      parsed = v1::ParseLeavingMovedWorld(in, kept, worlds);
+    }
+    if (!parsed.ok() || !mirror.Apply(kept, &worlds).ok()) {
+      state.SkipWithError("decode failed");
+    }
+    kept.Clear();
+    worlds.Clear();
   };
   bool resynced;
   for (client_internal::MirrorState& mirror : mirrors) {
@@ -262,6 +290,13 @@ void MirrorApply(benchmark::State& state, bool compact) {
   state.SetItemsProcessed(state.iterations() * moves * mirrors.size());
 }
 void BM_MirrorApplyRaw(benchmark::State& state) { MirrorApply(state, false); }
+// As BM_MirrorApplyRaw, the fourth argument saying how each message is
+// parsed: 0 into a kept message (the Mirror before 2026-11-25), 1 leaving
+// its matrices in the bytes (the Mirror since).
+void BM_MirrorParseApplyRaw(benchmark::State& state) {
+  MirrorApply(state, false,
+              state.range(3) == 0 ? Parse::kKept : Parse::kLeftOnWire);
+}
 void BM_MirrorApplyCompact(benchmark::State& state) {
   MirrorApply(state, true);
 }
@@ -270,6 +305,9 @@ void BM_MirrorApplyCompact(benchmark::State& state) {
 BENCHMARK(BM_MirrorApplyRaw)
     ->ArgsProduct({{0, 1}, {1, 16}, {100'000}})
     ->Args({0, 16, 1'000'000});
+BENCHMARK(BM_MirrorParseApplyRaw)
+    ->ArgsProduct({{0}, {1, 16}, {100'000}, {0, 1}})
+    ->ArgsProduct({{0}, {16}, {1'000'000}, {0, 1}});
 BENCHMARK(BM_MirrorApplyCompact)
     ->ArgsProduct({{0, 1}, {1, 16}, {100'000}})
     ->Args({0, 16, 1'000'000});

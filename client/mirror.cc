@@ -43,9 +43,14 @@ struct WireBytes {
 };
 
 struct Arrival {
-  WireBytes wire;          // As it came; parsed into `update` when taken.
+  WireBytes wire;  // As it came; parsed into `update` when taken.
+  // What reads `wire`, kept as long as `worlds` points into what it read.
+  std::unique_ptr<grpc::ProtoBufferReader> reader;
   v1::FrameUpdate update;  // A compact one is decoded when taken.
-  // A compact one's moves, raw, for on_update (only when there is one).
+  // A raw one's moved_world, where it lies in `wire` (see Parse).
+  v1::WireMovedWorlds worlds;
+  // For on_update (only when there is one): a compact one's moves, raw;
+  // a raw one's matrices, out of `worlds` (on_update_matrices).
   std::vector<EntityId> moved;
   std::vector<float> moved_world;
   absl::Time received;
@@ -334,7 +339,7 @@ class Mirror::Impl {
     }
     {
       absl::MutexLock lock(&mu_);
-      state_.Commit(arrival.update);
+      state_.Commit(arrival.update, &arrival.worlds);
       // Up once its messages reach the copy, not merely the queue.
       if (arrival.stream == stream_id_) {
         stream_up_ = true;
@@ -366,14 +371,24 @@ class Mirror::Impl {
   // 10,000 moves) the others' messages waited to be read; and here the
   // copy is still in this core's cache when the copy below reads it. 16
   // Mirrors of a 1M world: p99 5.82 -> 5.48 ms (docs/benchmarks.md).
+  // The matrices stay in gRPC's buffers (v1::ParseLeavingMovedWorld), and
+  // the copy reads them there: parsed, they were copied once more before
+  // it (16 Mirrors of a 1M world: p99 5.72 -> 5.56 ms).
   // DATA_LOSS for bytes that do not parse (the stream is then dropped and
   // resynced, as gRPC's own parse failing would end it).
+  // A compact stream's matrices are in compact_moved, so its messages are
+  // parsed whole (leaving nothing, the scan would only copy the rest).
   absl::Status Parse(Arrival& arrival) {
-    grpc::ProtoBufferReader reader(&arrival.wire.buffer);
-    const bool parsed = arrival.update.ParseFromZeroCopyStream(&reader);
-    arrival.wire.buffer.Clear();
-    if (!parsed) return absl::DataLossError("a message that does not parse");
-    return absl::OkStatus();
+    arrival.reader =
+        std::make_unique<grpc::ProtoBufferReader>(&arrival.wire.buffer);
+    if (options_.encoding == MirrorOptions::Encoding::kCompact) {
+      if (!arrival.update.ParseFromZeroCopyStream(arrival.reader.get())) {
+        return absl::DataLossError("a message that does not parse");
+      }
+      return absl::OkStatus();
+    }
+    return v1::ParseLeavingMovedWorld(*arrival.reader, arrival.update,
+                                      arrival.worlds);
   }
 
   // Decoding, most of a message's work, reads the copy without mu_ so that
@@ -384,12 +399,20 @@ class Mirror::Impl {
   absl::Status Decode(Arrival& arrival)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(take_mu_) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     const v1::FrameUpdate& u = arrival.update;
-    absl::Status decoded = state_.Decode(u);
-    if (decoded.ok() && options_.on_update && !u.compact_moved().empty()) {
+    absl::Status decoded = state_.Decode(u, &arrival.worlds);
+    if (!decoded.ok() || !options_.on_update) return decoded;
+    std::vector<float>* matrices =
+        options_.on_update_matrices ? &arrival.moved_world : nullptr;
+    const bool compact = !u.compact_moved().empty();
+    if (matrices != nullptr && !arrival.worlds.empty()) {
+      matrices->resize(arrival.worlds.floats());
+      arrival.worlds.CopyTo(matrices->data());
+    } else if (matrices != nullptr && compact) {
+      matrices->assign(u.moved_world().begin(), u.moved_world().end());
+    }
+    if (compact) {  // Its raw moves (a peer may send both), then the rest.
       arrival.moved.assign(u.moved().begin(), u.moved().end());
-      arrival.moved_world.assign(u.moved_world().begin(),
-                                 u.moved_world().end());
-      state_.AppendDecoded(arrival.moved, arrival.moved_world);
+      state_.AppendDecoded(arrival.moved, matrices);
     }
     return decoded;
   }
@@ -472,11 +495,13 @@ class Mirror::Impl {
     update.bytes = arrival.bytes;
     if (u.compact_moved().empty()) {
       update.moved = SpanOf(u.moved());
-      update.moved_world = SpanOf(u.moved_world());
+      update.moved_world = arrival.worlds.empty() ? SpanOf(u.moved_world())
+                                                  : arrival.moved_world;
     } else {
       update.moved = arrival.moved;
       update.moved_world = arrival.moved_world;
     }
+    if (!options_.on_update_matrices) update.moved_world = {};
     update.created = SpanOf(u.created());
     update.created_parent = SpanOf(u.created_parent());
     update.destroyed = SpanOf(u.destroyed());

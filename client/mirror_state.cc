@@ -18,13 +18,15 @@ constexpr int kBlock = 32;
 constexpr size_t kKeptDecoded = size_t{1} << 16;
 }  // namespace
 
-absl::Status MirrorState::Apply(const v1::FrameUpdate& u) {
-  if (absl::Status decoded = Decode(u); !decoded.ok()) return decoded;
-  Commit(u);
+absl::Status MirrorState::Apply(const v1::FrameUpdate& u,
+                                const v1::WireMovedWorlds* worlds) {
+  if (absl::Status decoded = Decode(u, worlds); !decoded.ok()) return decoded;
+  Commit(u, worlds);
   return absl::OkStatus();
 }
 
-absl::Status MirrorState::Decode(const v1::FrameUpdate& u) {
+absl::Status MirrorState::Decode(const v1::FrameUpdate& u,
+                                 const v1::WireMovedWorlds* worlds) {
   last_decoded_ = {decoded_size_, decoded_size_, rows_moved_};
   const size_t unplaced_before = unplaced_poses_.size();
   absl::Status decoded = absl::OkStatus();
@@ -42,7 +44,7 @@ absl::Status MirrorState::Decode(const v1::FrameUpdate& u) {
   last_decoded_.end = decoded_size_;
   if (decoded.ok()) {
     absl::StatusOr<size_t> held_bytes =
-        CheckLimits(u, unplaced_poses_.size() - unplaced_before);
+        CheckLimits(u, worlds, unplaced_poses_.size() - unplaced_before);
     decoded = held_bytes.status();
     last_decoded_.held_bytes = held_bytes.value_or(0);
   }
@@ -54,8 +56,9 @@ absl::Status MirrorState::Decode(const v1::FrameUpdate& u) {
   return decoded;
 }
 
-absl::StatusOr<size_t> MirrorState::CheckLimits(const v1::FrameUpdate& u,
-                                                size_t unplaced) const {
+absl::StatusOr<size_t> MirrorState::CheckLimits(
+    const v1::FrameUpdate& u, const v1::WireMovedWorlds* worlds,
+    size_t unplaced) const {
   auto refuse = [&u](absl::string_view why) {
     return absl::ResourceExhaustedError(
         absl::StrCat("frame ", u.frame(), " part ", u.part(), ": ", why));
@@ -73,6 +76,7 @@ absl::StatusOr<size_t> MirrorState::CheckLimits(const v1::FrameUpdate& u,
   // of it. O(entries), as decoding was.
   const size_t bytes =
       sizeof(Part) + u.ByteSizeLong() +
+      (worlds != nullptr ? sizeof(float) * worlds->floats() : 0) +
       sizeof(DecodedMove) * (last_decoded_.end - last_decoded_.begin) +
       sizeof(v1::QuantizedPose) * unplaced;
   if (frame_parts_bytes_ + bytes > kHeldFrameBytesPerEntity * max_entities_) {
@@ -147,33 +151,38 @@ absl::Status MirrorState::DecodeCompact(const v1::FrameUpdate& u,
 }
 
 void MirrorState::AppendDecoded(std::vector<EntityId>& ids,
-                                std::vector<float>& worlds) const {
-  ids.reserve(ids.size() + (last_decoded_.end - last_decoded_.begin));
-  worlds.reserve(worlds.size() +
-                 12 * (last_decoded_.end - last_decoded_.begin));
+                                std::vector<float>* worlds) const {
+  const size_t n = last_decoded_.end - last_decoded_.begin;
+  ids.reserve(ids.size() + n);
+  if (worlds != nullptr) worlds->reserve(worlds->size() + 12 * n);
   for (size_t k = last_decoded_.begin; k < last_decoded_.end; ++k) {
     ids.push_back(decoded_[k].id);
-    worlds.insert(worlds.end(), decoded_[k].world.m.begin(),
-                  decoded_[k].world.m.end());
+    if (worlds == nullptr) continue;
+    worlds->insert(worlds->end(), decoded_[k].world.m.begin(),
+                   decoded_[k].world.m.end());
   }
 }
 
-void MirrorState::Commit(const v1::FrameUpdate& u) {
+void MirrorState::Commit(const v1::FrameUpdate& u,
+                         const v1::WireMovedWorlds* worlds) {
   const DecodedRange decoded = last_decoded_;
   last_decoded_ = {};
   if (u.snapshot()) {
-    ApplySnapshotPart(u, decoded);
+    ApplySnapshotPart(u, worlds, decoded);
   } else if (!u.last_part()) {
     // The parts of a frame are taken in together, so the copy never shows
     // half a frame. Parts come in order, with no other message between.
-    frame_parts_.push_back({u, decoded});
+    Part& part = frame_parts_.emplace_back(Part{u, decoded});
+    if (worlds != nullptr) worlds->AppendTo(*part.update.mutable_moved_world());
     frame_parts_created_ += static_cast<size_t>(u.created_size());
     frame_parts_bytes_ += decoded.held_bytes;
     return;
   } else {
-    for (const Part& part : frame_parts_) ApplyDelta(part.update, part.decoded);
+    for (const Part& part : frame_parts_) {
+      ApplyDelta(part.update, nullptr, part.decoded);
+    }
     ClearFrameParts();
-    ApplyDelta(u, decoded);
+    ApplyDelta(u, worlds, decoded);
   }
   if (frame_parts_.empty()) {
     // Kept for the next frame, unless a huge one (64 bytes an entry) left
@@ -190,8 +199,9 @@ void MirrorState::Commit(const v1::FrameUpdate& u) {
 }
 
 void MirrorState::ApplyDelta(const v1::FrameUpdate& u,
+                             const v1::WireMovedWorlds* worlds,
                              const DecodedRange& decoded) {
-  const v1::FrameUpdateReader r(u);
+  const v1::FrameUpdateReader r(u, worlds);
   for (EntityId e : r.destroyed()) {
     if (copy_.Find(e) == Copy::kAbsent) continue;
     RemoveRow(copy_, e);
@@ -227,7 +237,7 @@ void MirrorState::ApplyMoved(const v1::FrameUpdateReader& r, Copy& copy) {
     }
     for (int k = 0; k < n; ++k) {
       if (slots[k] == Copy::kAbsent) continue;
-      copy.SetWorld(slots[k], r.moved_world_data(first + k));
+      r.CopyMovedWorld(first + k, copy.mutable_world(slots[k]));
       if (note) Note(r.moved(first + k), kMoved);
     }
   }
@@ -272,6 +282,7 @@ void MirrorState::ApplyDecoded(const DecodedRange& decoded, Copy& copy) {
 // notes the difference from the copy it replaces, so a resync tells the
 // caller exactly what changed while the stream was down.
 void MirrorState::ApplySnapshotPart(const v1::FrameUpdate& u,
+                                    const v1::WireMovedWorlds* worlds,
                                     const DecodedRange& decoded) {
   if (!in_snapshot_ || u.part() == 0) {
     staging_.Clear();
@@ -281,7 +292,7 @@ void MirrorState::ApplySnapshotPart(const v1::FrameUpdate& u,
   }
   // A snapshot streamed while the world changes: later parts may destroy,
   // re-parent or move what earlier ones created.
-  const v1::FrameUpdateReader r(u);
+  const v1::FrameUpdateReader r(u, worlds);
   for (EntityId e : r.destroyed()) {
     if (staging_.Find(e) != Copy::kAbsent) RemoveRow(staging_, e);
   }

@@ -98,10 +98,9 @@ class Copy {
     if (!held_.empty()) held_.pop_back();
   }
   void SetParent(uint32_t i, EntityId parent) { parents_[i] = parent; }
-  void SetWorld(uint32_t i, const float* m) {
-    worlds_[i] = v1::MatrixFromWire(m);
-  }
   void SetWorld(uint32_t i, const Matrix3x4& m) { worlds_[i] = m; }
+  // world(i), to be written in place (a matrix read off the wire).
+  Matrix3x4& mutable_world(uint32_t i) { return worlds_[i]; }
   // `pose` null: nothing held (a raw entry). The column is made at the
   // first pose held, so a raw stream's copy never pays for it.
   void SetHeld(uint32_t i, const v1::QuantizedPose* pose) {
@@ -175,19 +174,26 @@ class MirrorState {
   // refused leaves the copy as it was, and never half a frame in it; the
   // poses held may have moved on, which the resync's snapshot replaces).
   // O(entries in u).
-  absl::Status Decode(const v1::FrameUpdate& u);
+  //
+  // `worlds`, to both: the message's moved_world where
+  // v1::ParseLeavingMovedWorld left it (null: in `u`), valid until Commit
+  // returns. A part held for its frame's last keeps a copy.
+  absl::Status Decode(const v1::FrameUpdate& u,
+                      const v1::WireMovedWorlds* worlds = nullptr);
   // Takes `u`, which Decode() accepted last, into the copy (or, for a
   // frame's parts before its last, holds it). O(entries in u), and O(world)
   // for a snapshot's last part, which compares the copies (once changes
   // have been asked for).
-  void Commit(const v1::FrameUpdate& u);
+  void Commit(const v1::FrameUpdate& u,
+              const v1::WireMovedWorlds* worlds = nullptr);
   // Both, at once.
-  absl::Status Apply(const v1::FrameUpdate& u);
+  absl::Status Apply(const v1::FrameUpdate& u,
+                     const v1::WireMovedWorlds* worlds = nullptr);
   // Appends what the last Decode() found in compact moves, raw (12 floats
-  // an entity), for a caller that lists each message's moves. Before its
-  // Commit(). O(entries).
+  // an entity; no matrices for null `worlds`), for a caller that lists each
+  // message's moves. Before its Commit(). O(entries).
   void AppendDecoded(std::vector<EntityId>& ids,
-                     std::vector<float>& worlds) const;
+                     std::vector<float>* worlds) const;
 
   const Copy& copy() const { return copy_; }
   // A snapshot was applied whole, and none is being received.
@@ -234,13 +240,15 @@ class MirrorState {
   // else what it adds to the bytes its frame holds, if it is held.
   // `unplaced`: the poses its decoding left in unplaced_poses_.
   absl::StatusOr<size_t> CheckLimits(const v1::FrameUpdate& u,
+                                     const v1::WireMovedWorlds* worlds,
                                      size_t unplaced) const;
   // Forgets a frame's held parts.
   void ClearFrameParts();
   void Note(EntityId e, NetChange change) {
     if (changes_asked_) pending_.Note(e, change);
   }
-  void ApplyDelta(const v1::FrameUpdate& u, const DecodedRange& decoded);
+  void ApplyDelta(const v1::FrameUpdate& u, const v1::WireMovedWorlds* worlds,
+                  const DecodedRange& decoded);
   // Whether moves into `copy` are noted: into the live copy, once changes
   // are asked for (a snapshot built aside is diffed when it is swapped in).
   bool NotesMovesIn(const Copy& copy) const {
@@ -248,7 +256,9 @@ class MirrorState {
   }
   void ApplyMoved(const v1::FrameUpdateReader& r, Copy& copy);
   void ApplyDecoded(const DecodedRange& decoded, Copy& copy);
-  void ApplySnapshotPart(const v1::FrameUpdate& u, const DecodedRange& decoded);
+  void ApplySnapshotPart(const v1::FrameUpdate& u,
+                         const v1::WireMovedWorlds* worlds,
+                         const DecodedRange& decoded);
   // Notes how the snapshot built aside differs from the copy. O(world).
   void NoteSnapshotDifference();
   void RemoveRow(Copy& copy, EntityId e) {

@@ -85,12 +85,18 @@ class ClientTest : public testing::Test {
     std::vector<EntityId> ids;
     std::vector<Matrix3x4> worlds;
     mirror.CopyAll(&ids, &worlds);
-    absl::StatusOr<std::vector<EntityState>> read = client_->Read("w", ids);
-    ASSERT_TRUE(read.ok()) << read.status();
-    ASSERT_EQ(read->size(), ids.size());
-    for (size_t i = 0; i < ids.size(); ++i) {
-      EXPECT_EQ((*read)[i].world, worlds[i]) << "entity " << ids[i];
-      EXPECT_EQ(*mirror.Parent(ids[i]), (*read)[i].parent);
+    // In reads of 1,000, under any message limit a test sets.
+    for (size_t first = 0; first < ids.size(); first += 1000) {
+      const size_t n = std::min<size_t>(1000, ids.size() - first);
+      absl::StatusOr<std::vector<EntityState>> read =
+          client_->Read("w", absl::MakeConstSpan(&ids[first], n));
+      ASSERT_TRUE(read.ok()) << read.status();
+      ASSERT_EQ(read->size(), n);
+      for (size_t i = 0; i < n; ++i) {
+        EXPECT_EQ((*read)[i].world, worlds[first + i])
+            << "entity " << ids[first + i];
+        EXPECT_EQ(*mirror.Parent(ids[first + i]), (*read)[i].parent);
+      }
     }
   }
 
@@ -555,6 +561,91 @@ TEST_F(ClientTest, CompactMirrorsStayWithinBoundsThroughSkipsAndResyncs) {
   }
   EXPECT_GT(skipped, 0u);  // The one behind was sent folded frames.
   EXPECT_GE(mirrors[2]->resyncs(), 1);  // The stopped one was resent whole.
+}
+
+// Raw matrices are read where gRPC's buffers hold them: frames in many
+// parts (held until their last) and the snapshot's parts come out exact,
+// on_update lists every matrix, or none when told not to.
+TEST_F(ClientTest, RawMatricesReadOffTheWireComeOutExact) {
+  server_.Stop();
+  // Parts of at most 128 KB: a frame of 20,000 moves comes in about nine.
+  ASSERT_TRUE(server_.Start(Limits{.max_message_bytes = 256 << 10}));
+  client_ = Connect();
+  ASSERT_TRUE(client_->CreateWorld("w", {.mode = FrameMode::kDriven}).ok());
+  constexpr EntityId kEntities = 20'000;
+  // A frame's commands, in requests under the message limit.
+  auto apply_frame = [&](auto command_of) -> uint64_t {
+    uint64_t frame = 0;
+    for (EntityId first = 1; first <= kEntities; first += 2000) {
+      std::vector<Command> batch;
+      for (EntityId e = first; e < first + 2000; ++e) {
+        batch.push_back(command_of(e));
+      }
+      absl::StatusOr<uint64_t> applied =
+          client_->Apply("w", batch, {.end_frame = first + 2000 > kEntities});
+      EXPECT_TRUE(applied.ok()) << applied.status();
+      frame = applied.value_or(0);
+    }
+    return frame;
+  };
+  apply_frame([](EntityId e) -> Command {
+    return CreateOp{e, e % 100 == 1 ? kNoEntity : e - (e - 1) % 100,
+                    At(static_cast<float>(e % 13))};
+  });
+
+  absl::Mutex mu;
+  absl::flat_hash_map<EntityId, Matrix3x4> listed;  // Guarded by mu.
+  int parts_not_last = 0;
+  bool lists_agree = true;
+  MirrorOptions with_matrices = {.world = "w"};
+  with_matrices.on_update = [&](const MirrorUpdate& u) {
+    absl::MutexLock lock(&mu);
+    if (!u.last_part) ++parts_not_last;
+    lists_agree &= u.moved_world.size() == 12 * u.moved.size();
+    for (size_t k = 0; k < u.moved.size(); ++k) {
+      listed[u.moved[k]] = u.MovedWorld(k);
+    }
+  };
+  size_t ids_without = 0;
+  bool any_matrices_without = false;
+  MirrorOptions without_matrices = {.world = "w"};
+  without_matrices.on_update_matrices = false;
+  without_matrices.on_update = [&](const MirrorUpdate& u) {
+    absl::MutexLock lock(&mu);
+    ids_without += u.moved.size();
+    any_matrices_without |= !u.moved_world.empty();
+  };
+  std::unique_ptr<Mirror> mirrors[] = {StartMirror(with_matrices),
+                                       StartMirror(without_matrices)};
+  for (auto& mirror : mirrors) ASSERT_TRUE(mirror->WaitForSync(kWait));
+
+  uint64_t last = 0;
+  for (int frame = 1; frame <= 4; ++frame) {
+    last = apply_frame([frame](EntityId e) -> Command {
+      return SetLocalOp{
+          e, At(static_cast<float>(frame), static_cast<float>(e % 17))};
+    });
+  }
+  for (auto& mirror : mirrors) {
+    ASSERT_TRUE(mirror->WaitForFrame(last, kWait));
+    ExpectMirrorsServer(*mirror);
+    EXPECT_TRUE(mirror->status().ok()) << mirror->status();
+  }
+  std::vector<EntityId> ids;
+  std::vector<Matrix3x4> worlds;
+  mirrors[0]->CopyAll(&ids, &worlds);
+  mirrors[1].reset();  // Its callbacks end.
+  mirrors[0].reset();
+  absl::MutexLock lock(&mu);
+  EXPECT_GT(parts_not_last, 4);
+  EXPECT_TRUE(lists_agree);
+  ASSERT_EQ(ids.size(), kEntities);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ASSERT_TRUE(listed.contains(ids[i])) << ids[i];
+    EXPECT_EQ(listed[ids[i]], worlds[i]) << ids[i];
+  }
+  EXPECT_GE(ids_without, 4 * kEntities);
+  EXPECT_FALSE(any_matrices_without);
 }
 
 TEST_F(ClientTest, ACallerDrivenMirrorChangesOnlyInUpdate) {

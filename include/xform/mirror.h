@@ -62,7 +62,9 @@ struct MirrorUpdate {
   absl::Time received;   // This process's clock at arrival.
   size_t bytes = 0;      // The message's size on the wire.
   absl::Span<const EntityId> moved;
-  absl::Span<const float> moved_world;  // 12 per moved entity.
+  // 12 per moved entity; empty where MirrorOptions::on_update_matrices is
+  // false.
+  absl::Span<const float> moved_world;
   absl::Span<const EntityId> created;
   absl::Span<const EntityId> created_parent;
   absl::Span<const EntityId> destroyed;
@@ -130,6 +132,11 @@ struct MirrorOptions {
   // (the mirror's own, or Update()'s caller), without the mirror's lock
   // held: it may read the mirror.
   std::function<void(const MirrorUpdate&)> on_update;
+  // false: on_update's MirrorUpdate::moved_world is left empty (its other
+  // lists are not): for a caller that wants each message's times and ids,
+  // not its matrices, which the copy holds. It spares a copy of every
+  // matrix a message carries (the copy reads them where they came).
+  bool on_update_matrices = true;
   // Called once a frame (or a snapshot) is whole in the copy, with its
   // number, after on_update, on the same thread and terms: a renderer's
   // push.

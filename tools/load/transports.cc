@@ -30,6 +30,8 @@ class StreamSubscriber final : public Subscriber {
     mirror.world = world;
     mirror.encoding = encoding;
     mirror.position_precision = precision;
+    // Times and counts only: the copy is what it applies to.
+    mirror.on_update_matrices = false;
     mirror.on_update = [this](const MirrorUpdate& u) {
       if (u.snapshot) return;
       recorder_.MaybeStall();

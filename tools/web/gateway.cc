@@ -441,6 +441,7 @@ class Tab : public std::enable_shared_from_this<Tab> {
     std::weak_ptr<Tab> weak = weak_from_this();
     auto executor = ws_.get_executor();
     WebGateway::Impl* gateway = &gateway_;
+    options.on_update_matrices = false;  // It reads the copy.
     options.on_update = [signals = signals_](const MirrorUpdate& update) {
       signals->published_unix_nanos.store(absl::ToUnixNanos(update.published),
                                           std::memory_order_relaxed);

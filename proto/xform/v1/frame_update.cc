@@ -3,7 +3,12 @@
 #include "xform/v1/frame_update.h"
 
 #include <algorithm>
+#include <bit>
+#include <cstring>
+#include <string>
 #include <utility>
+
+#include "google/protobuf/wire_format_lite.h"
 
 namespace xform::v1 {
 
@@ -103,8 +108,211 @@ void FrameUpdateWriter::Start() {
 
 Matrix3x4 FrameUpdateReader::moved_world(int k) const {
   Matrix3x4 m;
-  std::copy_n(moved_world_data(k), 12, m.m.begin());
+  CopyMovedWorld(k, m);
   return m;
+}
+
+const std::byte* WireMovedWorlds::MatrixElsewhere(size_t begin,
+                                                  MatrixBytes& scratch) const {
+  if (cursor_ >= pieces_.size() || pieces_[cursor_].begin > begin) {
+    cursor_ = 0;
+  }
+  while (pieces_[cursor_].begin + pieces_[cursor_].size <= begin) ++cursor_;
+  const Piece& piece = pieces_[cursor_];
+  size_t offset = begin - piece.begin;
+  if (offset + sizeof(MatrixBytes) <= piece.size) return piece.data + offset;
+  // Split between pieces: gathered.
+  size_t copied = 0;
+  for (size_t i = cursor_; copied < sizeof(MatrixBytes); ++i, offset = 0) {
+    const size_t n =
+        std::min(sizeof(MatrixBytes) - copied, pieces_[i].size - offset);
+    std::memcpy(scratch.data() + copied, pieces_[i].data + offset, n);
+    copied += n;
+  }
+  return scratch.data();
+}
+
+void WireMovedWorlds::CopyTo(float* to) const {
+  std::byte* const out = reinterpret_cast<std::byte*>(to);
+  for (const Piece& piece : pieces_) {
+    std::memcpy(out + piece.begin, piece.data, piece.size);
+  }
+}
+
+void WireMovedWorlds::AppendTo(
+    google::protobuf::RepeatedField<float>& to) const {
+  const int old_size = to.size();
+  to.Resize(old_size + static_cast<int>(floats()), 0.0f);
+  CopyTo(to.mutable_data() + old_size);
+}
+
+void WireMovedWorlds::Clear() {
+  pieces_.clear();
+  bytes_ = 0;
+  cursor_ = 0;
+}
+
+void WireMovedWorlds::Add(const void* data, size_t size) {
+  pieces_.push_back({static_cast<const std::byte*>(data), bytes_, size});
+  bytes_ += size;
+}
+
+namespace {
+
+// A ZeroCopyInputStream's bytes in order, a byte or a run at a time.
+class ByteScanner {
+ public:
+  explicit ByteScanner(google::protobuf::io::ZeroCopyInputStream& in)
+      : in_(in) {}
+
+  // False at the end.
+  bool Next(uint8_t& byte) {
+    if (at_ == end_ && !Refill()) return false;
+    byte = *at_++;
+    return true;
+  }
+  // The next `n` bytes, a run at a time, to `take(data, size)`; false
+  // where the bytes end first.
+  template <typename Sink>
+  bool Take(size_t n, Sink take) {
+    while (n > 0) {
+      if (at_ == end_ && !Refill()) return false;
+      const size_t run = std::min(n, static_cast<size_t>(end_ - at_));
+      take(at_, run);
+      at_ += run;
+      n -= run;
+    }
+    return true;
+  }
+  // All the bytes left.
+  template <typename Sink>
+  void TakeRest(Sink take) {
+    do {
+      if (at_ != end_) take(at_, static_cast<size_t>(end_ - at_));
+      at_ = end_;
+    } while (Refill());
+  }
+
+ private:
+  bool Refill() {
+    const void* data;
+    int size;
+    while (in_.Next(&data, &size)) {
+      if (size <= 0) continue;
+      at_ = static_cast<const uint8_t*>(data);
+      end_ = at_ + size;
+      return true;
+    }
+    return false;
+  }
+
+  google::protobuf::io::ZeroCopyInputStream& in_;
+  const uint8_t* at_ = nullptr;
+  const uint8_t* end_ = nullptr;
+};
+
+}  // namespace
+
+// Scans the fields as protobuf's parser reads them (a tag of at most 5
+// bytes, a length of at most 5 and under 2^31), taking out each packed
+// moved_world and copying every other field's bytes as they are. What the
+// scan does not read as protobuf surely would (a group, a wire type that
+// does not exist, an unpacked moved_world, bytes that end mid-field), and
+// everything after it, is copied as it is: protobuf's parse of the copy
+// then decides, and takes any moved_world there. Taking a well-formed
+// field out before that point changes nothing else the parse reads, so
+// the result, and whether there is one, is the whole parse's.
+absl::Status ParseLeavingMovedWorld(
+    google::protobuf::io::ZeroCopyInputStream& in, FrameUpdate& update,
+    WireMovedWorlds& worlds) {
+  using google::protobuf::internal::WireFormatLite;
+  auto bad = [] {
+    return absl::DataLossError("a message that does not parse");
+  };
+  worlds.Clear();
+  if constexpr (std::endian::native != std::endian::little) {
+    return update.ParseFromZeroCopyStream(&in) ? absl::OkStatus() : bad();
+  }
+  std::string rest;
+  auto copy = [&rest](const uint8_t* data, size_t size) {
+    rest.append(reinterpret_cast<const char*>(data), size);
+  };
+  ByteScanner bytes(in);
+  // A field's bytes as read so far: its tag (5 at most) and its length or
+  // varint value (10).
+  uint8_t field[15];
+  int field_size = 0;
+  // Reads a varint of at most `max` bytes into `v`, adding its bytes to
+  // `field`: 0 where the bytes end first, -1 where it is longer.
+  auto read_varint = [&](int max, uint64_t& v) {
+    v = 0;
+    for (int i = 0; i < max; ++i) {
+      uint8_t byte;
+      if (!bytes.Next(byte)) return 0;
+      field[field_size++] = byte;
+      v |= static_cast<uint64_t>(byte & 0x7f) << (7 * i);
+      if (byte < 0x80) return 1;
+    }
+    return -1;
+  };
+  bool scanned = true;  // False: the rest is copied as it is.
+  while (scanned) {
+    field_size = 0;
+    uint64_t tag_read_as;
+    const int tag_read = read_varint(5, tag_read_as);
+    if (tag_read == 0 && field_size == 0) break;  // The end, between fields.
+    scanned = tag_read == 1;
+    const auto tag = static_cast<uint32_t>(tag_read_as);  // As protobuf's.
+    const auto wire_type = WireFormatLite::GetTagWireType(tag);
+    const bool moved_world = WireFormatLite::GetTagFieldNumber(tag) ==
+                             FrameUpdate::kMovedWorldFieldNumber;
+    uint64_t length = 0;
+    if (scanned) {
+      switch (wire_type) {
+        case WireFormatLite::WIRETYPE_VARINT:
+          scanned = read_varint(10, length) == 1;
+          break;
+        case WireFormatLite::WIRETYPE_FIXED64:
+          length = 8;
+          break;
+        case WireFormatLite::WIRETYPE_FIXED32:
+          length = 4;
+          scanned = !moved_world;
+          break;
+        case WireFormatLite::WIRETYPE_LENGTH_DELIMITED:
+          // As protobuf reads a size: under 2^31.
+          scanned = read_varint(5, length) == 1 && length < (1u << 31);
+          if (scanned && moved_world && length % 4 == 0) {
+            auto add = [&worlds](const uint8_t* data, size_t size) {
+              worlds.Add(data, size);
+            };
+            if (!bytes.Take(length, add)) return bad();
+            continue;
+          }
+          break;
+        default:  // Groups, and wire types that do not exist.
+          scanned = false;
+          break;
+      }
+    }
+    copy(field, static_cast<size_t>(field_size));
+    if (!scanned) break;
+    if (wire_type != WireFormatLite::WIRETYPE_VARINT &&
+        !bytes.Take(length, copy)) {
+      break;  // Cut short: protobuf refuses the copy.
+    }
+  }
+  bytes.TakeRest(copy);
+  if (!update.ParseFromString(rest)) return bad();
+  if (!worlds.empty() && update.moved_world_size() > 0) {
+    // More came after the scan stopped: what it took out came first.
+    google::protobuf::RepeatedField<float> all;
+    worlds.AppendTo(all);
+    all.Add(update.moved_world().begin(), update.moved_world().end());
+    update.mutable_moved_world()->Swap(&all);
+    worlds.Clear();
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace xform::v1
