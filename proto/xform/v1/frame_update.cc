@@ -255,13 +255,12 @@ absl::Status ParseLeavingMovedWorld(
     }
     return -1;
   };
-  bool scanned = true;  // False: the rest is copied as it is.
-  while (scanned) {
+  while (true) {
     field_size = 0;
     uint64_t tag_read_as;
     const int tag_read = read_varint(5, tag_read_as);
     if (tag_read == 0 && field_size == 0) break;  // The end, between fields.
-    scanned = tag_read == 1;
+    bool scanned = tag_read == 1;  // False: the rest is copied as it is.
     const auto tag = static_cast<uint32_t>(tag_read_as);  // As protobuf's.
     const auto wire_type = WireFormatLite::GetTagWireType(tag);
     const bool moved_world = WireFormatLite::GetTagFieldNumber(tag) ==
