@@ -366,19 +366,18 @@ class Mirror::Impl {
   }
 
   // Parses the message's bytes into its `update` (a spare message, when
-  // TakeAndApply found one), on the taker's thread.
-  // Not on gRPC's: its few threads read every stream of the process, and
-  // while one parsed a stream's message (a copy of each matrix: 85 us for
-  // 10,000 moves) the others' messages waited to be read; and here the
-  // copy is still in this core's cache when the copy below reads it. 16
-  // Mirrors of a 1M world: p99 5.82 -> 5.48 ms (docs/benchmarks.md).
-  // The matrices stay in gRPC's buffers (v1::ParseLeavingMovedWorld), and
-  // the copy reads them there: parsed, they were copied once more before
-  // it (16 Mirrors of a 1M world: p50 3.45 -> 3.23 ms, p99 5.62 -> 5.16).
-  // DATA_LOSS for bytes that do not parse (the stream is then dropped and
-  // resynced, as gRPC's own parse failing would end it).
-  // A compact stream's matrices are in compact_moved, so its messages are
-  // parsed whole (leaving nothing, the scan would only copy the rest).
+  // TakeAndApply found one), on the taker's thread. DATA_LOSS for bytes
+  // that do not parse (the stream is then dropped and resynced, as gRPC's
+  // own parse failing would end it). Figures for 16 Mirrors of a 1M world,
+  // from docs/benchmarks.md:
+  // - Not on gRPC's threads: their few read every stream of the process,
+  //   and while one parsed a message (85 us for 10,000 moves) the others'
+  //   messages waited to be read (p99 5.82 -> 5.48 ms).
+  // - A raw message's matrices are not parsed at all: they stay in gRPC's
+  //   buffers (v1::ParseLeavingMovedWorld), and the copy's rows are written
+  //   from there (p99 5.49 -> 5.14 ms). A compact stream's are in
+  //   compact_moved, so its messages are parsed whole: the scan would only
+  //   copy the rest aside.
   absl::Status Parse(Arrival& arrival) {
     arrival.reader =
         std::make_unique<grpc::ProtoBufferReader>(&arrival.wire.buffer);
