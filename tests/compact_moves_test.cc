@@ -11,12 +11,14 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/types/span.h"
 #include "glm/gtc/quaternion.hpp"
 #include "glm/mat3x3.hpp"
 #include "gtest/gtest.h"
@@ -126,6 +128,82 @@ TEST(PoseQuantizerTest, ShearReflectionAndNonFiniteAreNotPoses) {
       quantizer
           .Quantize(MatrixOf({1e30f, 0, 0}, glm::quat(1, 0, 0, 0), {1, 1, 1}))
           .has_value());
+}
+
+// Deltas need a matrix to give the same integers every time it is
+// quantized, whichever of QuantizeMany's lanes it lands in and whatever
+// its neighbours are: poses, shear, non-finite, out of range.
+TEST(PoseQuantizerTest, ManyGiveTheSameIntegersAsOne) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1, 1);
+  const PoseQuantizer quantizer(kPrecision);
+  std::vector<Matrix3x4> matrices;
+  for (int k = 0; k < 1000; ++k) {
+    Matrix3x4 m = MatrixOf(
+        {u(rng) * 5000, u(rng) * 5000, u(rng) * 5000}, RandomRotation(rng),
+        {std::exp2(u(rng) * 8), std::exp2(u(rng) * 8), std::exp2(u(rng) * 8)});
+    switch (k % 7) {
+      case 1:
+        m.m[1] += 0.1f;  // Shear.
+        break;
+      case 3:
+        m.m[4 * (k % 3) + (k % 4)] = k % 2 ? NAN : INFINITY;
+        break;
+      case 5:
+        m.m[3] = 1e30f;  // Beyond 2^52 precisions.
+        break;
+      default:
+        break;
+    }
+    matrices.push_back(m);
+  }
+  std::vector<const float*> pointers;
+  for (const Matrix3x4& m : matrices) pointers.push_back(m.m.data());
+  for (size_t start : {0, 1, 3, 7}) {
+    const absl::Span<const float* const> some =
+        absl::MakeConstSpan(pointers).subspan(start);
+    std::vector<std::optional<QuantizedPose>> many(some.size());
+    quantizer.QuantizeMany(some, absl::MakeSpan(many));
+    int poses = 0;
+    for (size_t k = 0; k < some.size(); ++k) {
+      const std::optional<QuantizedPose> one =
+          quantizer.Quantize(matrices[start + k]);
+      ASSERT_EQ(one.has_value(), many[k].has_value()) << start << " " << k;
+      if (!one) continue;
+      ++poses;
+      EXPECT_EQ(one->position, many[k]->position) << start << " " << k;
+      EXPECT_EQ(one->rotation, many[k]->rotation) << start << " " << k;
+      EXPECT_EQ(one->log_scale, many[k]->log_scale) << start << " " << k;
+      EXPECT_EQ(one->largest, many[k]->largest) << start << " " << k;
+    }
+    // Most are poses, and the others are not.
+    EXPECT_GT(poses, static_cast<int>(some.size()) / 2);
+    EXPECT_LT(poses, static_cast<int>(some.size()) * 6 / 7);
+  }
+}
+
+// A log scale is log2 of the scale at 1 / 65536, rounded: computed by a
+// series rather than by log2f, it must stay within half a step of the
+// exact value from 2^-60 to 2^60, where a float holding the log itself
+// would be a quarter of a step coarse.
+TEST(PoseQuantizerTest, LogScalesAreRoundedLog2) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<double> u(-60, 60);
+  const PoseQuantizer quantizer(kPrecision);
+  double worst = 0;
+  for (int k = 0; k < 100'000; ++k) {
+    const float scale = static_cast<float>(std::exp2(u(rng)));
+    const std::optional<QuantizedPose> q = quantizer.Quantize(
+        MatrixOf({0, 0, 0}, glm::quat(1, 0, 0, 0), {scale, 1, 1 / scale}));
+    ASSERT_TRUE(q.has_value()) << scale;
+    const double exact = std::log2(static_cast<double>(scale)) * 65536;
+    worst = std::max(worst, std::abs(q->log_scale[0] - exact));
+    EXPECT_EQ(q->log_scale[1], 0);
+  }
+  std::printf("largest log scale error: %.4f of a step\n", worst);
+  // Half a step, and the series' error (5e-8, 0.003 of a step) and the
+  // column length's rounding (6e-8 relative, 0.006 of a step).
+  EXPECT_LE(worst, 0.5 + 0.01);
 }
 
 // The scales a receiver rebuilds from their logs (by table, not exp2f): as

@@ -35,6 +35,38 @@ inline int64_t Round(double x) {
   return static_cast<int64_t>(x + std::copysign(0.5, x));
 }
 
+// Round() for a float well inside int32's range, in a form the compiler
+// runs as vectors (no double, no branch). A value within half a float's
+// step of a half may round away from the nearer integer: far inside the
+// half a quantum the bounds allow.
+inline int32_t RoundFloat(float x) {
+  return static_cast<int32_t>(x + std::copysign(0.5f, x));
+}
+constexpr float kRotationScaleFloat = static_cast<float>(kRotationScale);
+
+// log2 of a positive normal float at 1 / 65536, rounded, in a form the
+// compiler runs as vectors (log2f is a call a lane). The exponent's bits
+// give the whole part, exactly; the mantissa m, taken into
+// [sqrt(1/2), sqrt(2)), gives the rest by the series log2(m) = 2 / ln 2 *
+// (t + t^3 / 3 + t^5 / 5 + t^7 / 7 + ...) in t = (m - 1) / (m + 1),
+// |t| < 0.172, whose next term is under 5e-8: so only the fraction is
+// rounded, and a large scale loses nothing to a float's step at its log.
+inline int32_t LogScaleOf(float x) {
+  // Offset by sqrt(1/2)'s bits, the exponent's field counts whole powers
+  // from there, and what is left below it, put back over the offset, is m.
+  constexpr int32_t kRootHalf = 0x3f3504f3;
+  const int32_t offset = std::bit_cast<int32_t>(x) - kRootHalf;
+  const int32_t exponent = offset >> 23;  // Arithmetic: floors.
+  const float m = std::bit_cast<float>((offset & 0x007fffff) + kRootHalf);
+  const float t = (m - 1) / (m + 1);
+  const float t2 = t * t;
+  const float fraction =
+      t * (2.88539008f +
+           t2 * (0.961796694f + t2 * (0.577078016f + t2 * 0.412198583f)));
+  return exponent * static_cast<int32_t>(kLogScaleScale) +
+         RoundFloat(fraction * float{kLogScaleScale});
+}
+
 using compact_internal::kDelta;
 using compact_internal::kRaw;
 using compact_internal::kWhole;
@@ -106,62 +138,154 @@ constexpr int kSmallestThree[4][3] = {
 }  // namespace
 
 std::optional<QuantizedPose> PoseQuantizer::Quantize(const Matrix3x4& m) const {
-  // Runs twice a moved entity on the server, for every compact frame: so
-  // one reciprocal per column rather than three divisions, and no branch on
-  // which quaternion component is largest (it is as good as random).
-  glm::vec3 col[3];
-  float scale[3];
+  const float* const matrix = m.m.data();
+  std::optional<QuantizedPose> pose;
+  QuantizeMany({&matrix, 1}, {&pose, 1});
+  return pose;
+}
+
+void PoseQuantizer::QuantizeMany(
+    absl::Span<const float* const> matrices,
+    absl::Span<std::optional<QuantizedPose>> poses) const {
+  for (size_t k = 0; k < matrices.size(); k += kLanes) {
+    const size_t n = std::min(kLanes, matrices.size() - k);
+    QuantizeLanes(matrices.subspan(k, n), poses.subspan(k, n));
+  }
+}
+
+void PoseQuantizer::QuantizeLanes(
+    absl::Span<const float* const> matrices,
+    absl::Span<std::optional<QuantizedPose>> poses) const {
+  // Each step is a loop over kLanes matrices, in columns: one matrix's
+  // steps wait on each other (a square root, then a division, then
+  // another square root and division), several matrices' do not, and the
+  // compiler can run the lanes side by side. Lanes past the matrices given
+  // hold the identity and are dropped. A lane's integers depend on its
+  // matrix alone, whichever lane it is in: the deltas need the same matrix
+  // to give the same integers every time.
+  static constexpr float kIdentity[12] = {1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0};
+  // col[j][r][lane]: element (r, j) of the lane's matrix, column j being
+  // the axis j scaled.
+  float col[3][3][kLanes];
+  float position[3][kLanes];
+  for (size_t lane = 0; lane < kLanes; ++lane) {
+    const float* m = lane < matrices.size() ? matrices[lane] : kIdentity;
+    for (int r = 0; r < 3; ++r) {
+      for (int j = 0; j < 3; ++j) col[j][r][lane] = m[4 * r + j];
+      position[r][lane] = m[4 * r + 3];
+    }
+  }
+  // A pose: each column's length positive and finite (which also rules out
+  // a non-finite element), the columns orthogonal within kMaxSkew, and no
+  // reflection. Conditions combine with & rather than &&: a branch would keep
+  // the compiler from running the lanes as vectors.
+  int32_t pose[kLanes];
+  float scale[3][kLanes];
+  for (size_t lane = 0; lane < kLanes; ++lane) pose[lane] = 1;
   for (int j = 0; j < 3; ++j) {
-    col[j] = {m.m[j], m.m[4 + j], m.m[8 + j]};
-    scale[j] = glm::length(col[j]);
-    if (!(scale[j] > 0) || !std::isfinite(scale[j])) return std::nullopt;
-    col[j] *= 1 / scale[j];
+    for (size_t lane = 0; lane < kLanes; ++lane) {
+      const float x = col[j][0][lane], y = col[j][1][lane], z = col[j][2][lane];
+      const float length = std::sqrt(x * x + y * y + z * z);
+      scale[j][lane] = length;
+      // A positive one is normal, as LogScaleOf needs: the root of a
+      // positive float is at least 2^-75.
+      pose[lane] &=
+          int{length > 0} & int{length <= std::numeric_limits<float>::max()};
+      const float inverse = 1 / length;
+      for (int r = 0; r < 3; ++r) col[j][r][lane] *= inverse;
+    }
   }
-  if (std::abs(glm::dot(col[0], col[1])) > kMaxSkew ||
-      std::abs(glm::dot(col[0], col[2])) > kMaxSkew ||
-      std::abs(glm::dot(col[1], col[2])) > kMaxSkew ||
-      glm::dot(glm::cross(col[0], col[1]), col[2]) <= 0) {
-    return std::nullopt;
+  for (size_t lane = 0; lane < kLanes; ++lane) {
+    const auto dot = [&](int a, int b) {
+      return col[a][0][lane] * col[b][0][lane] +
+             col[a][1][lane] * col[b][1][lane] +
+             col[a][2][lane] * col[b][2][lane];
+    };
+    const float cross[3] = {
+        col[0][1][lane] * col[1][2][lane] - col[1][1][lane] * col[0][2][lane],
+        col[0][2][lane] * col[1][0][lane] - col[1][2][lane] * col[0][0][lane],
+        col[0][0][lane] * col[1][1][lane] - col[1][0][lane] * col[0][1][lane]};
+    const float handedness = cross[0] * col[2][0][lane] +
+                             cross[1] * col[2][1][lane] +
+                             cross[2] * col[2][2][lane];
+    pose[lane] &= int{std::abs(dot(0, 1)) <= kMaxSkew} &
+                  int{std::abs(dot(0, 2)) <= kMaxSkew} &
+                  int{std::abs(dot(1, 2)) <= kMaxSkew} & int{handedness > 0};
   }
-  QuantizedPose q;
+  // The precision is a power of two on the wire (CompactPrecision), so the
+  // multiplication is the division exactly.
+  double steps[3][kLanes];
   for (int i = 0; i < 3; ++i) {
-    // The precision is a power of two on the wire (CompactPrecision), so
-    // this multiplication is the division exactly.
-    const double steps = static_cast<double>(m.m[4 * i + 3]) * inverse_;
-    if (!(std::abs(steps) < kMaxPositionSteps)) return std::nullopt;
-    q.position[i] = Round(steps);
-    // A float's log2 is 2^-23 exact, far finer than the 2^-16 kept.
-    const float log_scale = std::log2(scale[i]);
-    q.log_scale[i] = static_cast<int32_t>(Round(log_scale * kLogScaleScale));
+    for (size_t lane = 0; lane < kLanes; ++lane) {
+      const double s = static_cast<double>(position[i][lane]) * inverse_;
+      pose[lane] &= std::abs(s) < kMaxPositionSteps;
+      steps[i][lane] = s;
+    }
   }
   // The rotation's quaternion, from the products of its components that
-  // the matrix holds: p[i][j] = 4 q_i q_j (x y z w order; column j of the
-  // matrix is col[j], so element (r, c) is col[c][r]). The largest
+  // the matrix holds: p[i][j] = 4 q_i q_j (x y z w order). The largest
   // component is the one with the largest square, p[i][i]; it is taken as
-  // positive, and each component is p[largest][i] / (4 q_largest).
-  const float m00 = col[0].x, m11 = col[1].y, m22 = col[2].z;
-  const float p[4][4] = {{1 + m00 - m11 - m22, col[1].x + col[0].y,
-                          col[2].x + col[0].z, col[1].z - col[2].y},
-                         {col[1].x + col[0].y, 1 - m00 + m11 - m22,
-                          col[2].y + col[1].z, col[2].x - col[0].z},
-                         {col[2].x + col[0].z, col[2].y + col[1].z,
-                          1 - m00 - m11 + m22, col[0].y - col[1].x},
-                         {col[1].z - col[2].y, col[2].x - col[0].z,
-                          col[0].y - col[1].x, 1 + m00 + m11 + m22}};
-  int largest = 0;
-  for (int i = 1; i < 4; ++i)
-    largest = p[i][i] > p[largest][largest] ? i : largest;
-  const float* row = p[largest];
-  // Normalized at once: |(row)| = 4 q_largest |q|, so dividing by it gives
-  // the unit quaternion's components.
-  const float unit = 1 / std::sqrt(row[0] * row[0] + row[1] * row[1] +
-                                   row[2] * row[2] + row[3] * row[3]);
-  q.largest = static_cast<uint8_t>(largest);
-  for (int k = 0; k < 3; ++k) {
-    q.rotation[k] = static_cast<int32_t>(
-        Round(row[kSmallestThree[largest][k]] * unit * kRotationScale));
+  // positive, and each other component is p[largest][i] / (4 q_largest).
+  // Row `largest` of p holds p[largest][largest] and the three sent; its
+  // length is 4 q_largest |q|, so dividing by it gives the unit
+  // quaternion's components. Chosen by selects, not by indexing or a
+  // branch (which component is largest is as good as random).
+  float sent[3][kLanes];
+  int32_t largest[kLanes];
+  for (size_t lane = 0; lane < kLanes; ++lane) {
+    const float c0x = col[0][0][lane], c0y = col[0][1][lane],
+                c0z = col[0][2][lane];
+    const float c1x = col[1][0][lane], c1y = col[1][1][lane],
+                c1z = col[1][2][lane];
+    const float c2x = col[2][0][lane], c2y = col[2][1][lane],
+                c2z = col[2][2][lane];
+    const float xx = 1 + c0x - c1y - c2z, yy = 1 - c0x + c1y - c2z,
+                zz = 1 - c0x - c1y + c2z, ww = 1 + c0x + c1y + c2z;
+    const float xy = c1x + c0y, xz = c2x + c0z, yz = c2y + c1z;
+    const float xw = c1z - c2y, yw = c2x - c0z, zw = c0y - c1x;
+    const bool y_larger = yy > xx;
+    int32_t l = y_larger ? 1 : 0;
+    float diagonal = y_larger ? yy : xx;
+    const bool z_larger = zz > diagonal;
+    l = z_larger ? 2 : l;
+    diagonal = z_larger ? zz : diagonal;
+    const bool w_larger = ww > diagonal;
+    l = w_larger ? 3 : l;
+    diagonal = w_larger ? ww : diagonal;
+    // Row l without its diagonal, in x y z w order.
+    const float a = l <= 1 ? xy : (l == 2 ? xz : xw);
+    const float b = l == 0 ? xz : (l <= 2 ? yz : yw);
+    const float c = l == 0 ? xw : (l == 1 ? yw : zw);
+    const float unit =
+        1 / std::sqrt(diagonal * diagonal + a * a + b * b + c * c);
+    sent[0][lane] = a * unit;
+    sent[1][lane] = b * unit;
+    sent[2][lane] = c * unit;
+    largest[lane] = l;
   }
-  return q;
+  // The rotation's and scales' integers, in float: they are at most 2^24
+  // (rotation 16383, log scales 2^7 * 65536), where a float holds every
+  // integer.
+  int32_t rotation[3][kLanes], log_scale[3][kLanes];
+  for (int i = 0; i < 3; ++i) {
+    for (size_t lane = 0; lane < kLanes; ++lane) {
+      rotation[i][lane] = RoundFloat(sent[i][lane] * kRotationScaleFloat);
+      log_scale[i][lane] = LogScaleOf(scale[i][lane]);
+    }
+  }
+  for (size_t lane = 0; lane < matrices.size(); ++lane) {
+    if (!pose[lane]) {
+      poses[lane].reset();
+      continue;
+    }
+    QuantizedPose& q = poses[lane].emplace();
+    for (int i = 0; i < 3; ++i) {
+      q.position[i] = Round(steps[i][lane]);
+      q.rotation[i] = rotation[i][lane];
+      q.log_scale[i] = log_scale[i][lane];
+    }
+    q.largest = static_cast<uint8_t>(largest[lane]);
+  }
 }
 
 Matrix3x4 PoseQuantizer::Dequantize(const QuantizedPose& q) const {
@@ -200,8 +324,12 @@ void PoseQuantizer::Dequantize(const QuantizedPose& q, Matrix3x4& m) const {
 }
 
 std::string CompactMovesWriter::Finish() {
-  std::sort(entries_.begin(), entries_.end(),
-            [](const Entry& a, const Entry& b) { return a.id < b.id; });
+  // A frame's moves come in id order (the world's), so most often this
+  // only looks.
+  const auto by_id = [](const Entry& a, const Entry& b) { return a.id < b.id; };
+  if (!std::is_sorted(entries_.begin(), entries_.end(), by_id)) {
+    std::sort(entries_.begin(), entries_.end(), by_id);
+  }
   // Written at a cursor into room for the worst case, then copied out at
   // its size: appending byte by byte costs more than the quantizing, and
   // fresh room for the worst case (half a MB a 5,000-entity frame) would
@@ -211,16 +339,30 @@ std::string CompactMovesWriter::Finish() {
   room.resize(std::max(room.size(), 10 + kMaxEntryBytes * entries_.size()));
   uint8_t* const begin = room.data();
   uint8_t* out = begin;
-  PutVarint(entries_.size(), out);
+  // Every pose quantized first, many at once (the sent poses, then the
+  // held ones), and then written: in the thread's room too.
+  thread_local std::vector<const float*> matrices;
+  thread_local std::vector<std::optional<QuantizedPose>> poses;
+  const size_t n = entries_.size();
+  matrices.resize(n);
+  for (size_t k = 0; k < n; ++k) matrices[k] = entries_[k].world;
+  for (const Entry& e : entries_) {
+    if (e.previous != nullptr) matrices.push_back(e.previous->m.data());
+  }
+  poses.resize(matrices.size());
+  quantizer_.QuantizeMany(matrices, absl::MakeSpan(poses));
+  PutVarint(n, out);
   EntityId last_id = 0;
   std::array<int64_t, 3> origin = {0, 0, 0};
   constexpr std::array<int32_t, 3> kZero = {0, 0, 0};
-  for (const Entry& e : entries_) {
+  size_t next_held = n;
+  for (size_t k = 0; k < n; ++k) {
+    const Entry& e = entries_[k];
     PutVarint(e.id - last_id, out);
     last_id = e.id;
-    Matrix3x4 world;
-    std::copy_n(e.world, 12, world.m.begin());
-    const std::optional<QuantizedPose> pose = quantizer_.Quantize(world);
+    const std::optional<QuantizedPose>& pose = poses[k];
+    const std::optional<QuantizedPose>* const held_pose =
+        e.previous != nullptr ? &poses[next_held++] : nullptr;
     if (!pose) {
       *out++ = kRaw;
       // Little-endian floats: the byte order of every machine we build for.
@@ -229,10 +371,8 @@ std::string CompactMovesWriter::Finish() {
       continue;
     }
     const QuantizedPose& p = *pose;
-    const std::optional<QuantizedPose> held =
-        e.previous != nullptr ? quantizer_.Quantize(*e.previous) : std::nullopt;
     uint8_t flags = p.largest << 2;
-    if (!held) {
+    if (held_pose == nullptr || !*held_pose) {
       *out++ = flags | kWhole;
       PutDeltas(p.position, origin, out);
       origin = p.position;
@@ -240,9 +380,12 @@ std::string CompactMovesWriter::Finish() {
       PutDeltas(p.log_scale, kZero, out);
       continue;
     }
-    const QuantizedPose& h = *held;
+    const QuantizedPose& h = **held_pose;
     const bool rotation_whole = h.largest != p.largest;
-    const bool scale = h.log_scale != p.log_scale;
+    // Element by element: std::array's != is a call to memcmp.
+    const bool scale = h.log_scale[0] != p.log_scale[0] ||
+                       h.log_scale[1] != p.log_scale[1] ||
+                       h.log_scale[2] != p.log_scale[2];
     if (rotation_whole) flags |= kRotationWhole;
     if (scale) flags |= kScalePresent;
     *out++ = flags | kDelta;
