@@ -69,9 +69,9 @@ inline int32_t LogScaleOf(float x) {
 
 using compact_internal::kDelta;
 using compact_internal::kRaw;
+using compact_internal::kRotationWhole;
+using compact_internal::kScalePresent;
 using compact_internal::kWhole;
-constexpr uint8_t kScalePresent = 1 << 4;
-constexpr uint8_t kRotationWhole = 1 << 5;
 // An id and flags, and the larger of a raw entry and nine varints.
 constexpr size_t kMaxEntryBytes = 10 + 1 + 9 * 10;
 
@@ -403,30 +403,6 @@ CompactMovesParser::CompactMovesParser(const FrameUpdate& update)
       at_(reinterpret_cast<const uint8_t*>(update.compact_moved().data())),
       end_(at_ + update.compact_moved().size()) {}
 
-// Read inline, byte by byte, rather than with protobuf's CodedInputStream:
-// most values here are one or two bytes, and its out-of-line path for
-// anything past one byte was a tenth of a Mirror's decoding.
-inline bool CompactMovesParser::ReadVarint(uint64_t& v) {
-  uint64_t result = 0;
-  for (int shift = 0; shift < 70; shift += 7) {
-    if (at_ == end_) return false;
-    const uint8_t byte = *at_++;
-    result |= static_cast<uint64_t>(byte & 0x7f) << shift;
-    if (byte < 0x80) {
-      v = result;
-      return true;
-    }
-  }
-  return false;
-}
-
-inline bool CompactMovesParser::ReadSigned(int64_t& v) {
-  uint64_t raw;
-  if (!ReadVarint(raw)) return false;
-  v = WireFormatLite::ZigZagDecode64(raw);
-  return true;
-}
-
 absl::Status CompactMovesParser::Bad(absl::string_view why) const {
   return absl::DataLossError(absl::StrCat("compact moves of frame ",
                                           update_.frame(), " part ",
@@ -441,31 +417,6 @@ absl::Status CompactMovesParser::Start() {
   // Each entry takes at least 2 bytes: a count beyond that is a lie.
   if (!ReadVarint(count_) || count_ > update_.compact_moved().size() / 2) {
     return Bad("bad count");
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CompactMovesParser::Read(Entry& e) {
-  uint64_t id_delta;
-  if (!ReadVarint(id_delta) || at_ == end_) return Bad("cut short");
-  e.flags = *at_++;
-  // Ascending ids: a receiver decodes a message's entries against what it
-  // held before the message, so an entity in it twice would be misread.
-  if (id_delta == 0 && read_ > 0) return Bad("an id not above the last");
-  ++read_;
-  id_ += id_delta;
-  e.id = id_;
-  const uint8_t kind = e.flags & 3;
-  if (kind == kRaw) {
-    if (end_ - at_ < 48) return Bad("cut short");
-    std::memcpy(e.raw.m.data(), at_, 48);
-    at_ += 48;
-    return absl::OkStatus();
-  }
-  if (kind != kWhole && kind != kDelta) return Bad("unknown entry kind");
-  const int values = kind == kDelta && !(e.flags & kScalePresent) ? 6 : 9;
-  for (int v = 0; v < values; ++v) {
-    if (!ReadSigned(e.values[v])) return Bad("cut short");
   }
   return absl::OkStatus();
 }

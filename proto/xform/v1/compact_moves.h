@@ -36,6 +36,7 @@
 
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
@@ -130,6 +131,9 @@ namespace compact_internal {
 inline constexpr uint8_t kDelta = 0;
 inline constexpr uint8_t kWhole = 1;
 inline constexpr uint8_t kRaw = 2;
+// Its other bits.
+inline constexpr uint8_t kScalePresent = 1 << 4;
+inline constexpr uint8_t kRotationWhole = 1 << 5;
 }  // namespace compact_internal
 
 // Reads one message's compact_moved, an entry at a time, for a receiver that
@@ -195,6 +199,64 @@ class CompactMovesParser {
   EntityId id_ = 0;
   std::array<int64_t, 3> origin_ = {0, 0, 0};
 };
+
+// Read, inline: it runs once an entry on every subscriber, where an
+// out-of-line call returning a Status each time cost a Mirror about 3% of
+// its decoding (BM_MirrorApplyCompact, 190 -> 184 us a 5,000-move frame).
+
+// Byte by byte, rather than with protobuf's CodedInputStream: most values
+// here are one or two bytes, and its out-of-line path for anything past
+// one byte was a tenth of a Mirror's decoding.
+inline bool CompactMovesParser::ReadVarint(uint64_t& v) {
+  uint64_t result = 0;
+  for (int shift = 0; shift < 70; shift += 7) {
+    if (at_ == end_) return false;
+    const uint8_t byte = *at_++;
+    result |= static_cast<uint64_t>(byte & 0x7f) << shift;
+    if (byte < 0x80) {
+      v = result;
+      return true;
+    }
+  }
+  return false;
+}
+
+inline bool CompactMovesParser::ReadSigned(int64_t& v) {
+  uint64_t zigzag;
+  if (!ReadVarint(zigzag)) return false;
+  v = static_cast<int64_t>((zigzag >> 1) ^ (~(zigzag & 1) + 1));
+  return true;
+}
+
+inline absl::Status CompactMovesParser::Read(Entry& e) {
+  uint64_t id_delta;
+  if (!ReadVarint(id_delta) || at_ == end_) return Bad("cut short");
+  e.flags = *at_++;
+  // Ascending ids: a receiver decodes a message's entries against what it
+  // held before the message, so an entity in it twice would be misread.
+  if (id_delta == 0 && read_ > 0) return Bad("an id not above the last");
+  ++read_;
+  id_ += id_delta;
+  e.id = id_;
+  const uint8_t kind = e.flags & 3;
+  if (kind == compact_internal::kRaw) {
+    if (end_ - at_ < 48) return Bad("cut short");
+    std::memcpy(e.raw.m.data(), at_, 48);
+    at_ += 48;
+    return absl::OkStatus();
+  }
+  if (kind != compact_internal::kWhole && kind != compact_internal::kDelta) {
+    return Bad("unknown entry kind");
+  }
+  const int values = kind == compact_internal::kDelta &&
+                             !(e.flags & compact_internal::kScalePresent)
+                         ? 6
+                         : 9;
+  for (int v = 0; v < values; ++v) {
+    if (!ReadSigned(e.values[v])) return Bad("cut short");
+  }
+  return absl::OkStatus();
+}
 
 // Turns compact FrameUpdates back into raw ones (moved, moved_world), in the
 // order a stream delivers them, holding each entity's last pose in a map of
