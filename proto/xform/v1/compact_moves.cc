@@ -67,6 +67,14 @@ inline int32_t LogScaleOf(float x) {
          RoundFloat(fraction * float{kLogScaleScale});
 }
 
+// `chosen` ? a : b, by the bits: the compiler may turn a select into
+// branches, which keep lanes from running as vectors.
+inline float Pick(bool chosen, float a, float b) {
+  const uint32_t mask = 0u - static_cast<uint32_t>(chosen);
+  return std::bit_cast<float>((std::bit_cast<uint32_t>(a) & mask) |
+                              (std::bit_cast<uint32_t>(b) & ~mask));
+}
+
 using compact_internal::kDelta;
 using compact_internal::kRaw;
 using compact_internal::kRotationWhole;
@@ -263,14 +271,17 @@ void PoseQuantizer::QuantizeLanes(
     sent[2][lane] = c * unit;
     largest[lane] = l;
   }
-  // The rotation's and scales' integers, in float: they are at most 2^24
-  // (rotation 16383, log scales 2^7 * 65536), where a float holds every
-  // integer.
+  // The rotation's integers, in float (they are at most 16383, where a
+  // float holds every integer), and the log scales'. A lane that is no
+  // pose may hold a NaN or an infinity here, whose conversion to an
+  // integer is undefined: it converts the identity's values instead.
   int32_t rotation[3][kLanes], log_scale[3][kLanes];
   for (int i = 0; i < 3; ++i) {
     for (size_t lane = 0; lane < kLanes; ++lane) {
-      rotation[i][lane] = RoundFloat(sent[i][lane] * kRotationScaleFloat);
-      log_scale[i][lane] = LogScaleOf(scale[i][lane]);
+      const float component = Pick(pose[lane], sent[i][lane], 0.0f);
+      const float axis_scale = Pick(pose[lane], scale[i][lane], 1.0f);
+      rotation[i][lane] = RoundFloat(component * kRotationScaleFloat);
+      log_scale[i][lane] = LogScaleOf(axis_scale);
     }
   }
   for (size_t lane = 0; lane < matrices.size(); ++lane) {
