@@ -335,12 +335,8 @@ void PoseQuantizer::Dequantize(const QuantizedPose& q, Matrix3x4& m) const {
 }
 
 std::string CompactMovesWriter::Finish() {
-  // A frame's moves come in id order (the world's), so most often this
-  // only looks.
-  const auto by_id = [](const Entry& a, const Entry& b) { return a.id < b.id; };
-  if (!std::is_sorted(entries_.begin(), entries_.end(), by_id)) {
-    std::sort(entries_.begin(), entries_.end(), by_id);
-  }
+  std::sort(entries_.begin(), entries_.end(),
+            [](const Entry& a, const Entry& b) { return a.id < b.id; });
   // Written at a cursor into room for the worst case, then copied out at
   // its size: appending byte by byte costs more than the quantizing, and
   // fresh room for the worst case (half a MB a 5,000-entity frame) would
