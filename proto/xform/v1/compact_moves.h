@@ -45,6 +45,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "google/protobuf/wire_format_lite.h"
 #include "xform/transform.h"
 #include "xform/v1/xform.pb.h"
 
@@ -224,7 +225,7 @@ inline bool CompactMovesParser::ReadVarint(uint64_t& v) {
 inline bool CompactMovesParser::ReadSigned(int64_t& v) {
   uint64_t zigzag;
   if (!ReadVarint(zigzag)) return false;
-  v = static_cast<int64_t>((zigzag >> 1) ^ (~(zigzag & 1) + 1));
+  v = google::protobuf::internal::WireFormatLite::ZigZagDecode64(zigzag);
   return true;
 }
 
