@@ -50,13 +50,12 @@ class IdIndex {
     auto it = sparse_.find(e);
     return it == sparse_.end() ? kAbsent : it->second;
   }
-  // Starts loading what Find(e) reads, for a Find soon after.
+  // Starts loading what Find(e) reads, for a Find soon after: the array's
+  // entry; an id past it is looked up cold. Not the hash map's slot too:
+  // with absl's prefetch() beside this one, GCC 12 at -O3 -DNDEBUG deleted
+  // both (its dead code pass kept neither), in every loop that called this.
   void Prefetch(EntityId e) const {
-    if (e < dense_.size()) {
-      __builtin_prefetch(&dense_[e]);
-    } else if (!sparse_.empty()) {
-      sparse_.prefetch(e);
-    }
+    if (e < dense_.size()) __builtin_prefetch(&dense_[e]);
   }
 
   // Maps `e` to `row` unless it is mapped already; either way, its index.
