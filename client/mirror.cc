@@ -382,10 +382,7 @@ class Mirror::Impl {
     arrival.reader =
         std::make_unique<grpc::ProtoBufferReader>(&arrival.wire.buffer);
     if (options_.encoding == MirrorOptions::Encoding::kCompact) {
-      if (!arrival.update.ParseFromZeroCopyStream(arrival.reader.get())) {
-        return absl::DataLossError("a message that does not parse");
-      }
-      return absl::OkStatus();
+      return v1::ParseFrameUpdate(*arrival.reader, arrival.update);
     }
     return v1::ParseLeavingMovedWorld(*arrival.reader, arrival.update,
                                       arrival.worlds);

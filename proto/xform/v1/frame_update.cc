@@ -159,6 +159,10 @@ void WireMovedWorlds::Add(const void* data, size_t size) {
 
 namespace {
 
+absl::Status NotParsed() {
+  return absl::DataLossError("a message that does not parse");
+}
+
 // A ZeroCopyInputStream's bytes in order, a byte or a run at a time.
 class ByteScanner {
  public:
@@ -213,6 +217,11 @@ class ByteScanner {
 
 }  // namespace
 
+absl::Status ParseFrameUpdate(google::protobuf::io::ZeroCopyInputStream& in,
+                              FrameUpdate& update) {
+  return update.ParseFromZeroCopyStream(&in) ? absl::OkStatus() : NotParsed();
+}
+
 // Scans the fields as protobuf's parser reads them (a tag of at most 5
 // bytes, a length of at most 5 and under 2^31), taking out each packed
 // moved_world and copying every other field's bytes as they are. What the
@@ -226,12 +235,9 @@ absl::Status ParseLeavingMovedWorld(
     google::protobuf::io::ZeroCopyInputStream& in, FrameUpdate& update,
     WireMovedWorlds& worlds) {
   using google::protobuf::internal::WireFormatLite;
-  auto bad = [] {
-    return absl::DataLossError("a message that does not parse");
-  };
   worlds.Clear();
   if constexpr (std::endian::native != std::endian::little) {
-    return update.ParseFromZeroCopyStream(&in) ? absl::OkStatus() : bad();
+    return ParseFrameUpdate(in, update);
   }
   std::string rest;
   auto copy = [&rest](const uint8_t* data, size_t size) {
@@ -285,7 +291,7 @@ absl::Status ParseLeavingMovedWorld(
             auto add = [&worlds](const uint8_t* data, size_t size) {
               worlds.Add(data, size);
             };
-            if (!bytes.Take(length, add)) return bad();
+            if (!bytes.Take(length, add)) return NotParsed();
             continue;
           }
           break;
@@ -302,7 +308,7 @@ absl::Status ParseLeavingMovedWorld(
     }
   }
   bytes.TakeRest(copy);
-  if (!update.ParseFromString(rest)) return bad();
+  if (!update.ParseFromString(rest)) return NotParsed();
   if (!worlds.empty() && update.moved_world_size() > 0) {
     // More came after the scan stopped: what it took out came first.
     google::protobuf::RepeatedField<float> all;

@@ -138,11 +138,15 @@ class WireMovedWorlds {
   mutable size_t cursor_ = 0;  // The piece the last read ended in.
 };
 
-// Parses `in` into `update`, as update.ParseFromZeroCopyStream(&in) would
-// (DATA_LOSS where that fails), except that a packed moved_world stays
-// where `in`'s buffers hold it, in `worlds`: `in` (and what its buffers
-// belong to) must outlive `worlds`. The other fields' bytes are copied
-// aside, as they are, and parsed. Where moved_world comes unpacked (a
+// Parses `in` into `update`, as update.ParseFromZeroCopyStream(&in) does:
+// DATA_LOSS where that fails. O(bytes).
+absl::Status ParseFrameUpdate(google::protobuf::io::ZeroCopyInputStream& in,
+                              FrameUpdate& update);
+
+// Parses `in` into `update`, as ParseFrameUpdate does, except that a packed
+// moved_world stays where `in`'s buffers hold it, in `worlds`: `in` (and what
+// its buffers belong to) must outlive `worlds`. The other fields' bytes are
+// copied aside, as they are, and parsed. Where moved_world comes unpacked (a
 // peer may send it so), or the host is not little-endian, it is all parsed
 // into `update` and `worlds` is left empty. O(bytes), and no copy of the
 // matrices.
