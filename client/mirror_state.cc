@@ -131,20 +131,25 @@ absl::Status MirrorState::DecodeCompact(const v1::FrameUpdate& u,
         if (placed) against->SetHeld(d.slot, nullptr);
         continue;
       }
-      const v1::QuantizedPose* held =
-          e.is_delta() && placed ? against->held(d.slot) : nullptr;
-      v1::QuantizedPose pose;
-      if (absl::Status resolved = parser.Resolve(e, held, pose);
-          !resolved.ok()) {
-        return resolved;
-      }
-      parser.quantizer().Dequantize(pose, d.world);
+      const v1::QuantizedPose* pose;
+      absl::Status resolved;
       if (placed) {
-        against->SetHeld(d.slot, &pose);
+        // In place: what is held is a delta's base, then the pose. (Resolved
+        // aside and copied in, the copy's wide loads of the pose's fields,
+        // just written one by one, each waited for those writes to land.)
+        const v1::QuantizedPose* held =
+            e.is_delta() ? against->held(d.slot) : nullptr;
+        v1::QuantizedPose& hold = against->HoldPose(d.slot);
+        resolved = parser.Resolve(e, held, hold);
+        pose = &hold;
       } else {
         d.unplaced_pose = static_cast<uint32_t>(unplaced_poses_.size());
-        unplaced_poses_.push_back(pose);
+        v1::QuantizedPose& unplaced = unplaced_poses_.emplace_back();
+        resolved = parser.Resolve(e, nullptr, unplaced);
+        pose = &unplaced;
       }
+      if (!resolved.ok()) return resolved;
+      parser.quantizer().Dequantize(*pose, d.world);
     }
   }
   return parser.Finish();

@@ -111,6 +111,13 @@ class Copy {
     if (held_.size() < ids_.size()) held_.resize(ids_.size());
     held_[i] = {*pose, true};
   }
+  // The pose at `i`, held from now, to be written in place (what was held
+  // there is gone, unless read before).
+  v1::QuantizedPose& HoldPose(uint32_t i) {
+    if (held_.size() < ids_.size()) held_.resize(ids_.size());
+    held_[i].present = true;
+    return held_[i].pose;
+  }
   void Clear() {
     index_.Clear();
     ids_.clear();

@@ -176,7 +176,8 @@ class CompactMovesParser {
   // The pose a whole or delta entry codes. A delta needs `held`, the pose
   // the receiver holds for the entity (refused without); a whole is coded
   // against the whole before it, so wholes are resolved in the order read.
-  // Refused when a value leaves its range.
+  // `pose` may be `*held`, resolving in place. Refused when a value leaves
+  // its range (`pose` then holds nothing to use).
   absl::Status Resolve(const Entry& entry, const QuantizedPose* held,
                        QuantizedPose& pose);
   // Refused when bytes follow the last entry.
