@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "glm/gtc/matrix_access.hpp"
 #include "glm/gtc/matrix_inverse.hpp"
-#include "src/math_kernels.h"
+#include "xform/internal/math_kernels.h"
 #include "xform/transform.h"
 
 namespace xform {

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "src/math_kernels.h"
+#include "xform/internal/math_kernels.h"
 
 namespace xform::internal {
 

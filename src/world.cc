@@ -9,9 +9,9 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "src/command_checks.h"
-#include "src/math_kernels.h"
 #include "src/world_internal.h"
 #include "src/world_validator.h"
+#include "xform/internal/math_kernels.h"
 
 namespace xform {
 namespace {

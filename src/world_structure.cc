@@ -9,8 +9,8 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
-#include "src/math_kernels.h"
 #include "src/world_internal.h"
+#include "xform/internal/math_kernels.h"
 #include "xform/world.h"
 
 namespace xform {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "src/math_kernels.h"
+#include "xform/internal/math_kernels.h"
 
 namespace xform::internal {
 namespace {

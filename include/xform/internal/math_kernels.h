@@ -2,10 +2,11 @@
 //
 // The two products behind local and world matrices, inline so propagation's
 // sweep compiles to one straight block per instance. Matrices are Matrix3x4
-// rows.
+// rows. Not part of the API: the core and the wire codecs (which make a
+// compact stream's poses matrices again) share it.
 
-#ifndef XFORM_SRC_MATH_KERNELS_H_
-#define XFORM_SRC_MATH_KERNELS_H_
+#ifndef XFORM_INTERNAL_MATH_KERNELS_H_
+#define XFORM_INTERNAL_MATH_KERNELS_H_
 
 #include <cmath>
 
@@ -18,9 +19,66 @@
 
 namespace xform::internal {
 
+#if defined(__SSE2__)
+// Lane `lane` of `v` in all four lanes. pshufd rather than shufps: SSE2's
+// shufps overwrites its source, so each of a row's three broadcasts would
+// first copy the row, a third more instructions in the sweep's loop.
+template <int lane>
+inline __m128 Broadcast(__m128 v) {
+  return _mm_castsi128_ps(_mm_shuffle_epi32(
+      _mm_castps_si128(v), _MM_SHUFFLE(lane, lane, lane, lane)));
+}
+
+// ComposeTrs (below) from registers: `position` (x, y, z, any), a unit
+// quaternion `quat` (x, y, z, w) and `scale` (x, y, z, 1). The scalar
+// form's products and sums in the same order, so the same bits, in a third
+// of its instructions: a compact stream's subscriber makes a matrix of
+// every moved entity's pose with it, from a quaternion it put together in
+// a register.
+inline void ComposeTrs(__m128 position, __m128 quat, __m128 scale,
+                       float* __restrict out) {
+  const __m128 twice = _mm_add_ps(quat, quat);
+  const __m128 squares = _mm_mul_ps(quat, twice);  // xx yy zz ww
+  // 1 - (yy + zz), 1 - (xx + zz), 1 - (xx + yy).
+  const __m128 diagonal = _mm_sub_ps(
+      _mm_set1_ps(1.0f),
+      _mm_add_ps(_mm_shuffle_ps(squares, squares, _MM_SHUFFLE(0, 0, 0, 1)),
+                 _mm_shuffle_ps(squares, squares, _MM_SHUFFLE(0, 1, 2, 2))));
+  // xy xz yz, and wz wy wx.
+  const __m128 products =
+      _mm_mul_ps(_mm_shuffle_ps(quat, quat, _MM_SHUFFLE(0, 1, 0, 0)),
+                 _mm_shuffle_ps(twice, twice, _MM_SHUFFLE(0, 2, 2, 1)));
+  const __m128 by_w =
+      _mm_mul_ps(Broadcast<3>(quat),
+                 _mm_shuffle_ps(twice, twice, _MM_SHUFFLE(0, 0, 1, 2)));
+  const __m128 sums = _mm_add_ps(products, by_w);   // xy+wz xz+wy yz+wx
+  const __m128 diffs = _mm_sub_ps(products, by_w);  // xy-wz xz-wy yz-wx
+  // The rows, before scaling: (1-(yy+zz), xy-wz, xz+wy, x),
+  // (xy+wz, 1-(xx+zz), yz-wx, y), (xz-wy, yz+wx, 1-(xx+yy), z).
+  const __m128 row0 =
+      _mm_shuffle_ps(_mm_unpacklo_ps(diagonal, diffs),
+                     _mm_unpacklo_ps(sums, position), _MM_SHUFFLE(1, 2, 1, 0));
+  const __m128 row1 =
+      _mm_shuffle_ps(_mm_unpacklo_ps(sums, diagonal),
+                     _mm_shuffle_ps(diffs, position, _MM_SHUFFLE(1, 1, 2, 2)),
+                     _MM_SHUFFLE(2, 0, 3, 0));
+  const __m128 row2 = _mm_shuffle_ps(
+      _mm_shuffle_ps(diffs, sums, _MM_SHUFFLE(2, 2, 1, 1)),
+      _mm_unpackhi_ps(diagonal, position), _MM_SHUFFLE(1, 0, 2, 0));
+  // Column j times scale j; the translation times 1.
+  _mm_storeu_ps(out, _mm_mul_ps(row0, scale));
+  _mm_storeu_ps(out + 4, _mm_mul_ps(row1, scale));
+  _mm_storeu_ps(out + 8, _mm_mul_ps(row2, scale));
+}
+#endif
+
 // out = T(position) * R(rotation) * S(scale) for a unit quaternion.
 inline void ComposeTrs(const glm::vec3& p, const glm::quat& q,
                        const glm::vec3& s, float* __restrict out) {
+#if defined(__SSE2__)
+  ComposeTrs(_mm_setr_ps(p.x, p.y, p.z, 0.0f), _mm_setr_ps(q.x, q.y, q.z, q.w),
+             _mm_setr_ps(s.x, s.y, s.z, 1.0f), out);
+#else
   const float x2 = q.x + q.x, y2 = q.y + q.y, z2 = q.z + q.z;
   const float xx = q.x * x2, yy = q.y * y2, zz = q.z * z2;
   const float xy = q.x * y2, xz = q.x * z2, yz = q.y * z2;
@@ -37,18 +95,8 @@ inline void ComposeTrs(const glm::vec3& p, const glm::quat& q,
   out[9] = (yz + wx) * s.y;
   out[10] = (1.0f - (xx + yy)) * s.z;
   out[11] = p.z;
-}
-
-#if defined(__SSE2__)
-// Lane `lane` of `v` in all four lanes. pshufd rather than shufps: SSE2's
-// shufps overwrites its source, so each of a row's three broadcasts would
-// first copy the row, a third more instructions in the sweep's loop.
-template <int lane>
-inline __m128 Broadcast(__m128 v) {
-  return _mm_castsi128_ps(_mm_shuffle_epi32(
-      _mm_castps_si128(v), _MM_SHUFFLE(lane, lane, lane, lane)));
-}
 #endif
+}
 
 // out = a * b for affine a and b. `out` may not alias either input. This is
 // propagation's whole inner loop: one load of each input row, three
@@ -146,4 +194,4 @@ class FiniteCheck {
 
 }  // namespace xform::internal
 
-#endif  // XFORM_SRC_MATH_KERNELS_H_
+#endif  // XFORM_INTERNAL_MATH_KERNELS_H_
