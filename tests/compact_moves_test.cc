@@ -10,6 +10,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <random>
@@ -228,6 +229,60 @@ TEST(PoseQuantizerTest, ScalesAreExp2OfTheirLogs) {
   EXPECT_GE(m.m[5], 0.0f);
   EXPECT_LE(m.m[5], 1e-37f);
   EXPECT_EQ(m.m[10], 1.0f);
+}
+
+// A pose made a matrix (Dequantize: SSE2 on x86-64) is, to the bit, glm's
+// rotation matrix of its quaternion as the format defines it (three sent
+// at 1 / (16383 sqrt 2), the largest rebuilt), each column times its scale,
+// beside its position in float: for every left-out component, and for
+// hostile rotations whose three squares pass 1 (the largest is then 0).
+TEST(PoseQuantizerTest, DequantizeIsThePosesMatrixToTheBit) {
+  constexpr double kRotationScale = 16383 * 1.4142135623730951;
+  constexpr int kSent[4][3] = {{1, 2, 3}, {0, 2, 3}, {0, 1, 3}, {0, 1, 2}};
+  std::mt19937_64 rng(19);
+  const PoseQuantizer quantizer(kPrecision);
+  for (int k = 0; k < 100'000; ++k) {
+    QuantizedPose q;
+    // A tenth past the range a sender uses.
+    const int64_t bound = k % 10 == 0 ? 40'000 : 16'383;
+    for (int i = 0; i < 3; ++i) {
+      q.position[i] = static_cast<int64_t>(rng() >> 24) - (int64_t{1} << 39);
+      q.rotation[i] = static_cast<int32_t>(
+          static_cast<int64_t>(rng() % (2 * bound + 1)) - bound);
+      q.log_scale[i] = static_cast<int32_t>(rng() % (8 << 16)) - (4 << 16);
+    }
+    q.largest = static_cast<uint8_t>(rng() % 4);
+    // Its scales as Dequantize makes them (ScalesAreExp2OfTheirLogs tests
+    // those): the diagonal of the identity rotation's matrix.
+    QuantizedPose scales_only = {};
+    scales_only.log_scale = q.log_scale;
+    scales_only.largest = 3;
+    const Matrix3x4 scales = quantizer.Dequantize(scales_only);
+    float c[4];
+    float sum = 0;
+    for (int i = 0; i < 3; ++i) {
+      const float v = static_cast<float>(q.rotation[i]) *
+                      static_cast<float>(1 / kRotationScale);
+      c[kSent[q.largest][i]] = v;
+      sum += v * v;
+    }
+    c[q.largest] = std::sqrt(std::max(0.0f, 1.0f - sum));
+    const glm::mat3 r = glm::mat3_cast(glm::quat(c[3], c[0], c[1], c[2]));
+    Matrix3x4 want;
+    for (int i = 0; i < 3; ++i) {
+      for (int j = 0; j < 3; ++j) {
+        want.m[4 * i + j] = r[j][i] * scales.m[5 * j];
+      }
+      want.m[4 * i + 3] =
+          static_cast<float>(q.position[i] * static_cast<double>(kPrecision));
+    }
+    const Matrix3x4 got = quantizer.Dequantize(q);
+    for (int e = 0; e < 12; ++e) {
+      ASSERT_EQ(std::memcmp(&want.m[e], &got.m[e], sizeof(float)), 0)
+          << "pose " << k << " (largest " << int{q.largest} << "), element "
+          << e << ": " << got.m[e] << " against " << want.m[e];
+    }
+  }
 }
 
 // A sender and a receiver of compact messages over a long random run: the

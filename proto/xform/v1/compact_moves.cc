@@ -10,9 +10,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "glm/gtc/quaternion.hpp"
-#include "glm/mat3x3.hpp"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/wire_format_lite.h"
+#include "xform/internal/math_kernels.h"
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 namespace xform::v1 {
 namespace {
@@ -142,6 +146,32 @@ inline float ScaleOf(int32_t log_scale) {
 // The components sent when component i is left out, in x y z w order.
 constexpr int kSmallestThree[4][3] = {
     {1, 2, 3}, {0, 2, 3}, {0, 1, 3}, {0, 1, 2}};
+constexpr float kRotationStep = 1 / kRotationScale;
+
+#if defined(__SSE2__)
+// kPlace[largest][k]: all ones in the lane (x y z w) that sent component k
+// goes to, k = 3 being the rebuilt largest; zeros elsewhere. Placed by
+// masks, not by a branch or a store and reload, the quaternion stays in a
+// register, and which component is largest is as good as random.
+struct alignas(16) LaneMask {
+  uint32_t lanes[4];
+};
+constexpr auto kPlace = [] {
+  std::array<std::array<LaneMask, 4>, 4> place{};
+  for (int largest = 0; largest < 4; ++largest) {
+    for (int k = 0; k < 3; ++k) {
+      place[largest][k].lanes[kSmallestThree[largest][k]] = ~0u;
+    }
+    place[largest][3].lanes[largest] = ~0u;
+  }
+  return place;
+}();
+
+// `v` where `mask` is all ones, zero elsewhere.
+inline __m128 Keep(__m128 v, const LaneMask& mask) {
+  return _mm_and_ps(v, _mm_load_ps(reinterpret_cast<const float*>(mask.lanes)));
+}
+#endif
 
 }  // namespace
 
@@ -309,10 +339,41 @@ void PoseQuantizer::Dequantize(const QuantizedPose& q, Matrix3x4& m) const {
   // In float, and not normalized again: the three components are known to
   // 1 / 23170, far coarser than a float's 2^-24, and rebuilding the largest
   // makes the quaternion unit to a float's precision. (Three hostile ones
-  // whose squares pass 1 give a matrix that is no rotation, as a hostile
-  // peer's raw entry could be anyway.) This runs once a moved entity on
-  // every subscriber.
-  constexpr float kRotationStep = 1 / kRotationScale;
+  // whose squares pass 1 leave the largest 0, and give a matrix that is no
+  // rotation, as a hostile peer's raw entry could be anyway.) This runs once
+  // a moved entity on every subscriber.
+  const float scale[3] = {ScaleOf(q.log_scale[0]), ScaleOf(q.log_scale[1]),
+                          ScaleOf(q.log_scale[2])};
+  float position[3];
+  for (int i = 0; i < 3; ++i) {
+    position[i] =
+        static_cast<float>(q.position[i] * static_cast<double>(precision_));
+  }
+#if defined(__SSE2__)
+  // The same sums in the same order as the scalar form below, so the same
+  // bits, with the quaternion put together in a register: the matrix's
+  // every step waits on the square root, and a third of the instructions
+  // lets the next entity's decoding start the sooner.
+  const __m128 sent =
+      _mm_mul_ps(_mm_cvtepi32_ps(_mm_setr_epi32(q.rotation[0], q.rotation[1],
+                                                q.rotation[2], 0)),
+                 _mm_set1_ps(kRotationStep));
+  const __m128 squares = _mm_mul_ps(sent, sent);
+  const __m128 sum =
+      _mm_add_ss(_mm_add_ss(squares, internal::Broadcast<1>(squares)),
+                 internal::Broadcast<2>(squares));
+  const __m128 largest = _mm_sqrt_ss(
+      _mm_max_ss(_mm_sub_ss(_mm_set_ss(1.0f), sum), _mm_setzero_ps()));
+  const auto& place = kPlace[q.largest & 3];
+  const __m128 quat =
+      _mm_or_ps(_mm_or_ps(Keep(internal::Broadcast<0>(sent), place[0]),
+                          Keep(internal::Broadcast<1>(sent), place[1])),
+                _mm_or_ps(Keep(internal::Broadcast<2>(sent), place[2]),
+                          Keep(internal::Broadcast<0>(largest), place[3])));
+  internal::ComposeTrs(_mm_setr_ps(position[0], position[1], position[2], 0.0f),
+                       quat, _mm_setr_ps(scale[0], scale[1], scale[2], 1.0f),
+                       m.m.data());
+#else
   // Placed by table, not by a branch on which is largest (that is random).
   const int largest = q.largest & 3;
   std::array<float, 4> c;
@@ -323,15 +384,10 @@ void PoseQuantizer::Dequantize(const QuantizedPose& q, Matrix3x4& m) const {
     sum += v * v;
   }
   c[largest] = std::sqrt(std::max(0.0f, 1.0f - sum));
-  const glm::mat3 rotation = glm::mat3_cast(glm::quat(c[3], c[0], c[1], c[2]));
-  for (int j = 0; j < 3; ++j) {
-    const float s = ScaleOf(q.log_scale[j]);
-    for (int i = 0; i < 3; ++i) m.m[4 * i + j] = rotation[j][i] * s;
-  }
-  for (int i = 0; i < 3; ++i) {
-    m.m[4 * i + 3] =
-        static_cast<float>(q.position[i] * static_cast<double>(precision_));
-  }
+  internal::ComposeTrs({position[0], position[1], position[2]},
+                       glm::quat(c[3], c[0], c[1], c[2]),
+                       {scale[0], scale[1], scale[2]}, m.m.data());
+#endif
 }
 
 std::string CompactMovesWriter::Finish() {
