@@ -98,45 +98,58 @@ absl::Status MirrorState::DecodeCompact(const v1::FrameUpdate& u,
                                         Copy* against) {
   v1::CompactMovesParser parser(u);
   if (absl::Status started = parser.Start(); !started.ok()) return started;
+  const size_t count = parser.count();
   const size_t base = decoded_size_;
-  decoded_size_ = base + parser.count();
+  decoded_size_ = base + count;
   // Grown, never shrunk to fit: entries are written before they are read,
   // and value-initializing them anew each message (an identity matrix
   // among them) cost as much as a tenth of the decoding.
   if (decoded_.size() < decoded_size_) decoded_.resize(decoded_size_);
-  // A block's entries are read, their rows looked up (prefetched), their
-  // held poses prefetched, then resolved.
-  v1::CompactMovesParser::Entry block[kBlock];
-  for (uint64_t first = 0; first < parser.count(); first += kBlock) {
-    const int n =
-        static_cast<int>(std::min<uint64_t>(kBlock, parser.count() - first));
-    for (int k = 0; k < n; ++k) {
+  // A block at a time, in three steps, each a block ahead of the next: its
+  // entries are read (their index entries prefetched), then their rows
+  // found (their held poses prefetched), then resolved. So a block's held
+  // poses are on their way while the next block is read, and its index
+  // entries while the block before is resolved: each prefetch has a
+  // block's work to land in.
+  using Entry = v1::CompactMovesParser::Entry;
+  Entry blocks[2][kBlock];
+  auto block_size = [count](size_t first) {
+    return static_cast<int>(std::min<size_t>(kBlock, count - first));
+  };
+  auto read_block = [&](size_t first, Entry* block) {
+    for (int k = 0; k < block_size(first); ++k) {
       if (absl::Status read = parser.Read(block[k]); !read.ok()) return read;
       if (against != nullptr) against->Prefetch(block[k].id);
     }
+    return absl::OkStatus();
+  };
+  auto find_block = [&](size_t first, const Entry* block) {
     DecodedMove* const out = &decoded_[base + first];
-    for (int k = 0; k < n; ++k) {
+    for (int k = 0; k < block_size(first); ++k) {
       out[k].id = block[k].id;
       out[k].slot =
           against != nullptr ? against->Find(block[k].id) : Copy::kAbsent;
       if (out[k].slot != Copy::kAbsent) against->PrefetchHeld(out[k].slot);
     }
-    for (int k = 0; k < n; ++k) {
-      const v1::CompactMovesParser::Entry& e = block[k];
+  };
+  auto resolve_block = [&](size_t first, const Entry* block) {
+    DecodedMove* const out = &decoded_[base + first];
+    for (int k = 0; k < block_size(first); ++k) {
+      const Entry& e = block[k];
       DecodedMove& d = out[k];
-      const bool placed = d.slot != Copy::kAbsent;
       d.unplaced_pose = DecodedMove::kNoPose;
       if (e.is_raw()) {
         d.world = e.raw;
-        if (placed) against->SetHeld(d.slot, nullptr);
+        if (d.slot != Copy::kAbsent) against->SetHeld(d.slot, nullptr);
         continue;
       }
       const v1::QuantizedPose* pose;
       absl::Status resolved;
-      if (placed) {
-        // In place: what is held is a delta's base, then the pose. (Resolved
-        // aside and copied in, the copy's wide loads of the pose's fields,
-        // just written one by one, each waited for those writes to land.)
+      if (d.slot != Copy::kAbsent) {
+        // In place: what is held is a delta's base, then the pose.
+        // (Resolved aside and copied in, the copy's wide loads of the
+        // pose's fields, just written one by one, each waited for those
+        // writes to land.)
         const v1::QuantizedPose* held =
             e.is_delta() ? against->held(d.slot) : nullptr;
         v1::QuantizedPose& hold = against->HoldPose(d.slot);
@@ -151,6 +164,24 @@ absl::Status MirrorState::DecodeCompact(const v1::FrameUpdate& u,
       if (!resolved.ok()) return resolved;
       parser.quantizer().Dequantize(*pose, d.world);
     }
+    return absl::OkStatus();
+  };
+  if (count > 0) {
+    if (absl::Status read = read_block(0, blocks[0]); !read.ok()) return read;
+    find_block(0, blocks[0]);
+  }
+  for (size_t first = 0, b = 0; first < count; first += kBlock, b ^= 1) {
+    const size_t next = first + kBlock;
+    if (next < count) {
+      if (absl::Status read = read_block(next, blocks[b ^ 1]); !read.ok()) {
+        return read;
+      }
+    }
+    if (absl::Status resolved = resolve_block(first, blocks[b]);
+        !resolved.ok()) {
+      return resolved;
+    }
+    if (next < count) find_block(next, blocks[b ^ 1]);
   }
   return parser.Finish();
 }
