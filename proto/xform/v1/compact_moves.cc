@@ -102,21 +102,6 @@ void PutDeltas(const std::array<T, N>& now, const std::array<T, N>& before,
               out);
   }
 }
-// out[i] = base[i] + deltas[i], or false when that is out of T's range.
-template <typename T, size_t N>
-bool Add(const std::array<T, N>& base, const int64_t* deltas,
-         std::array<T, N>* out) {
-  for (size_t i = 0; i < N; ++i) {
-    // Wrapping arithmetic: hostile bytes must not be undefined behaviour.
-    const int64_t v = static_cast<int64_t>(static_cast<uint64_t>(base[i]) +
-                                           static_cast<uint64_t>(deltas[i]));
-    if (v < std::numeric_limits<T>::min() || v > std::numeric_limits<T>::max())
-      return false;
-    (*out)[i] = static_cast<T>(v);
-  }
-  return true;
-}
-constexpr std::array<int32_t, 3> kZero32 = {0, 0, 0};
 
 // 2^(n / 65536) for a log scale n, without a call to exp2f (three a moved
 // entity on every subscriber, where scales are not 1): n's fraction splits
@@ -484,29 +469,8 @@ absl::Status CompactMovesParser::Start() {
   return absl::OkStatus();
 }
 
-absl::Status CompactMovesParser::Resolve(const Entry& e,
-                                         const QuantizedPose* held,
-                                         QuantizedPose& p) {
-  p.largest = (e.flags >> 2) & 3;
-  bool ok;
-  if (!e.is_delta()) {
-    ok = Add(origin_, &e.values[0], &p.position) &&
-         Add(kZero32, &e.values[3], &p.rotation) &&
-         Add(kZero32, &e.values[6], &p.log_scale);
-    origin_ = p.position;
-  } else {
-    if (held == nullptr) {
-      return Bad(absl::StrCat("a delta for entity ", e.id, ", not held"));
-    }
-    ok = Add(held->position, &e.values[0], &p.position) &&
-         Add((e.flags & kRotationWhole) ? kZero32 : held->rotation,
-             &e.values[3], &p.rotation);
-    p.log_scale = held->log_scale;
-    if (ok && (e.flags & kScalePresent)) {
-      ok = Add(held->log_scale, &e.values[6], &p.log_scale);
-    }
-  }
-  return ok ? absl::OkStatus() : Bad("a value out of range");
+absl::Status CompactMovesParser::NotHeld(EntityId e) const {
+  return Bad(absl::StrCat("a delta for entity ", e, ", not held"));
 }
 
 absl::Status CompactMovesParser::Finish() {

@@ -187,6 +187,7 @@ class CompactMovesParser {
 
  private:
   absl::Status Bad(absl::string_view why) const;
+  absl::Status NotHeld(EntityId e) const;
   // False when the bytes end first (or a varint runs past 10 bytes).
   bool ReadVarint(uint64_t& v);
   bool ReadSigned(int64_t& v);
@@ -258,6 +259,53 @@ inline absl::Status CompactMovesParser::Read(Entry& e) {
     if (!ReadSigned(e.values[v])) return Bad("cut short");
   }
   return absl::OkStatus();
+}
+
+namespace compact_internal {
+// out[i] = base[i] + deltas[i], every element; false when one leaves T's
+// range. `out` may be `base`.
+template <typename T, size_t N>
+inline bool AddDeltas(const std::array<T, N>& base, const int64_t* deltas,
+                      std::array<T, N>& out) {
+  bool in_range = true;
+  for (size_t i = 0; i < N; ++i) {
+    // Wrapping arithmetic: hostile bytes must not be undefined behaviour.
+    const int64_t v = static_cast<int64_t>(static_cast<uint64_t>(base[i]) +
+                                           static_cast<uint64_t>(deltas[i]));
+    in_range &= v == static_cast<T>(v);
+    out[i] = static_cast<T>(v);
+  }
+  return in_range;
+}
+}  // namespace compact_internal
+
+// Resolve, inline for the same reason as Read: once an entry on every
+// subscriber. Its range checks are and-ed, one branch an entry.
+inline absl::Status CompactMovesParser::Resolve(const Entry& e,
+                                                const QuantizedPose* held,
+                                                QuantizedPose& p) {
+  using compact_internal::AddDeltas;
+  static constexpr std::array<int32_t, 3> kZero = {0, 0, 0};
+  p.largest = (e.flags >> 2) & 3;
+  bool in_range;
+  if (!e.is_delta()) {
+    in_range = AddDeltas(origin_, &e.values[0], p.position);
+    in_range &= AddDeltas(kZero, &e.values[3], p.rotation);
+    in_range &= AddDeltas(kZero, &e.values[6], p.log_scale);
+    origin_ = p.position;
+  } else {
+    if (held == nullptr) return NotHeld(e.id);
+    in_range = AddDeltas(held->position, &e.values[0], p.position);
+    in_range &= AddDeltas(
+        (e.flags & compact_internal::kRotationWhole) ? kZero : held->rotation,
+        &e.values[3], p.rotation);
+    if (e.flags & compact_internal::kScalePresent) {
+      in_range &= AddDeltas(held->log_scale, &e.values[6], p.log_scale);
+    } else {
+      p.log_scale = held->log_scale;
+    }
+  }
+  return in_range ? absl::OkStatus() : Bad("a value out of range");
 }
 
 // Turns compact FrameUpdates back into raw ones (moved, moved_world), in the
