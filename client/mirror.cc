@@ -153,9 +153,13 @@ class Mirror::Impl {
   void CopyAll(std::vector<EntityId>* entities,
                std::vector<Matrix3x4>* worlds) const {
     absl::MutexLock lock(&mu_);
-    *entities = state_.copy().ids();
-    worlds->assign(state_.copy().worlds().begin(),
-                   state_.copy().worlds().end());
+    const client_internal::Copy& copy = state_.copy();
+    entities->resize(copy.size());
+    worlds->resize(copy.size());
+    for (uint32_t i = 0; i < copy.size(); ++i) {
+      (*entities)[i] = copy.id(i);
+      (*worlds)[i] = copy.world(i);
+    }
   }
 
   MirrorChanges TakeChanges() {

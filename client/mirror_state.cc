@@ -358,8 +358,10 @@ void MirrorState::ApplySnapshotPart(const v1::FrameUpdate& u,
 }
 
 void MirrorState::NoteSnapshotDifference() {
-  for (EntityId e : copy_.ids()) {
-    if (staging_.Find(e) == Copy::kAbsent) Note(e, kDestroyed);
+  for (uint32_t i = 0; i < copy_.size(); ++i) {
+    if (staging_.Find(copy_.id(i)) == Copy::kAbsent) {
+      Note(copy_.id(i), kDestroyed);
+    }
   }
   for (uint32_t i = 0; i < staging_.size(); ++i) {
     const EntityId e = staging_.id(i);
@@ -383,7 +385,9 @@ NetChanges::Map MirrorState::TakeChanges(bool* resynced) {
     changes_asked_ = true;
     NetChanges::Map all;
     all.reserve(copy_.size());
-    for (EntityId e : copy_.ids()) all.emplace(e, kCreated | kMoved);
+    for (uint32_t i = 0; i < copy_.size(); ++i) {
+      all.emplace(copy_.id(i), kCreated | kMoved);
+    }
     return all;
   }
   return pending_.Take();

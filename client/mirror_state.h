@@ -36,32 +36,33 @@
 
 namespace xform::client_internal {
 
-// Each entity's parent and world matrix, structure-of-arrays, with removal by
-// swapping the last entry in: the mirror has no order to keep, only lookups
-// and whole-copy reads to serve. Beside them, once a compact stream sends a
-// pose, each entity's held pose: a delta's base is found with the same
-// lookup as the row it moves, and goes with the row.
+// Each entity's id, parent and world matrix, a row of one cache line each,
+// with removal by swapping the last row in: the mirror has no order to keep,
+// only lookups and whole-copy reads to serve. A frame writes its moved
+// entities' rows at scattered places, each a trip to memory: a row on a
+// line of its own is one trip, where matrices in a column of their own (48
+// bytes each) straddled two lines every other row. Beside the rows, once a
+// compact stream sends a pose, each entity's held pose: a delta's base is
+// found with the same lookup as the row it moves, and goes with the row.
 class Copy {
  public:
   static constexpr uint32_t kAbsent = internal::IdIndex::kAbsent;
 
-  size_t size() const { return ids_.size(); }
+  size_t size() const { return rows_.size(); }
   uint32_t Find(EntityId e) const { return index_.Find(e); }
   // Starts loading what Find(e) reads, for a Find soon after.
   void Prefetch(EntityId e) const { index_.Prefetch(e); }
   // Starts loading world(i), to be written soon after.
   void PrefetchWorld(uint32_t i) const {
-    __builtin_prefetch(&worlds_[i], /*rw=*/1);
+    __builtin_prefetch(&rows_[i], /*rw=*/1);
   }
   // Starts loading held(i), to be read soon after.
   void PrefetchHeld(uint32_t i) const {
     if (i < held_.size()) __builtin_prefetch(&held_[i]);
   }
-  EntityId id(uint32_t i) const { return ids_[i]; }
-  EntityId parent(uint32_t i) const { return parents_[i]; }
-  const Matrix3x4& world(uint32_t i) const { return worlds_[i]; }
-  const std::vector<EntityId>& ids() const { return ids_; }
-  absl::Span<const Matrix3x4> worlds() const { return worlds_; }
+  EntityId id(uint32_t i) const { return rows_[i].id; }
+  EntityId parent(uint32_t i) const { return rows_[i].parent; }
+  const Matrix3x4& world(uint32_t i) const { return rows_[i].world; }
   // The pose the stream last sent compactly for the entity at `i`, or null
   // (never sent so, or last sent raw).
   const v1::QuantizedPose* held(uint32_t i) const {
@@ -70,14 +71,12 @@ class Copy {
 
   // Adds `e`, or re-parents it when present (a replayed create).
   uint32_t Add(EntityId e, EntityId parent) {
-    const uint32_t row = index_.Insert(e, ids_.size());
-    if (row == ids_.size()) {
-      ids_.push_back(e);
-      parents_.push_back(parent);
-      worlds_.emplace_back();
+    const uint32_t row = index_.Insert(e, rows_.size());
+    if (row == rows_.size()) {
+      rows_.push_back({.world = Matrix3x4(), .id = e, .parent = parent});
       if (!held_.empty()) held_.emplace_back();
     } else {
-      parents_[row] = parent;
+      rows_[row].parent = parent;
     }
     return row;
   }
@@ -85,22 +84,18 @@ class Copy {
     const uint32_t i = index_.Find(e);
     if (i == kAbsent) return;
     index_.Erase(e);
-    if (i + 1 != ids_.size()) {
-      ids_[i] = ids_.back();
-      parents_[i] = parents_.back();
-      worlds_[i] = worlds_.back();
+    if (i + 1 != rows_.size()) {
+      rows_[i] = rows_.back();
       if (!held_.empty()) held_[i] = held_.back();
-      index_.Set(ids_[i], i);
+      index_.Set(rows_[i].id, i);
     }
-    ids_.pop_back();
-    parents_.pop_back();
-    worlds_.pop_back();
+    rows_.pop_back();
     if (!held_.empty()) held_.pop_back();
   }
-  void SetParent(uint32_t i, EntityId parent) { parents_[i] = parent; }
-  void SetWorld(uint32_t i, const Matrix3x4& m) { worlds_[i] = m; }
+  void SetParent(uint32_t i, EntityId parent) { rows_[i].parent = parent; }
+  void SetWorld(uint32_t i, const Matrix3x4& m) { rows_[i].world = m; }
   // world(i), to be written in place (a matrix read off the wire).
-  Matrix3x4& mutable_world(uint32_t i) { return worlds_[i]; }
+  Matrix3x4& mutable_world(uint32_t i) { return rows_[i].world; }
   // `pose` null: nothing held (a raw entry). The column is made at the
   // first pose held, so a raw stream's copy never pays for it.
   void SetHeld(uint32_t i, const v1::QuantizedPose* pose) {
@@ -108,21 +103,19 @@ class Copy {
       if (i < held_.size()) held_[i].present = false;
       return;
     }
-    if (held_.size() < ids_.size()) held_.resize(ids_.size());
+    if (held_.size() < rows_.size()) held_.resize(rows_.size());
     held_[i] = {*pose, true};
   }
   // The pose at `i`, held from now, to be written in place (what was held
   // there is gone, unless read before).
   v1::QuantizedPose& HoldPose(uint32_t i) {
-    if (held_.size() < ids_.size()) held_.resize(ids_.size());
+    if (held_.size() < rows_.size()) held_.resize(rows_.size());
     held_[i].present = true;
     return held_[i].pose;
   }
   void Clear() {
     index_.Clear();
-    ids_.clear();
-    parents_.clear();
-    worlds_.clear();
+    rows_.clear();
     held_.clear();
   }
 
@@ -134,6 +127,12 @@ class Copy {
     bool present = false;
   };
   static_assert(sizeof(Held) == 64);
+  struct alignas(64) Row {
+    Matrix3x4 world;
+    EntityId id;
+    EntityId parent;
+  };
+  static_assert(sizeof(Row) == 64);
 
   // The rows a frame writes, at scattered places, on 2 MB pages once they
   // are big: 16 compact Mirrors of a 1M world took 154-614 ms a frame with
@@ -146,9 +145,7 @@ class Copy {
   using RowColumn = internal::Column<T, kRowsOnHugePagesFrom>;
 
   internal::IdIndex index_;
-  std::vector<EntityId> ids_;
-  std::vector<EntityId> parents_;
-  RowColumn<Matrix3x4> worlds_;
+  RowColumn<Row> rows_;
   RowColumn<Held> held_;  // Empty, or one per entity.
 };
 
