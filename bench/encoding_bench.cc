@@ -7,6 +7,7 @@
 // whole (a snapshot, a folded frame). The encoding's bytes per entity are
 // reported as a counter.
 
+#include <cstring>
 #include <map>
 #include <numeric>
 #include <random>
@@ -333,6 +334,37 @@ BENCHMARK(BM_MirrorParseApplyRaw)
 BENCHMARK(BM_MirrorApplyCompact)
     ->ArgsProduct({{0, 1}, {1, 16}, {100'000}})
     ->Args({0, 16, 1'000'000});
+
+// The floor under a Mirror's frame on a big world: random cache lines of
+// memory far bigger than the caches (512 MB), read independently, as a
+// frame's moved entities' rows and held poses are. Argument: how many reads
+// ahead each is prefetched (0: none, the out-of-order core alone). Per line
+// read (items_per_second); a compact entity touches three such lines (its
+// index entry, its held pose, its row), a raw one two.
+void BM_RandomLineReads(benchmark::State& state) {
+  constexpr size_t kBytes = size_t{512} << 20;
+  constexpr size_t kReads = size_t{1} << 20;
+  static std::vector<char>* memory = new std::vector<char>(kBytes, 1);
+  std::mt19937_64 rng(23);
+  std::vector<uint64_t> offsets(kReads);
+  for (uint64_t& offset : offsets) offset = rng() % (kBytes / 64) * 64;
+  const size_t ahead = static_cast<size_t>(state.range(0));
+  const char* base = memory->data();
+  for (auto _ : state) {
+    uint64_t sum = 0;
+    for (size_t k = 0; k < kReads; ++k) {
+      if (ahead != 0 && k + ahead < kReads) {
+        __builtin_prefetch(base + offsets[k + ahead]);
+      }
+      uint64_t v;
+      std::memcpy(&v, base + offsets[k], sizeof(v));
+      sum += v;
+    }
+    benchmark::DoNotOptimize(sum);
+  }
+  state.SetItemsProcessed(state.iterations() * kReads);
+}
+BENCHMARK(BM_RandomLineReads)->Arg(0)->Arg(16);
 
 }  // namespace
 }  // namespace xform
