@@ -117,7 +117,8 @@ absl::Status MirrorState::DecodeCompact(const v1::FrameUpdate& u,
     return static_cast<int>(std::min<size_t>(kBlock, count - first));
   };
   auto read_block = [&](size_t first, Entry* block) {
-    for (int k = 0; k < block_size(first); ++k) {
+    const int n = block_size(first);
+    for (int k = 0; k < n; ++k) {
       if (absl::Status read = parser.Read(block[k]); !read.ok()) return read;
       if (against != nullptr) against->Prefetch(block[k].id);
     }
@@ -125,7 +126,8 @@ absl::Status MirrorState::DecodeCompact(const v1::FrameUpdate& u,
   };
   auto find_block = [&](size_t first, const Entry* block) {
     DecodedMove* const out = &decoded_[base + first];
-    for (int k = 0; k < block_size(first); ++k) {
+    const int n = block_size(first);
+    for (int k = 0; k < n; ++k) {
       out[k].id = block[k].id;
       out[k].slot =
           against != nullptr ? against->Find(block[k].id) : Copy::kAbsent;
@@ -134,7 +136,8 @@ absl::Status MirrorState::DecodeCompact(const v1::FrameUpdate& u,
   };
   auto resolve_block = [&](size_t first, const Entry* block) {
     DecodedMove* const out = &decoded_[base + first];
-    for (int k = 0; k < block_size(first); ++k) {
+    const int n = block_size(first);
+    for (int k = 0; k < n; ++k) {
       const Entry& e = block[k];
       DecodedMove& d = out[k];
       d.unplaced_pose = DecodedMove::kNoPose;

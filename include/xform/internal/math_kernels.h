@@ -31,10 +31,9 @@ inline __m128 Broadcast(__m128 v) {
 
 // ComposeTrs (below) from registers: `position` (x, y, z, any), a unit
 // quaternion `quat` (x, y, z, w) and `scale` (x, y, z, 1). The scalar
-// form's products and sums in the same order, so the same bits, in a third
-// of its instructions: a compact stream's subscriber makes a matrix of
-// every moved entity's pose with it, from a quaternion it put together in
-// a register.
+// form's products and sums in the same order, so the same bits, four at a
+// time: a compact stream's subscriber makes a matrix of every moved
+// entity's pose with it, from a quaternion it put together in a register.
 inline void ComposeTrs(__m128 position, __m128 quat, __m128 scale,
                        float* __restrict out) {
   const __m128 twice = _mm_add_ps(quat, quat);
