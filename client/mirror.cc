@@ -154,12 +154,14 @@ class Mirror::Impl {
                std::vector<Matrix3x4>* worlds) const {
     absl::MutexLock lock(&mu_);
     const client_internal::Copy& copy = state_.copy();
-    entities->resize(copy.size());
-    worlds->resize(copy.size());
-    for (uint32_t i = 0; i < copy.size(); ++i) {
-      (*entities)[i] = copy.id(i);
-      (*worlds)[i] = copy.world(i);
-    }
+    entities->clear();
+    worlds->clear();
+    entities->reserve(copy.size());
+    worlds->reserve(copy.size());
+    copy.ForEachRow([&](uint32_t i) {
+      entities->push_back(copy.id(i));
+      worlds->push_back(copy.world(i));
+    });
   }
 
   MirrorChanges TakeChanges() {

@@ -16,15 +16,16 @@
 #ifndef XFORM_CLIENT_MIRROR_STATE_H_
 #define XFORM_CLIENT_MIRROR_STATE_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "xform/internal/huge_page_allocator.h"
-#include "xform/internal/id_index.h"
 #include "xform/mirror.h"
 #include "xform/net_changes.h"
 #include "xform/transform.h"
@@ -37,28 +38,65 @@
 namespace xform::client_internal {
 
 // Each entity's id, parent and world matrix, a row of one cache line each,
-// with removal by swapping the last row in: the mirror has no order to keep,
-// only lookups and whole-copy reads to serve. A frame writes its moved
-// entities' rows at scattered places, each a trip to memory: a row on a
-// line of its own is one trip, where matrices in a column of their own (48
-// bytes each) straddled two lines every other row. Beside the rows, once a
-// compact stream sends a pose, each entity's held pose: a delta's base is
-// found with the same lookup as the row it moves, and goes with the row.
+// at a slot found from its id without a trip to memory of its own. A frame
+// writes its moved entities' rows at scattered places, each a trip to
+// memory; an index of 4 bytes an id beside them was a second trip for each
+// (on a 1M world, its 4 MB per Mirror missed the cache as the rows do), and
+// one the row's fetch had to wait for.
+//
+// So an id below about twice the number held (most writers hand ids out
+// densely: 1, 2, 3 ...) is its own slot, and a bit an id says which of
+// those slots hold their entity: 16 KB for 100k ids, which stay in the
+// cache. Any other id (a hash, a handle with high bits set, a hostile
+// peer's) has a slot past those, found in a hash map, so every id works.
+// Slots of the first kind never move; those past them are kept packed, a
+// removal swapping the last one in, and move as the first kind's range
+// grows.
+//
+// Memory: a row of 64 bytes (and, once a compact stream sends a pose, a
+// held pose of 64) for each slot. The dense range doubles as it grows,
+// and only while it stays below twice the number held plus 4,096: ids 1 to
+// N take between N and 2N slots; at worst (the range's ids mostly
+// destroyed, every entity held past it) there are three slots for each of
+// the most entities held at once since the last Clear(), plus 4,096.
 class Copy {
  public:
-  static constexpr uint32_t kAbsent = internal::IdIndex::kAbsent;
+  static constexpr uint32_t kAbsent = ~uint32_t{0};
 
-  size_t size() const { return rows_.size(); }
-  uint32_t Find(EntityId e) const { return index_.Find(e); }
-  // Starts loading what Find(e) reads, for a Find soon after.
-  void Prefetch(EntityId e) const { index_.Prefetch(e); }
-  // Starts loading world(i), to be written soon after.
-  void PrefetchWorld(uint32_t i) const {
-    __builtin_prefetch(&rows_[i], /*rw=*/1);
+  // Entities held.
+  size_t size() const { return size_; }
+  // Calls visit(i) for each slot i holding an entity. O(slots): at most
+  // three for each of the most entities held at once (see above).
+  template <typename Visit>
+  void ForEachRow(Visit visit) const {
+    for (uint32_t i = 0; i < dense_end_; ++i) {
+      if (Holds(i)) visit(i);
+    }
+    for (auto i = dense_end_; i < rows_.size(); ++i) visit(i);
   }
-  // Starts loading held(i), to be read soon after.
-  void PrefetchHeld(uint32_t i) const {
-    if (i < held_.size()) __builtin_prefetch(&held_[i]);
+
+  // e's slot, or kAbsent. Reads a bit (or, for an id past the dense range,
+  // a hash map).
+  uint32_t Find(EntityId e) const {
+    if (e < dense_end_) {
+      return Holds(static_cast<uint32_t>(e)) ? static_cast<uint32_t>(e)
+                                             : kAbsent;
+    }
+    if (sparse_.empty()) return kAbsent;
+    auto it = sparse_.find(e);
+    return it == sparse_.end() ? kAbsent : it->second;
+  }
+  // Starts loading e's row, to be written soon after. For an id past the
+  // dense range, nothing: its slot is found cold.
+  void PrefetchRow(EntityId e) const {
+    if (e < dense_end_) __builtin_prefetch(&rows_[e], /*rw=*/1);
+  }
+  // Starts loading e's held pose, for held(Find(e)) soon after. (For an id
+  // past the dense range, another slot's, to no harm: GCC 12 at -O3 deleted
+  // this prefetch, in DecodeCompact's loop, when it also checked the range,
+  // and the decode took 2.5 times as long.)
+  void PrefetchHeld(EntityId e) const {
+    if (e < held_.size()) __builtin_prefetch(held_.data() + e);
   }
   EntityId id(uint32_t i) const { return rows_[i].id; }
   EntityId parent(uint32_t i) const { return rows_[i].parent; }
@@ -68,30 +106,15 @@ class Copy {
   const v1::QuantizedPose* held(uint32_t i) const {
     return i < held_.size() && held_[i].present ? &held_[i].pose : nullptr;
   }
+  // Counts removals, rows moved to other slots, and Clear(): a slot found
+  // before is good (its entity still there) while this stays the same.
+  uint64_t moves() const { return moves_; }
 
-  // Adds `e`, or re-parents it when present (a replayed create).
-  uint32_t Add(EntityId e, EntityId parent) {
-    const uint32_t row = index_.Insert(e, rows_.size());
-    if (row == rows_.size()) {
-      rows_.push_back({.world = Matrix3x4(), .id = e, .parent = parent});
-      if (!held_.empty()) held_.emplace_back();
-    } else {
-      rows_[row].parent = parent;
-    }
-    return row;
-  }
-  void Remove(EntityId e) {
-    const uint32_t i = index_.Find(e);
-    if (i == kAbsent) return;
-    index_.Erase(e);
-    if (i + 1 != rows_.size()) {
-      rows_[i] = rows_.back();
-      if (!held_.empty()) held_[i] = held_.back();
-      index_.Set(rows_[i].id, i);
-    }
-    rows_.pop_back();
-    if (!held_.empty()) held_.pop_back();
-  }
+  // Adds `e`, or re-parents it when present (a replayed create); its slot.
+  // Amortized O(1).
+  uint32_t Add(EntityId e, EntityId parent);
+  // O(1).
+  void Remove(EntityId e);
   void SetParent(uint32_t i, EntityId parent) { rows_[i].parent = parent; }
   void SetWorld(uint32_t i, const Matrix3x4& m) { rows_[i].world = m; }
   // world(i), to be written in place (a matrix read off the wire).
@@ -103,8 +126,7 @@ class Copy {
       if (i < held_.size()) held_[i].present = false;
       return;
     }
-    if (held_.size() < rows_.size()) held_.resize(rows_.size());
-    held_[i] = {*pose, true};
+    HoldPose(i) = *pose;
   }
   // The pose at `i`, held from now, to be written in place (what was held
   // there is gone, unless read before).
@@ -113,11 +135,7 @@ class Copy {
     held_[i].present = true;
     return held_[i].pose;
   }
-  void Clear() {
-    index_.Clear();
-    rows_.clear();
-    held_.clear();
-  }
+  void Clear();
 
  private:
   // A cache line each, aligned: a Held read is one trip to memory, not two
@@ -127,12 +145,26 @@ class Copy {
     bool present = false;
   };
   static_assert(sizeof(Held) == 64);
+  // A row on a line of its own is one trip to memory, where matrices in a
+  // column of their own (48 bytes each) straddled two lines every other row.
   struct alignas(64) Row {
     Matrix3x4 world;
-    EntityId id;
-    EntityId parent;
+    EntityId id = kNoEntity;
+    EntityId parent = kNoEntity;
   };
   static_assert(sizeof(Row) == 64);
+
+  // An id below this is kept in the dense range when `held` are held (and
+  // none at or past kMaxDenseEnd, so that slots fit in 32 bits).
+  static constexpr size_t DenseLimit(size_t held) {
+    return std::min(2 * held + 4096, kMaxDenseEnd);
+  }
+  static constexpr size_t kMaxDenseEnd = size_t{1} << 31;
+  // Makes the dense range [0, covered); the slots past it move, each to its
+  // own id's slot if now covered.
+  void GrowDense(size_t covered);
+  // Places `row`, whose id is not in the copy, past the dense range.
+  uint32_t AddSparse(const Row& row, const Held* held);
 
   // The rows a frame writes, at scattered places, on 2 MB pages once they
   // are big: 16 compact Mirrors of a 1M world took 154-614 ms a frame with
@@ -144,9 +176,21 @@ class Copy {
   template <typename T>
   using RowColumn = internal::Column<T, kRowsOnHugePagesFrom>;
 
-  internal::IdIndex index_;
+  // Whether dense slot `i` holds its entity.
+  bool Holds(uint32_t i) const { return (present_[i / 64] >> (i % 64)) & 1; }
+  void SetHolds(uint32_t i, bool holds) {
+    const uint64_t bit = uint64_t{1} << (i % 64);
+    present_[i / 64] = holds ? present_[i / 64] | bit : present_[i / 64] & ~bit;
+  }
+
+  // Slots [0, dense_end_): by id. [dense_end_, size): packed, by sparse_.
   RowColumn<Row> rows_;
-  RowColumn<Held> held_;  // Empty, or one per entity.
+  RowColumn<Held> held_;           // Empty, or one per slot.
+  std::vector<uint64_t> present_;  // A bit for each dense slot.
+  uint32_t dense_end_ = 0;
+  absl::flat_hash_map<EntityId, uint32_t> sparse_;
+  size_t size_ = 0;
+  uint64_t moves_ = 0;
 };
 
 class MirrorState {
@@ -220,7 +264,7 @@ class MirrorState {
     static constexpr uint32_t kNoPose = ~uint32_t{0};
     EntityId id;
     // Its row in the copy decoded against, or kAbsent; good while no row
-    // has moved since (rows_moved_ unchanged).
+    // has moved since (RowsMoved() unchanged).
     uint32_t slot;
     // Where slot is kAbsent: its pose in unplaced_poses_, or kNoPose (raw).
     uint32_t unplaced_pose;
@@ -265,10 +309,6 @@ class MirrorState {
                          const DecodedRange& decoded);
   // Notes how the snapshot built aside differs from the copy. O(world).
   void NoteSnapshotDifference();
-  void RemoveRow(Copy& copy, EntityId e) {
-    copy.Remove(e);
-    ++rows_moved_;
-  }
 
   Copy copy_;
   Copy staging_;
@@ -286,9 +326,12 @@ class MirrorState {
   size_t decoded_size_ = 0;
   std::vector<v1::QuantizedPose> unplaced_poses_;  // Cleared with decoded_.
   DecodedRange last_decoded_;
-  // Counts removals and swaps of rows, in either copy: a decoded slot is
-  // stale once this has moved.
-  uint64_t rows_moved_ = 0;
+  // Counts removals and moves of rows, in either copy (and swaps of the
+  // two): a decoded slot is stale once this has moved.
+  uint64_t RowsMoved() const {
+    return copy_.moves() + staging_.moves() + copies_swapped_;
+  }
+  uint64_t copies_swapped_ = 0;
   bool have_snapshot_ = false;
   uint64_t frame_ = 0;
   int resyncs_ = 0;

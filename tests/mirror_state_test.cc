@@ -30,12 +30,15 @@ struct Row {
   Matrix3x4 world;
 };
 
-// The copy by id, for comparison whatever the row order.
+// The copy by id, for comparison whatever the row order: each entity it
+// holds once, at the slot Find() gives.
 std::map<EntityId, Row> Rows(const Copy& copy) {
   std::map<EntityId, Row> rows;
-  for (uint32_t i = 0; i < copy.size(); ++i) {
+  copy.ForEachRow([&](uint32_t i) {
+    EXPECT_EQ(copy.Find(copy.id(i)), i) << copy.id(i);
     rows[copy.id(i)] = {copy.parent(i), copy.world(i)};
-  }
+  });
+  EXPECT_EQ(rows.size(), copy.size());
   return rows;
 }
 
@@ -169,6 +172,97 @@ class Sender {
   std::map<EntityId, Row> alive_;
   absl::flat_hash_map<EntityId, Matrix3x4> sent_;
 };
+
+// A copy against a map, through adds, replays, removals, moves and held
+// poses of ids of every kind: dense from the start, past the dense range
+// until it grows over them (their slots then move), far past it (a hash's),
+// and the two extremes.
+TEST(CopyTest, EachEntityAtTheSlotFindGivesWithItsRowAndPose) {
+  struct Want {
+    EntityId parent;
+    float world;   // Its matrix's first value.
+    int64_t pose;  // Its held pose's first value, or -1 for none.
+  };
+  std::mt19937 rng(7);
+  auto random_id = [&rng]() -> EntityId {
+    switch (rng() % 8) {
+      case 0:
+        return EntityId{1} << 40 | rng() % 2000;
+      case 1:
+        return rng() % 3 == 0 ? 0 : ~EntityId{0} - rng() % 2;
+      case 2:
+      case 3:
+        return 5000 + rng() % 20000;
+      default:
+        return rng() % 6000;
+    }
+  };
+  Copy copy;
+  std::map<EntityId, Want> want;
+  std::map<EntityId, uint32_t> slots;  // As last seen.
+  uint64_t moves = copy.moves();
+  for (int step = 0; step < 60000; ++step) {
+    const EntityId e = random_id();
+    const uint32_t i = copy.Find(e);
+    ASSERT_EQ(i != Copy::kAbsent, want.contains(e)) << e;
+    // First only adds (so that moves() counts only slots moved), then
+    // removals too: mostly adds while there are few, mostly removals
+    // past 12,000.
+    const bool removals = step >= 20000;
+    const int op = static_cast<int>(rng() % 10);
+    if (op < 5 || i == Copy::kAbsent || (op < 7 && !removals)) {
+      if (removals && want.size() > 12000 && rng() % 2 == 0) {
+        copy.Remove(e);
+        want.erase(e);
+      } else {
+        const EntityId parent = rng();
+        copy.Add(e, parent);
+        if (!want.contains(e)) want[e] = {parent, 1, -1};
+        want[e].parent = parent;
+      }
+    } else if (op < 7) {
+      copy.Remove(e);
+      want.erase(e);
+    } else if (op < 8) {
+      Matrix3x4 m;
+      m.m[0] = static_cast<float>(step);
+      copy.SetWorld(i, m);
+      want[e].world = m.m[0];
+    } else if (op < 9) {
+      copy.HoldPose(i).position[0] = step;
+      want[e].pose = step;
+    } else {
+      copy.SetHeld(i, nullptr);
+      want[e].pose = -1;
+    }
+    if (step % 97 != 0 && step < 59999) continue;
+    ASSERT_EQ(copy.size(), want.size()) << "step " << step;
+    size_t visited = 0;
+    bool moved = false;
+    copy.ForEachRow([&](uint32_t slot) {
+      ++visited;
+      const EntityId id = copy.id(slot);
+      ASSERT_TRUE(want.contains(id)) << id;
+      EXPECT_EQ(copy.Find(id), slot) << id;
+      EXPECT_EQ(copy.parent(slot), want[id].parent) << id;
+      EXPECT_EQ(copy.world(slot).m[0], want[id].world) << id;
+      const v1::QuantizedPose* held = copy.held(slot);
+      EXPECT_EQ(held == nullptr ? -1 : held->position[0], want[id].pose) << id;
+      auto it = slots.find(id);
+      if (it != slots.end() && it->second != slot) moved = true;
+      slots[id] = slot;
+    });
+    ASSERT_EQ(visited, want.size()) << "step " << step;
+    // A slot found is good while moves() stays the same.
+    if (moved) {
+      EXPECT_GT(copy.moves(), moves) << "step " << step;
+    }
+    moves = copy.moves();
+  }
+  copy.Clear();
+  EXPECT_EQ(copy.size(), 0u);
+  EXPECT_EQ(copy.Find(1), Copy::kAbsent);
+}
 
 TEST(MirrorStateTest, HoldsWhatTheReferenceDecoderMakesOfACompactStream) {
   Sender sender(7);

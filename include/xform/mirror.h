@@ -115,10 +115,12 @@ struct MirrorOptions {
   // holds up to max_queued messages and 8 MB besides.
   int max_queued = 4;
   // The most entities the copy may hold: what bounds the mirror's memory
-  // (about 150 bytes an entity, twice that through a resync) whatever its
-  // server sends. A frame or snapshot part that could take the copy past it
-  // (counting every entity it creates, before those it destroys), or a
-  // frame whose parts, held until its last, would take more than 256 bytes
+  // whatever its server sends (where ids are dense, 64 to 128 bytes an
+  // entity raw and 128 to 256 compact, the rows of ids not held taking
+  // room beside them; at most about 400 bytes an entity whatever the ids;
+  // twice that through a resync). A frame or snapshot part that could take the
+  // copy past it (counting every entity it creates, before those it destroys),
+  // or a frame whose parts, held until its last, would take more than 256 bytes
   // for each of max_entities (a frame lists an entity at most once in each
   // of its lists, well under that), is refused: the stream is dropped with
   // RESOURCE_EXHAUSTED (status()) and retried like a broken one, and the

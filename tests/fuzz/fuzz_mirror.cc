@@ -47,9 +47,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           (copy.size() != entities || state.frame() != frame)) {
         std::abort();
       }
-      for (uint32_t i = 0; i < copy.size(); ++i) {
+      size_t held = 0;
+      copy.ForEachRow([&](uint32_t i) {
         if (copy.Find(copy.id(i)) != i) std::abort();
-      }
+        ++held;
+      });
+      if (held != copy.size()) std::abort();
     }
     data += 2 + length;
     size -= 2 + length;

@@ -1,9 +1,10 @@
 // Copyright 2026 The xform Authors.
 //
-// IdIndex maps an entity's id to an index of ours: its row in a Mirror's
-// copy, its slot in the server's published state. That lookup is paid for
-// every moved entity of every frame: on every subscriber, and on the server
-// as it takes a frame in and finds what its subscribers hold.
+// IdIndex maps an entity's id to an index of ours: its row in the world,
+// its slot in the server's published state. That lookup is paid for every
+// moved entity of every frame, as the server takes a frame in and finds
+// what its subscribers hold. (A Mirror's copy does without: see
+// client_internal::Copy.)
 //
 // Most writers hand out ids densely (1, 2, 3 ...), so ids up to about twice
 // the number held are kept in a flat array, 4 bytes an id: a lookup is one
@@ -14,8 +15,8 @@
 // works, and the array's memory stays bounded by the ids held: at most 16
 // bytes for each id ever held at once, plus 32 KB.
 //
-// Not part of the API (client and server share it). Not thread-safe: its
-// owner guards it.
+// Not part of the API (the core and the server share it). Not thread-safe:
+// its owner guards it.
 
 #ifndef XFORM_INTERNAL_ID_INDEX_H_
 #define XFORM_INTERNAL_ID_INDEX_H_
