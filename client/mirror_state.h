@@ -166,15 +166,16 @@ class Copy {
   // Places `row`, whose id is not in the copy, past the dense range.
   uint32_t AddSparse(const Row& row, const Held* held);
 
-  // The rows a frame writes, at scattered places, on 2 MB pages once they
-  // are big: 16 compact Mirrors of a 1M world took 154-614 ms a frame with
-  // these on 4 KB pages (each row's page missing the TLB, and worse as the
-  // run went on), 21 ms on 2 MB ones; raw 9.3 against 3.9 ms
-  // (BM_MirrorApply*/0/16/1000000). Not from 4 MB, as the world's columns:
-  // at 100k entities (4.8 and 6.4 MB) 2 MB pages were 5-10% slower.
-  static constexpr size_t kRowsOnHugePagesFrom = size_t{16} << 20;
+  // The rows and held poses a frame reads and writes, at scattered places,
+  // on 2 MB pages once a column is 4 MB, as the world's columns are: 16
+  // compact Mirrors of a 1M world took 154-614 ms a frame with these on 4
+  // KB pages (each row's page missing the TLB, and worse as the run went
+  // on), 21 ms on 2 MB ones. At 100k (8 MB a column), 16 Mirrors took 0.72
+  // times as long compact, 0.87 raw (BM_MirrorApplyCompact/0/16/100000,
+  // BM_MirrorParseApplyRaw/0/16/100000/1). (While an index entry came
+  // first, 2 MB pages had been 5-10% slower at 100k.)
   template <typename T>
-  using RowColumn = internal::Column<T, kRowsOnHugePagesFrom>;
+  using RowColumn = internal::Column<T>;
 
   // Whether dense slot `i` holds its entity.
   bool Holds(uint32_t i) const { return (present_[i / 64] >> (i % 64)) & 1; }
