@@ -53,15 +53,15 @@ uint32_t Copy::AddSparse(const Row& row, const Held* held) {
   return slot;
 }
 
-void Copy::Remove(EntityId e) {
+bool Copy::Remove(EntityId e) {
   const uint32_t i = Find(e);
-  if (i == kAbsent) return;
+  if (i == kAbsent) return false;
   --size_;
   ++moves_;
   if (i < dense_end_) {
     SetHolds(i, false);
     if (!held_.empty()) held_[i].present = false;
-    return;
+    return true;
   }
   sparse_.erase(e);
   const size_t last = rows_.size() - 1;
@@ -72,6 +72,7 @@ void Copy::Remove(EntityId e) {
   }
   rows_.pop_back();
   if (!held_.empty()) held_.pop_back();
+  return true;
 }
 
 void Copy::GrowDense(size_t covered) {
@@ -327,9 +328,7 @@ void MirrorState::ApplyDelta(const v1::FrameUpdate& u,
                              const DecodedRange& decoded) {
   const v1::FrameUpdateReader r(u, worlds);
   for (EntityId e : r.destroyed()) {
-    if (copy_.Find(e) == Copy::kAbsent) continue;
-    copy_.Remove(e);
-    Note(e, kDestroyed);
+    if (copy_.Remove(e)) Note(e, kDestroyed);
   }
   for (int k = 0; k < r.created_size(); ++k) {
     copy_.Add(r.created(k), r.created_parent(k));
@@ -410,7 +409,7 @@ void MirrorState::ApplySnapshotPart(const v1::FrameUpdate& u,
   // re-parent or move what earlier ones created.
   const v1::FrameUpdateReader r(u, worlds);
   for (EntityId e : r.destroyed()) {
-    if (staging_.Find(e) != Copy::kAbsent) staging_.Remove(e);
+    staging_.Remove(e);
   }
   for (int k = 0; k < r.created_size(); ++k) {
     staging_.Add(r.created(k), r.created_parent(k));

@@ -113,8 +113,8 @@ class Copy {
   // Adds `e`, or re-parents it when present (a replayed create); its slot.
   // Amortized O(1).
   uint32_t Add(EntityId e, EntityId parent);
-  // O(1).
-  void Remove(EntityId e);
+  // Removes `e`; whether it was there. O(1).
+  bool Remove(EntityId e);
   void SetParent(uint32_t i, EntityId parent) { rows_[i].parent = parent; }
   void SetWorld(uint32_t i, const Matrix3x4& m) { rows_[i].world = m; }
   // world(i), to be written in place (a matrix read off the wire).
