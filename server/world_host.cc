@@ -70,42 +70,25 @@ absl::StatusOr<uint64_t> HostedWorld::Apply(const v1::ApplyRequest& request,
     request.SerializeToString(&journaled);
   }
   WorldLog::Written written;
-  uint64_t frame;
-  {
-    absl::MutexLock lock(&mu_);
-    if (world_.size() + creates > limits.max_entities_per_world) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("world ", Quoted(name_), " would exceed ",
-                       limits.max_entities_per_world, " entities"));
+  absl::StatusOr<uint64_t> frame;
+  if (request.end_frame() && mode_ == v1::FRAME_MODE_DRIVEN) {
+    // Closes its frame and publishes it, after the publication before it;
+    // the world is held only to apply and close.
+    absl::MutexLock publishing(&publish_mu_);
+    {
+      absl::MutexLock lock(&mu_);
+      frame = ApplyLocked(*commands, request.client_id(), creates, journaled,
+                          limits, written);
+      if (frame.ok()) CloseFrameLocked();
     }
-    // Journaled once applied and before it is visible: a batch the journal
-    // cannot take is taken back.
-    const uint64_t open_frame = world_.frame();
-    const auto journal = [&]() -> absl::Status {
-      if (journaled.empty()) return absl::OkStatus();
-      absl::StatusOr<WorldLog::Written> appended =
-          log_->Append(open_frame, journaled);
-      if (!appended.ok()) return appended.status();
-      written = *std::move(appended);
-      return absl::OkStatus();
-    };
-    if (absl::Status s = world_.Apply(*commands, journal); !s.ok()) return s;
-    // Remember who set what, for subscribers that want no echo. Tracked only
-    // once such a subscriber exists; anonymous writes ("") block suppression.
-    if (replicator_.echo_filtered_subscribers() > 0) {
-      for (const Command& c : *commands) {
-        EntityId e = kNoEntity;
-        if (const auto* set = std::get_if<SetLocalOp>(&c)) e = set->entity;
-        if (const auto* set = std::get_if<SetWorldOp>(&c)) e = set->entity;
-        if (e == kNoEntity) continue;
-        auto [it, inserted] = writers_.try_emplace(e, request.client_id());
-        if (!inserted && it->second != request.client_id()) it->second.clear();
-      }
-    }
-    frame = world_.frame();
+    if (frame.ok()) PublishClosed();
+  } else {
     // A tick world's batch stands even with end_frame: the tick publishes.
-    if (request.end_frame() && mode_ == v1::FRAME_MODE_DRIVEN) PublishLocked();
+    absl::MutexLock lock(&mu_);
+    frame = ApplyLocked(*commands, request.client_id(), creates, journaled,
+                        limits, written);
   }
+  if (!frame.ok()) return frame.status();
   // --fsync=always: acknowledged once on disk, waited for without the lock,
   // so that the batches behind this one share its fsync.
   if (written.journal != nullptr) {
@@ -114,11 +97,48 @@ absl::StatusOr<uint64_t> HostedWorld::Apply(const v1::ApplyRequest& request,
   return frame;
 }
 
+absl::StatusOr<uint64_t> HostedWorld::ApplyLocked(
+    absl::Span<const Command> commands, const std::string& client_id,
+    size_t creates, const std::string& journaled, const Limits& limits,
+    WorldLog::Written& written) {
+  if (world_.size() + creates > limits.max_entities_per_world) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("world ", Quoted(name_), " would exceed ",
+                     limits.max_entities_per_world, " entities"));
+  }
+  // Journaled once applied and before it is visible: a batch the journal
+  // cannot take is taken back.
+  const uint64_t open_frame = world_.frame();
+  const auto journal = [&]() -> absl::Status {
+    if (journaled.empty()) return absl::OkStatus();
+    absl::StatusOr<WorldLog::Written> appended =
+        log_->Append(open_frame, journaled);
+    if (!appended.ok()) return appended.status();
+    written = *std::move(appended);
+    return absl::OkStatus();
+  };
+  if (absl::Status s = world_.Apply(commands, journal); !s.ok()) return s;
+  // Remember who set what, for subscribers that want no echo. Tracked only
+  // once such a subscriber exists; anonymous writes ("") block suppression.
+  if (replicator_.echo_filtered_subscribers() > 0) {
+    for (const Command& c : commands) {
+      EntityId e = kNoEntity;
+      if (const auto* set = std::get_if<SetLocalOp>(&c)) e = set->entity;
+      if (const auto* set = std::get_if<SetWorldOp>(&c)) e = set->entity;
+      if (e == kNoEntity) continue;
+      auto [it, inserted] = writers_.try_emplace(e, client_id);
+      if (!inserted && it->second != client_id) it->second.clear();
+    }
+  }
+  return world_.frame();
+}
+
 void HostedWorld::Persist(std::unique_ptr<WorldLog> log) {
   log_ = std::move(log);
 }
 
 void HostedWorld::Restore(World world, uint64_t last_frame) {
+  absl::MutexLock publishing(&publish_mu_);
   absl::MutexLock lock(&mu_);
   world_ = std::move(world);
   replicator_.PublishWhole(world_, last_frame, absl::Now());
@@ -215,14 +235,22 @@ absl::Status HostedWorld::Read(const v1::ReadRequest& request,
 }
 
 void HostedWorld::Publish() {
-  absl::MutexLock lock(&mu_);
-  PublishLocked();
+  absl::MutexLock publishing(&publish_mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    CloseFrameLocked();
+  }
+  PublishClosed();
 }
 
-void HostedWorld::PublishLocked() {
+void HostedWorld::CloseFrameLocked() {
   world_.EndFrame(&changes_);
-  replicator_.Publish(changes_, absl::Now(), writers_);
-  writers_.clear();
+  closed_writers_.clear();
+  closed_writers_.swap(writers_);
+}
+
+void HostedWorld::PublishClosed() {
+  replicator_.Publish(changes_, absl::Now(), closed_writers_);
 }
 
 v1::WorldInfo HostedWorld::Info() const {

@@ -5,8 +5,10 @@
 // apply at once (a read after a write sees it); frames are published on the
 // world's tick, by a thread of the world's own (so what holds one world never
 // delays another's frames), or when a write batch says end_frame (driven
-// mode). Protobuf is converted to core types here, at
-// the edge; the gRPC service on top only moves messages and statuses.
+// mode). A publication holds the writer lock only to close its frame, so the
+// world's batches and reads never wait for its subscribers. Protobuf is
+// converted to core types here, at the edge; the gRPC service on top only
+// moves messages and statuses.
 
 #ifndef XFORM_SERVER_WORLD_HOST_H_
 #define XFORM_SERVER_WORLD_HOST_H_
@@ -26,6 +28,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "server/burst_budget.h"
 #include "server/fanout_pool.h"
 #include "server/periodic_thread.h"
@@ -86,7 +89,9 @@ class HostedWorld {
                                  const Limits& limits);
   absl::Status Read(const v1::ReadRequest& request, const Limits& limits,
                     v1::ReadResponse* response) const;
-  // Closes the current frame and hands its changes to the replicator.
+  // Closes the current frame and hands its changes to the replicator. The
+  // world is locked only to close it (World::EndFrame): batches and reads
+  // do not wait for the frame's encoding or its subscribers.
   void Publish();
   v1::WorldInfo Info() const;
 
@@ -121,12 +126,32 @@ class HostedWorld {
   const double tick_hz_;
   const absl::Duration tick_;
 
-  mutable absl::Mutex mu_;  // The writer lock: one batch or publish at a time.
+  // One publication at a time, so that frames reach the replicator whole
+  // and in order. Apart from mu_, which is held only to close the frame: a
+  // frame's encoding, its caught-up subscribers' wakes (each starting a
+  // write, so O(subscribers)) and the published state's update are done
+  // under this lock alone, and the world's batches and reads go on
+  // meanwhile. Taken before mu_.
+  absl::Mutex publish_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  mutable absl::Mutex mu_;  // The writer lock: one batch, read or close.
   World world_ ABSL_GUARDED_BY(mu_);
-  FrameChanges changes_ ABSL_GUARDED_BY(mu_);  // Reused by every Publish().
   // Who set which entities directly in the open frame (echo suppression).
   FrameWriters writers_ ABSL_GUARDED_BY(mu_);
-  void PublishLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The frame being published, and its writers: reused by every
+  // publication.
+  FrameChanges changes_ ABSL_GUARDED_BY(publish_mu_);
+  FrameWriters closed_writers_ ABSL_GUARDED_BY(publish_mu_);
+  // Apply()'s work on the world: the batch applied (and journaled), or
+  // refused whole; the frame it is in.
+  absl::StatusOr<uint64_t> ApplyLocked(
+      absl::Span<const Command> commands, const std::string& client_id,
+      size_t creates, const std::string& journaled, const Limits& limits,
+      WorldLog::Written& written) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Closes the open frame into changes_ (and closed_writers_).
+  void CloseFrameLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(publish_mu_, mu_);
+  // Hands the frame CloseFrameLocked() closed to the replicator.
+  void PublishClosed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(publish_mu_)
+      ABSL_LOCKS_EXCLUDED(mu_);
   Replicator replicator_;
   std::unique_ptr<WorldLog> log_;  // Set before the world is served.
 };
