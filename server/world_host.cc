@@ -83,7 +83,8 @@ absl::StatusOr<uint64_t> HostedWorld::Apply(const v1::ApplyRequest& request,
     }
     if (frame.ok()) PublishClosed();
   } else {
-    // A tick world's batch stands even with end_frame: the tick publishes.
+    // Published with its frame, later (a tick world's even with end_frame:
+    // its tick publishes).
     absl::MutexLock lock(&mu_);
     frame = ApplyLocked(*commands, request.client_id(), creates, journaled,
                         limits, written);

@@ -85,6 +85,8 @@ class HostedWorld {
   absl::Duration tick() const { return tick_; }
 
   // Validates and applies a batch; returns the frame it will be published in.
+  // A driven world's batch with end_frame publishes that frame before it
+  // returns (after the publication before it, if one is under way).
   absl::StatusOr<uint64_t> Apply(const v1::ApplyRequest& request,
                                  const Limits& limits);
   absl::Status Read(const v1::ReadRequest& request, const Limits& limits,
