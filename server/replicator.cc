@@ -514,6 +514,7 @@ Replicator::SubscriptionId Replicator::Subscribe(
     std::lock_guard<std::mutex> lock(mu_);
     BuildSnapshot(*s);
     id = next_id_++;
+    if (!s->options.no_echo_client_id.empty()) ++echo_filtered_;
     subs_.emplace(id, std::move(s));
   }
   return id;
@@ -547,6 +548,7 @@ void Replicator::Unsubscribe(SubscriptionId id) {
     if (it == subs_.end()) return;
     gone = std::move(it->second);
     subs_.erase(it);
+    if (!gone->options.no_echo_client_id.empty()) --echo_filtered_;
   }
 }
 
@@ -718,13 +720,6 @@ uint64_t Replicator::frame() const {
 size_t Replicator::subscribers() const {
   std::lock_guard<std::mutex> lock(mu_);
   return subs_.size();
-}
-
-size_t Replicator::echo_filtered_subscribers() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  size_t n = 0;
-  for (const auto& [id, s] : subs_) n += !s->options.no_echo_client_id.empty();
-  return n;
 }
 
 std::vector<SubscriberStats> Replicator::Stats() const {

@@ -34,6 +34,7 @@
 #ifndef XFORM_SERVER_REPLICATOR_H_
 #define XFORM_SERVER_REPLICATOR_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -172,7 +173,12 @@ class Replicator {
 
   uint64_t frame() const;
   size_t subscribers() const;
-  size_t echo_filtered_subscribers() const;
+  // Subscriptions that filter echoes; without the lock, so that a world's
+  // batches (which track their writers only while there are such) never
+  // wait for a publication. O(1).
+  size_t echo_filtered_subscribers() const {
+    return echo_filtered_.load(std::memory_order_relaxed);
+  }
 
   std::vector<SubscriberStats> Stats() const;
 
@@ -399,6 +405,8 @@ class Replicator {
   absl::Time frame_time_;
   SubscriptionId next_id_ = 1;
   absl::flat_hash_map<SubscriptionId, std::unique_ptr<Subscription>> subs_;
+  // How many of subs_ filter echoes, changed with it.
+  std::atomic<size_t> echo_filtered_{0};
 };
 
 }  // namespace xform::server

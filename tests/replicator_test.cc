@@ -632,6 +632,27 @@ TEST_F(ReplicatorTest, BigFramesComeInPartsParentsFirst) {
   }
 }
 
+// Counted as they come and go, for the world's batches to read without the
+// lock (they track their writers only while there are such subscribers).
+TEST_F(ReplicatorTest, EchoFilteringSubscribersAreCounted) {
+  SubscriptionOptions no_echo;
+  no_echo.no_echo_client_id = "me";
+  EXPECT_EQ(replicator_.echo_filtered_subscribers(), 0u);
+  const auto a =
+      replicator_.Subscribe(no_echo, std::make_shared<CountingSink>());
+  const auto plain =
+      replicator_.Subscribe({}, std::make_shared<CountingSink>());
+  const auto b =
+      replicator_.Subscribe(no_echo, std::make_shared<CountingSink>());
+  EXPECT_EQ(replicator_.echo_filtered_subscribers(), 2u);
+  replicator_.Unsubscribe(plain);
+  replicator_.Unsubscribe(a);
+  replicator_.Unsubscribe(a);  // Gone already: counted once.
+  EXPECT_EQ(replicator_.echo_filtered_subscribers(), 1u);
+  replicator_.Unsubscribe(b);
+  EXPECT_EQ(replicator_.echo_filtered_subscribers(), 0u);
+}
+
 // frames_skipped has one meaning on every path: frames that changed the view,
 // folded into one message, less one.
 TEST_F(ReplicatorTest, FramesSkippedCountsOnlyFramesThatChangedTheView) {
