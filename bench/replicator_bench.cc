@@ -15,6 +15,9 @@
 // BM_CompactFold: what a compact subscriber that is sent its own messages
 // (here rate-limited to 10 a second, on a 60 Hz world) costs the server,
 // and what its messages weigh.
+//
+// BM_RateLimitedSubscribers: what many rate-limited subscribers cost each
+// frame's publication, and the server in all.
 
 #include <algorithm>
 #include <atomic>
@@ -203,24 +206,60 @@ void BM_PublishedStateFrame(benchmark::State& state) {
 }
 BENCHMARK(BM_PublishedStateFrame)->Arg(100'000)->Arg(1'000'000);
 
-// A compact subscriber rate-limited to a sixth of the frames, in xform-load's
-// scene workload (a 100k scene, 5,000 leaves stepped a frame): six frames
-// published, then its message taken and encoded, folding them. First
-// argument: 0, the subscriber filters echoes, so it is sent its folds whole
-// (as every compact subscriber was until 2026-11-25); 1, as deltas against
-// what it holds. Timed: the six publications and the message.
-// `bytes_per_entity` is the message's, over its entities.
+// xform-load's scene workload (a 100k scene, 5,000 leaves stepped a frame):
+// the scene published as its first frame, and `count` frames after it made
+// beforehand, stepping leaves back and forth. The frames' numbers are
+// renumbered as they are published again and again.
+struct SteppedScene {
+  explicit SteppedScene(size_t count) {
+    constexpr size_t kMoves = 5'000;
+    const std::vector<CreateOp> scene = MakeScene(SceneShape::kScene, 100'000);
+    ok = world.CreateMany(scene).ok();
+    world.EndFrame(&first);
+    std::vector<EntityId> leaves = Leaves(scene);
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> u(-1, 1);
+    frames.resize(count);
+    for (FrameChanges& made : frames) {
+      std::shuffle(leaves.begin(), leaves.end(), rng);
+      std::vector<SetLocalOp> step;
+      for (size_t k = 0; k < kMoves; ++k) {
+        Transform t = *world.Local(leaves[k]);
+        t.position += glm::vec3(u(rng), u(rng), u(rng)) / 60.0f;
+        step.push_back({leaves[k], t});
+      }
+      ok = ok && world.SetLocals(step).ok();
+      world.EndFrame(&made);
+    }
+  }
+  // The next frame, numbered after the last.
+  FrameChanges& Next() {
+    FrameChanges& c = frames[next++ % frames.size()];
+    c.frame = ++frame;
+    return c;
+  }
+
+  bool ok = true;
+  World world;
+  FrameChanges first;
+  std::vector<FrameChanges> frames;
+  size_t next = 0;
+  uint64_t frame = 1;
+};
+
+// A compact subscriber rate-limited to a sixth of the frames, in the scene
+// workload: six frames published, then its message taken and encoded,
+// folding them. First argument: 0, the subscriber filters echoes, so it is
+// sent its folds whole (as every compact subscriber was until 2026-11-25);
+// 1, as deltas against what it holds. Timed: the six publications and the
+// message. `bytes_per_entity` is the message's, over its entities.
 void BM_CompactFold(benchmark::State& state) {
   const bool deltas = state.range(0) == 1;
   constexpr int kFramesPerMessage = 6;
-  constexpr size_t kMoves = 5'000;
-  const std::vector<CreateOp> scene = MakeScene(SceneShape::kScene, 100'000);
-  World world;
-  FrameChanges changes;
-  if (!world.CreateMany(scene).ok()) state.SkipWithError("scene");
-  world.EndFrame(&changes);
+  SteppedScene scene(2 * kFramesPerMessage);
+  if (!scene.ok) state.SkipWithError("scene");
   Replicator replicator;
-  replicator.Publish(changes, absl::Now());
+  replicator.Publish(scene.first, absl::Now());
   SubscriptionOptions options;
   options.compact_precision = 0x1p-10f;
   options.max_rate_hz = 10;
@@ -228,30 +267,10 @@ void BM_CompactFold(benchmark::State& state) {
   const auto id = replicator.Subscribe(options, std::make_shared<NullSink>());
   while (replicator.Next(id, absl::InfiniteFuture()) != nullptr) {
   }
-  // Frames made beforehand, stepping leaves back and forth.
-  std::vector<EntityId> leaves = Leaves(scene);
-  std::mt19937 rng(5);
-  std::uniform_real_distribution<float> u(-1, 1);
-  std::vector<FrameChanges> frames(2 * kFramesPerMessage);
-  for (size_t f = 0; f < frames.size(); ++f) {
-    std::shuffle(leaves.begin(), leaves.end(), rng);
-    std::vector<SetLocalOp> step;
-    for (size_t k = 0; k < kMoves; ++k) {
-      Transform t = *world.Local(leaves[k]);
-      t.position += glm::vec3(u(rng), u(rng), u(rng)) / 60.0f;
-      step.push_back({leaves[k], t});
-    }
-    if (!world.SetLocals(step).ok()) state.SkipWithError("step");
-    world.EndFrame(&frames[f]);
-  }
-  uint64_t frame = world.frame();
   size_t sent = 0, bytes = 0, taken = 0;
-  size_t next = 0;
   for (auto _ : state) {
     for (int f = 0; f < kFramesPerMessage; ++f) {
-      FrameChanges& c = frames[next++ % frames.size()];
-      c.frame = ++frame;
-      replicator.Publish(c, absl::Now());
+      replicator.Publish(scene.Next(), absl::Now());
     }
     while (auto out = replicator.Next(id, absl::InfiniteFuture())) {
       bytes += out->encoded().size();
@@ -266,6 +285,65 @@ void BM_CompactFold(benchmark::State& state) {
       taken > 0 ? static_cast<double>(sent) / static_cast<double>(taken) : 0;
 }
 BENCHMARK(BM_CompactFold)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+
+// Many subscribers rate-limited to 10 messages a second (dashboards, a
+// browser's view) on the 60 Hz scene workload: arg subscribers, raw (second
+// argument 0) or compact at 1 mm (1), their phases spread over the six
+// frames between two of one's messages. A simulated clock steps 1/60 s a
+// frame; after each publication every subscriber takes what is due, as the
+// server's poller has it do within 5 ms. Timed: a frame, its publication
+// and the messages then due. `publish_ms`: the publication alone, which
+// holds the replicator's lock for whatever it does, so every subscriber's
+// Next() waits for it; `messages_per_frame`, what was sent.
+void BM_RateLimitedSubscribers(benchmark::State& state) {
+  const auto subscribers = static_cast<int>(state.range(0));
+  const bool compact = state.range(1) == 1;
+  constexpr int kFramesPerMessage = 6;
+  const absl::Duration period = absl::Nanoseconds(16'666'667);
+  SteppedScene scene(2 * kFramesPerMessage);
+  if (!scene.ok) state.SkipWithError("scene");
+  absl::Time now = absl::UnixEpoch();
+  Replicator replicator;
+  replicator.Publish(scene.first, now);
+  SubscriptionOptions options;
+  options.max_rate_hz = 10;
+  if (compact) options.compact_precision = 1e-3f;
+  std::vector<Replicator::SubscriptionId> ids;
+  for (int k = 0; k < subscribers; ++k) {
+    ids.push_back(replicator.Subscribe(options, std::make_shared<NullSink>()));
+  }
+  const auto take_due = [&](int from) {
+    size_t messages = 0;
+    for (size_t k = static_cast<size_t>(from); k < ids.size(); ++k) {
+      while (replicator.Next(ids[k], now) != nullptr) ++messages;
+    }
+    return messages;
+  };
+  // Subscriber k's first message (its snapshot) at frame k % 6: so each
+  // frame, a sixth of them are due.
+  for (int f = 0; f < kFramesPerMessage; ++f) {
+    now += period;
+    replicator.Publish(scene.Next(), now);
+    take_due(subscribers - subscribers * (f + 1) / kFramesPerMessage);
+  }
+  double publish_seconds = 0;
+  size_t messages = 0;
+  for (auto _ : state) {
+    now += period;
+    const auto start = std::chrono::steady_clock::now();
+    replicator.Publish(scene.Next(), now);
+    publish_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
+    messages += take_due(0);
+  }
+  const auto frames = static_cast<double>(state.iterations());
+  state.counters["publish_ms"] = 1e3 * publish_seconds / frames;
+  state.counters["messages_per_frame"] = static_cast<double>(messages) / frames;
+}
+BENCHMARK(BM_RateLimitedSubscribers)
+    ->ArgsProduct({{1, 16, 64, 256}, {0, 1}})
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace xform::server
