@@ -62,6 +62,9 @@ ABSL_FLAG(std::string, frame_mode, "tick",
           "tick: the world publishes at --hz; driven: each batch closes a "
           "frame (with one writer, a frame is exactly --move entities)");
 ABSL_FLAG(int, subscribers, 4, "Subscribers (S)");
+ABSL_FLAG(double, subscriber_hz, 0,
+          "Stream subscribers ask for at most this many messages a second "
+          "(max_rate_hz), as dashboards do; 0: one a frame");
 ABSL_FLAG(bool, keep_world, false,
           "Use --world as it is when it holds --entities entities (the scene "
           "is the same every run), rather than build it again");
@@ -134,6 +137,7 @@ int Main() {
   config.max_rate = absl::GetFlag(FLAGS_max_rate);
   config.keep_world = absl::GetFlag(FLAGS_keep_world);
   config.stall_s = absl::GetFlag(FLAGS_stall_s);
+  config.subscriber_hz = absl::GetFlag(FLAGS_subscriber_hz);
   config.seconds = absl::GetFlag(FLAGS_seconds);
   config.server_pid = absl::GetFlag(FLAGS_server_pid);
   config.precision = tools::PrecisionFlag();

@@ -102,7 +102,8 @@ absl::StatusOr<ModeResult> LoadRun::Run(const std::string& mode,
     const bool stalls = config_.stall_s > 0 && s == 0;
     if (mode == "stream") {
       subs.push_back(StartStreamSubscriber(options_, config_.world, encoding,
-                                           config_.precision, stalls));
+                                           config_.precision,
+                                           config_.subscriber_hz, stalls));
     } else if (mode == "poll") {
       subs.push_back(StartPollSubscriber(options_, config_.world, ids_,
                                          config_.hz, acks_, stalls));

@@ -43,6 +43,7 @@ struct Config {
   bool driven = false;
   int subscribers;
   float precision = 0;  // The compact encoding's (0: the server's default).
+  double subscriber_hz = 0;  // Stream subscribers' max_rate_hz (0: none).
   // Writers send each batch as soon as the last is acknowledged, not at hz
   // (the world still ticks at hz): the server's write throughput.
   bool max_rate = false;

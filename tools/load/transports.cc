@@ -21,7 +21,7 @@ class StreamSubscriber final : public Subscriber {
  public:
   StreamSubscriber(const ClientOptions& options, const std::string& world,
                    MirrorOptions::Encoding encoding, float precision,
-                   bool stalls)
+                   double max_rate_hz, bool stalls)
       : Subscriber(stalls) {
     absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
     if (!client.ok()) return;  // Never ready: the run times out and says so.
@@ -30,6 +30,7 @@ class StreamSubscriber final : public Subscriber {
     mirror.world = world;
     mirror.encoding = encoding;
     mirror.position_precision = precision;
+    mirror.max_rate_hz = max_rate_hz;
     // Times and counts only: the copy is what it applies to.
     mirror.on_update_matrices = false;
     mirror.on_update = [this](const MirrorUpdate& u) {
@@ -246,9 +247,10 @@ class RedisRelayImpl final : public RedisRelay {
 
 std::unique_ptr<Subscriber> StartStreamSubscriber(
     const ClientOptions& options, const std::string& world,
-    MirrorOptions::Encoding encoding, float precision, bool stalls) {
+    MirrorOptions::Encoding encoding, float precision, double max_rate_hz,
+    bool stalls) {
   return std::make_unique<StreamSubscriber>(options, world, encoding, precision,
-                                            stalls);
+                                            max_rate_hz, stalls);
 }
 
 std::unique_ptr<Subscriber> StartPollSubscriber(

@@ -39,9 +39,11 @@ class Subscriber {
   Recorder recorder_;
 };
 
+// `max_rate_hz`: the Mirror's (0: a message per frame).
 std::unique_ptr<Subscriber> StartStreamSubscriber(
     const ClientOptions& options, const std::string& world,
-    MirrorOptions::Encoding encoding, float precision, bool stalls);
+    MirrorOptions::Encoding encoding, float precision, double max_rate_hz,
+    bool stalls);
 // Reads `ids` (which must outlive it) every 1 / hz s; `acks` tells it how old
 // the writes it sees are.
 std::unique_ptr<Subscriber> StartPollSubscriber(
