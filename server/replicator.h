@@ -386,9 +386,32 @@ class Replicator {
   std::shared_ptr<const Outgoing> Burst(Subscription& s, size_t part_bytes);
   // The snapshot's last part is committed to.
   static void EndSnapshot(Subscription& s);
-  // Everything pending, from the published state, as parts.
-  std::shared_ptr<const Outgoing> NextPendingPart(Subscription& s,
-                                                  absl::Time now);
+  // Everything pending, from the published state, as the parts committed
+  // to.
+  void MakePendingParts(Subscription& s, absl::Time now);
+  // A rate-limited subscriber's next message is due 1/max_rate_hz from now.
+  static void HoldBack(Subscription& s, absl::Time now);
+  // What a fold of a subscriber's kept frames depends on, beyond the
+  // published frame: subscribers with the same kept frames (the same first,
+  // and as many) and options get the same message.
+  struct FoldKey {
+    uint64_t first_frame;
+    size_t frames;
+    uint64_t frames_with_changes;
+    float precision;
+    size_t part_budget_bytes;
+    friend bool operator==(const FoldKey&, const FoldKey&) = default;
+    template <typename H>
+    friend H AbslHashValue(H h, const FoldKey& k) {
+      return H::combine(std::move(h), k.first_frame, k.frames,
+                        k.frames_with_changes, k.precision,
+                        k.part_budget_bytes);
+    }
+  };
+  static FoldKey KeyOf(const Subscription& s);
+  // Commits the subscriber to the parts a fold of the same kept frames made
+  // this frame, if one did: O(parts), not O(entities).
+  bool TakeSharedFold(Subscription& s, absl::Time now);
   // The live entities' slots, parents first: by depth in the published state.
   std::vector<Slot> SlotsByDepth(absl::Span<const EntityId> entities) const;
 
@@ -405,6 +428,11 @@ class Replicator {
   absl::Time frame_time_;
   SubscriptionId next_id_ = 1;
   absl::flat_hash_map<SubscriptionId, std::unique_ptr<Subscription>> subs_;
+  // The folds of kept frames made since the last frame was published, for
+  // the subscribers that keep the same frames (rate-limited ones, mostly:
+  // those due in the same frame fold the same frames).
+  absl::flat_hash_map<FoldKey, std::vector<std::shared_ptr<const Outgoing>>>
+      shared_folds_;
   // How many of subs_ filter echoes, changed with it.
   std::atomic<size_t> echo_filtered_{0};
 };

@@ -910,6 +910,113 @@ TEST(ReplicatorCompactTest, FoldsAreDeltasAgainstWhatEachSubscriberHolds) {
   RecordProperty("filtered_wholes", filtered_end.own_wholes);
 }
 
+// Rate-limited subscribers keep each frame's shared parts until their next
+// message is due, and are not woken before: a frame costs them O(1) each,
+// not O(moved). Those due in the same frame keep the same frames, so their
+// fold is made once and shared; each still ends with the world (raw exactly,
+// compact within its bounds), through moves, re-parenting, and entities
+// destroyed and created again.
+TEST(ReplicatorRateTest, SubscribersDueTogetherShareOneFold) {
+  World world;
+  FrameChanges changes;
+  Replicator replicator;
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1, 1);
+  // Roots 1-1000, root r's child r + 1000: the frames a subscriber keeps
+  // (six, of about 45 moves each) hold less than the world, which bounds them.
+  constexpr EntityId kRoots = 1000;
+  std::vector<CreateOp> scene;
+  for (EntityId e = 1; e <= 2 * kRoots; ++e) {
+    scene.push_back({e, e > kRoots ? e - kRoots : kNoEntity, At(1)});
+  }
+  ASSERT_TRUE(world.CreateMany(scene).ok());
+  absl::Time now = absl::UnixEpoch() + absl::Hours(1);
+  const absl::Duration frame_period = absl::Nanoseconds(16'666'667);
+  world.EndFrame(&changes);
+  replicator.Publish(changes, now);
+
+  constexpr float kPrecision = 0x1p-10f;
+  SubscriptionOptions raw, compact;
+  raw.max_rate_hz = compact.max_rate_hz = 10;  // Every sixth frame.
+  compact.compact_precision = kPrecision;
+  struct Subscriber {
+    Replicator::SubscriptionId id;
+    std::shared_ptr<CountingSink> sink = std::make_shared<CountingSink>();
+    CompactReceiver end;
+    // Its messages that fold frames, kept so that no other reuses their
+    // address.
+    std::vector<std::shared_ptr<const Outgoing>> folds;
+    int messages = 0;
+  };
+  // a and b raw, c and d compact, e raw and due in other frames than a's.
+  std::vector<Subscriber> subs(5);
+  for (size_t k = 0; k < subs.size(); ++k) {
+    subs[k].id =
+        replicator.Subscribe(k == 2 || k == 3 ? compact : raw, subs[k].sink);
+  }
+  const auto drain = [&](Subscriber& s) {
+    while (auto out = replicator.Next(s.id, now)) {
+      if (out->header().frames_skipped > 0) s.folds.push_back(out);
+      s.end.Take(*out, /*own=*/false);
+      ++s.messages;
+    }
+  };
+  int woken_before = 0;
+  for (int f = 0; f < 300; ++f) {
+    std::vector<SetLocalOp> moves;
+    for (int k = 0; k < 30; ++k) {
+      const EntityId e = 1 + rng() % (2 * kRoots);
+      if (world.Has(e)) moves.push_back({e, At(u(rng) * 100)});
+    }
+    ASSERT_TRUE(world.SetLocals(moves).ok());
+    const EntityId child = kRoots + 1 + rng() % kRoots;
+    if (f % 5 == 0 && world.Has(child)) {
+      ASSERT_TRUE(world.Destroy(child).ok());
+    } else if (f % 5 == 2 && !world.Has(child)) {
+      ASSERT_TRUE(world.Create(child, 1 + rng() % kRoots, At(2)).ok());
+    } else if (f % 7 == 0 && world.Has(child)) {
+      ASSERT_TRUE(world.Link(child, 1 + rng() % kRoots).ok());
+    }
+    now += frame_period;
+    world.EndFrame(&changes);
+    replicator.Publish(changes, now);
+    if (f == 30) {
+      for (const Subscriber& s : subs) woken_before += s.sink->wakes;
+    }
+    for (size_t k = 0; k < subs.size(); ++k) {
+      if (k < 4 || f >= 3) drain(subs[k]);  // e starts three frames later.
+    }
+  }
+  int woken = -woken_before;
+  for (const Subscriber& s : subs) woken += s.sink->wakes;
+  // Wakes in the last 269 frames: about one a message, not one a frame.
+  EXPECT_LT(woken, 5 * 60) << "woken when not due";
+  for (const Subscriber& s : subs) {
+    // Snapshot, its first delta, then one every sixth frame.
+    EXPECT_NEAR(s.messages, 300 / 6, 3) << s.id;
+    ASSERT_GT(s.folds.size(), 40u) << s.id;
+  }
+  const auto same_folds = [](const Subscriber& x, const Subscriber& y) {
+    if (x.folds.size() != y.folds.size()) return false;
+    for (size_t k = 0; k < x.folds.size(); ++k) {
+      if (x.folds[k] != y.folds[k]) return false;
+    }
+    return true;
+  };
+  EXPECT_TRUE(same_folds(subs[0], subs[1])) << "a and b folded alone";
+  EXPECT_TRUE(same_folds(subs[2], subs[3])) << "c and d folded alone";
+  for (const auto& fold : subs[4].folds) {
+    EXPECT_EQ(std::count(subs[0].folds.begin(), subs[0].folds.end(), fold), 0)
+        << "e, due in other frames, was sent a's fold";
+  }
+  now += absl::Seconds(1);
+  for (Subscriber& s : subs) drain(s);
+  const State truth = Snapshot(world);
+  for (size_t k : {0, 1, 4}) EXPECT_EQ(subs[k].end.state, truth) << k;
+  for (size_t k : {2, 3})
+    ExpectCompactMatch(subs[k].end.state, truth, kPrecision);
+}
+
 // Publishing, consuming, subscribing and leaving, all at once. Every consumer
 // ends with the exact final state.
 TEST(ReplicatorThreadsTest, ConcurrentPublishConsumeAndChurn) {
@@ -939,10 +1046,15 @@ TEST(ReplicatorThreadsTest, ConcurrentPublishConsumeAndChurn) {
   std::vector<State> mirrors(4);
   for (int c = 0; c < 4; ++c) {
     consumers.emplace_back([&, c] {
+      // Two rate-limited, which keep frames and may share their folds.
+      SubscriptionOptions options;
+      if (c >= 2) options.max_rate_hz = 500;
       const auto id =
-          replicator.Subscribe({}, std::make_shared<CountingSink>());
+          replicator.Subscribe(options, std::make_shared<CountingSink>());
       while (publishing) {
-        Drain(replicator, id, &mirrors[c]);
+        while (auto update = replicator.Next(id, absl::Now())) {
+          ApplyUpdate(update->message(), &mirrors[c]);
+        }
         replicator.Flush(absl::Now());
       }
       Drain(replicator, id, &mirrors[c]);
