@@ -206,7 +206,10 @@ Replicator::ViewsBefore Replicator::RecordViewsBefore(
   for (const auto& [id, s] : subs_) {
     if (!s->whole_world) views.filtered.push_back(s.get());
   }
-  if (views.filtered.empty()) return views;
+  views.moves_only = changes.created.empty() && changes.destroyed.empty() &&
+                     changes.reparented.empty();
+  // Only moves: no view changes, none needs recording.
+  if (views.filtered.empty() || views.moves_only) return views;
   std::vector<EntityId>& touched = views.touched;
   for (const auto* list :
        {&changes.moved, &changes.created, &changes.destroyed}) {
@@ -326,6 +329,10 @@ void Replicator::UpdateFilteredViews(
     const FrameChanges& changes, ViewsBefore& before, const Echoes& echoes,
     const std::vector<std::optional<Matrix3x4>>& moved_before) {
   if (before.filtered.empty()) return;
+  if (before.moves_only) {
+    NoteMovesInViews(changes, before.filtered, echoes, moved_before);
+    return;
+  }
   const std::vector<EntityId>& touched = before.touched;
   // Each moved entity's index in changes.moved.
   absl::flat_hash_map<EntityId, size_t> moved;
@@ -378,6 +385,54 @@ void Replicator::UpdateFilteredViews(
           Note(s, e, kMoved, slot,
                at->second < moved_before.size() ? moved_before[at->second]
                                                 : std::nullopt);
+        }
+      }
+    }
+  }
+}
+
+void Replicator::NoteMovesInViews(
+    const FrameChanges& changes, const std::vector<Subscription*>& filtered,
+    const Echoes& echoes,
+    const std::vector<std::optional<Matrix3x4>>& moved_before) {
+  const std::vector<EntityId>& moved = changes.moved;
+  std::vector<Slot> slots(moved.size());
+  for (size_t k = 0; k < moved.size(); ++k) slots[k] = state_.Find(moved[k]);
+  // Each moved entity's index in `moved`, made once the first short list
+  // wants it.
+  absl::flat_hash_map<EntityId, size_t> index;
+  for (Subscription* s : filtered) {
+    const std::string& client = s->options.no_echo_client_id;
+    const auto note = [&](size_t k) {
+      if (IsEcho(echoes, client, moved[k])) return;
+      Note(*s, moved[k], kMoved, slots[k],
+           k < moved_before.size() ? moved_before[k] : std::nullopt);
+    };
+    // Subtrees: a bit test a moved entity, on bits as wide as the view's
+    // highest slot.
+    if (!s->roots.empty()) {
+      for (size_t k = 0; k < moved.size(); ++k) {
+        if (s->in_subtree.test(slots[k])) note(k);
+      }
+    }
+    if (s->listed.empty()) continue;
+    // A list: whichever of it and the moved is shorter is walked, the
+    // other looked up in. What its subtrees noted is not noted twice.
+    if (s->listed.size() < moved.size()) {
+      if (index.empty()) {
+        index.reserve(moved.size());
+        for (size_t k = 0; k < moved.size(); ++k) index.emplace(moved[k], k);
+      }
+      for (EntityId e : s->listed) {
+        const auto at = index.find(e);
+        if (at != index.end() && !s->in_subtree.test(slots[at->second])) {
+          note(at->second);
+        }
+      }
+    } else {
+      for (size_t k = 0; k < moved.size(); ++k) {
+        if (!s->in_subtree.test(slots[k]) && s->listed.contains(moved[k])) {
+          note(k);
         }
       }
     }

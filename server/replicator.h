@@ -274,6 +274,9 @@ class Replicator {
   // and everything below the re-parented) was in each view before it.
   struct ViewsBefore {
     std::vector<Subscription*> filtered;
+    // The frame creates, destroys and re-parents nothing, so no view
+    // changes: nothing else is recorded.
+    bool moves_only = false;
     std::vector<EntityId> touched;           // Sorted.
     std::vector<std::vector<bool>> in_view;  // [filtered][touched]
   };
@@ -301,6 +304,13 @@ class Replicator {
   //    changed in them.
   void UpdateFilteredViews(
       const FrameChanges& changes, ViewsBefore& before, const Echoes& echoes,
+      const std::vector<std::optional<Matrix3x4>>& moved_before);
+  // 5, for a frame of moves alone: each view notes what moved in it. O(moved)
+  // lookups once, then for each filtered view a bit test per moved entity
+  // if it has subtrees, and O(min(listed, moved)) for its list.
+  void NoteMovesInViews(
+      const FrameChanges& changes, const std::vector<Subscription*>& filtered,
+      const Echoes& echoes,
       const std::vector<std::optional<Matrix3x4>>& moved_before);
   // 6. Counts the frame for those it changed, and finds whom to wake.
   // (Then the woken are woken: WakeAll, without the lock.)

@@ -404,6 +404,82 @@ TEST_F(ReplicatorTest, SnapshotsStreamWhileTheWorldChanges) {
   }
 }
 
+// Filtered views follow every frame exactly, whether it only moves
+// entities (each view then notes what moved in it, without recording what
+// it held before) or also creates, destroys and re-parents: subtrees, lists
+// shorter and longer than a frame's moves, and both at once, overlapping.
+TEST(ReplicatorViewsTest, FilteredViewsFollowMovesAndStructure) {
+  for (uint32_t seed = 1; seed <= 10; ++seed) {
+    World world;
+    std::mt19937 rng(seed);
+    EntityId next_id = 1;
+    std::vector<CreateOp> ops;
+    for (; next_id <= 3000; ++next_id) {
+      const EntityId parent = next_id > 1 ? 1 + rng() % (next_id - 1) : 0;
+      ops.push_back({next_id, rng() % 8 ? parent : kNoEntity, At(1)});
+    }
+    ASSERT_TRUE(world.CreateMany(ops).ok());
+    Replicator replicator;
+    FrameChanges changes;
+    const auto publish = [&] {
+      world.EndFrame(&changes);
+      replicator.Publish(changes, absl::Now());
+    };
+    publish();
+    struct View {
+      std::set<EntityId> listed, roots;
+      Replicator::SubscriptionId id = 0;
+      State mirror;
+    };
+    const auto some = [&](int n) {
+      std::set<EntityId> out;
+      for (int k = 0; k < n; ++k) out.insert(1 + rng() % 3000);
+      return out;
+    };
+    std::vector<View> views(4);
+    views[0].roots = some(20);
+    views[1].listed = some(10);    // Shorter than a frame's moves.
+    views[2].listed = some(1500);  // Longer.
+    views[3].roots = some(10);
+    views[3].listed = some(200);
+    for (View& v : views) {
+      SubscriptionOptions options;
+      options.subtrees.assign(v.roots.begin(), v.roots.end());
+      options.entities.assign(v.listed.begin(), v.listed.end());
+      v.id = replicator.Subscribe(options, std::make_shared<CountingSink>());
+      Drain(replicator, v.id, &v.mirror);
+    }
+    for (int f = 0; f < 60; ++f) {
+      if (f % 3 == 0) {
+        Churn(world, rng, next_id);
+      } else {
+        std::vector<EntityId> alive;
+        world.ForEach([&](EntityId e, EntityId, const Matrix3x4&) {
+          alive.push_back(e);
+        });
+        for (int k = 0; k < 100; ++k) {
+          ASSERT_TRUE(world
+                          .SetLocal(alive[rng() % alive.size()],
+                                    At(static_cast<float>(rng() % 1000)))
+                          .ok());
+        }
+      }
+      publish();
+      const State truth = Snapshot(world);
+      for (size_t k = 0; k < views.size(); ++k) {
+        View& v = views[k];
+        while (auto update = replicator.Next(v.id, absl::Now())) {
+          ApplyStrictly(update->message(), &v.mirror, [&](EntityId e) {
+            return InFilter(truth, e, v.listed, v.roots);
+          });
+        }
+        ASSERT_EQ(v.mirror, Filtered(truth, v.listed, v.roots))
+            << "seed " << seed << ", frame " << f << ", view " << k;
+      }
+    }
+  }
+}
+
 // 30 chains of 100 entities, published through a replicator frame by frame,
 // each frame's published state kept to check snapshots against; every move
 // moves all of them (the chains' roots). Snapshot parts of 2000 bytes (about
