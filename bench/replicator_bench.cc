@@ -16,8 +16,9 @@
 // (here rate-limited to 10 a second, on a 60 Hz world) costs the server,
 // and what its messages weigh.
 //
-// BM_RateLimitedSubscribers: what many rate-limited subscribers cost each
-// frame's publication, and the server in all.
+// BM_RateLimitedSubscribers, BM_FilteredSubscribers,
+// BM_EchoFilteringSubscribers: what many subscribers of each kind cost
+// each frame's publication, and the server in all.
 
 #include <algorithm>
 #include <atomic>
@@ -397,6 +398,57 @@ void BM_FilteredSubscribers(benchmark::State& state) {
 }
 BENCHMARK(BM_FilteredSubscribers)
     ->ArgsProduct({{1, 16, 64, 256}, {0, 1}})
+    ->Unit(benchmark::kMillisecond);
+
+// Many subscribers that filter their own writer's echoes (editors, each
+// mirroring the world it sometimes writes to) on the 60 Hz scene workload,
+// while another writer (physics) moves the 5,000 leaves a frame: arg raw
+// subscribers, each its own client id, none writing. Timed: a frame, its
+// publication and the messages. `publish_ms`: the publication alone,
+// under the replicator's lock.
+void BM_EchoFilteringSubscribers(benchmark::State& state) {
+  const auto subscribers = static_cast<int>(state.range(0));
+  SteppedScene scene(12);
+  if (!scene.ok) state.SkipWithError("scene");
+  Replicator replicator;
+  replicator.Publish(scene.first, absl::Now());
+  std::vector<Replicator::SubscriptionId> ids;
+  for (int k = 0; k < subscribers; ++k) {
+    SubscriptionOptions options;
+    options.no_echo_client_id = "editor " + std::to_string(k);
+    ids.push_back(replicator.Subscribe(options, std::make_shared<NullSink>()));
+  }
+  std::vector<FrameWriters> writers(scene.frames.size());
+  for (size_t f = 0; f < scene.frames.size(); ++f) {
+    for (EntityId e : scene.frames[f].moved) writers[f][e] = "physics";
+  }
+  const auto take_due = [&] {
+    size_t messages = 0;
+    for (auto id : ids) {
+      while (replicator.Next(id, absl::Now()) != nullptr) ++messages;
+    }
+    return messages;
+  };
+  take_due();
+  double publish_seconds = 0;
+  size_t messages = 0;
+  for (auto _ : state) {
+    const FrameWriters& written = writers[scene.next % writers.size()];
+    const auto start = std::chrono::steady_clock::now();
+    replicator.Publish(scene.Next(), absl::Now(), written);
+    publish_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
+    messages += take_due();
+  }
+  const auto frames = static_cast<double>(state.iterations());
+  state.counters["publish_ms"] = 1e3 * publish_seconds / frames;
+  state.counters["messages_per_frame"] = static_cast<double>(messages) / frames;
+}
+BENCHMARK(BM_EchoFilteringSubscribers)
+    ->Arg(1)
+    ->Arg(16)
+    ->Arg(64)
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace
