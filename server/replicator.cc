@@ -92,9 +92,10 @@ void Replicator::Publish(const FrameChanges& changes, absl::Time time,
                          const FrameWriters& writers) {
   std::vector<std::shared_ptr<UpdateSink>> wake;
   absl::flat_hash_set<SubscriptionId> served;
+  const WritingClients writing = WritingClientsOf(writers);
   if (!changes.empty()) {
     std::lock_guard<std::mutex> lock(mu_);
-    served = ServeCaughtUp(changes, time, wake);
+    served = ServeCaughtUp(changes, time, writing, wake);
   }
   WakeAll(std::move(wake));
   wake.clear();
@@ -110,7 +111,7 @@ void Replicator::Publish(const FrameChanges& changes, absl::Time time,
     // Folds end at the frame published last. (Not clear(): GCC 12 sees a
     // null dereference in its inlined shared_ptr destructors.)
     shared_folds_.erase(shared_folds_.begin(), shared_folds_.end());
-    const Echoes echoes = FindEchoes(writers);
+    const Echoes echoes = FindEchoes(writers, writing);
     if (!changes.empty()) {
       FoldIntoWholeWorld(changes, served, echoes, moved_before);
     }
@@ -137,7 +138,7 @@ void Replicator::PublishWhole(const World& world, uint64_t frame,
 }
 
 absl::flat_hash_set<Replicator::SubscriptionId> Replicator::ServeCaughtUp(
-    const FrameChanges& changes, absl::Time time,
+    const FrameChanges& changes, absl::Time time, const WritingClients& writing,
     std::vector<std::shared_ptr<UpdateSink>>& wake) {
   // Caught-up whole-world subscribers share one message, made from the
   // frame's changes alone, so they are served first; the published state
@@ -153,10 +154,17 @@ absl::flat_hash_set<Replicator::SubscriptionId> Replicator::ServeCaughtUp(
   const size_t entities = changes.moved.size() + changes.destroyed.size() +
                           changes.reparented.size();
   for (auto& [id, s] : subs_) {
+    // One that filters echoes has none in a frame its writer did not write.
+    // Not when compact: its view lags the published state where its writes
+    // were not echoed, so the frame's deltas are not against what it holds.
+    const std::string& client = s->options.no_echo_client_id;
+    const bool no_echoes =
+        client.empty() ||
+        (s->options.compact_precision == 0 && !writing.contains(client));
     // Caught up, but perhaps for earlier frames' shared parts not taken.
-    const bool caught_up =
-        s->whole_world && !s->snapshot && s->pending.empty() && !s->resync &&
-        s->parts.empty() && s->options.no_echo_client_id.empty();
+    const bool caught_up = s->whole_world && !s->snapshot &&
+                           s->pending.empty() && !s->resync &&
+                           s->parts.empty() && no_echoes;
     if (!caught_up) continue;
     const bool rate_limited = s->options.max_rate_hz > 0;
     if (rate_limited && s->ready_frames > 0) {
@@ -258,13 +266,30 @@ std::vector<std::optional<Matrix3x4>> Replicator::MovedBefore(
   return before;
 }
 
-Replicator::Echoes Replicator::FindEchoes(const FrameWriters& writers) const {
-  // Once per writer, however many of its subscriptions filter echoes.
+Replicator::WritingClients Replicator::WritingClientsOf(
+    const FrameWriters& writers) {
+  WritingClients clients;
+  absl::string_view last;
+  for (const auto& [e, client] : writers) {
+    // Mostly one or a few writers: a compare, not a hash, an entity.
+    if (client == last && !clients.empty()) continue;
+    clients.insert(client);
+    last = client;
+  }
+  return clients;
+}
+
+Replicator::Echoes Replicator::FindEchoes(const FrameWriters& writers,
+                                          const WritingClients& writing) const {
+  // Once per writer, however many of its subscriptions filter echoes; none
+  // for one that did not write.
   Echoes echoes;
   for (const auto& [id, s] : subs_) {
     const std::string& client = s->options.no_echo_client_id;
     if (!client.empty() && !echoes.contains(client)) {
-      echoes.emplace(client, EchoesOf(client, writers));
+      echoes.emplace(client, writing.contains(client)
+                                 ? EchoesOf(client, writers)
+                                 : absl::flat_hash_set<EntityId>());
     }
   }
   return echoes;

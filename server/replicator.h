@@ -281,19 +281,27 @@ class Replicator {
     std::vector<std::vector<bool>> in_view;  // [filtered][touched]
   };
 
+  // The clients that wrote in a frame (views of FrameWriters' strings): an
+  // echo-filtering subscriber whose client is not among them has no echoes
+  // in the frame.
+  using WritingClients = absl::flat_hash_set<absl::string_view>;
+  static WritingClients WritingClientsOf(const FrameWriters& writers);
+
   // Publish's steps, in order. The first runs under its own lock, and the
   // sinks it wakes are woken before the rest.
   // 1. Caught-up whole-world subscribers take the frame's shared parts, made
   //    from the changes alone. Returns whom it served.
   absl::flat_hash_set<SubscriptionId> ServeCaughtUp(
       const FrameChanges& changes, absl::Time time,
+      const WritingClients& writing,
       std::vector<std::shared_ptr<UpdateSink>>& wake);
   static bool IsEcho(const Echoes& echoes, const std::string& client,
                      EntityId e);
   // 2. What the filtered views held before the frame.
   ViewsBefore RecordViewsBefore(const FrameChanges& changes) const;
   // 3. state_.TakeIn(changes), then whose own writes moved what.
-  Echoes FindEchoes(const FrameWriters& writers) const;
+  Echoes FindEchoes(const FrameWriters& writers,
+                    const WritingClients& writing) const;
   // 4. The other whole-world subscribers fold the frame into their pending
   //    changes.
   void FoldIntoWholeWorld(

@@ -729,6 +729,60 @@ TEST_F(ReplicatorTest, EchoFilteringSubscribersAreCounted) {
   EXPECT_EQ(replicator_.echo_filtered_subscribers(), 0u);
 }
 
+// A raw subscriber that filters its writer's echoes shares the frames its
+// writer wrote nothing in with everyone else (O(1) a frame, where it used
+// to note every move), and is sent its own message, without its echoes,
+// for a frame its writer wrote in. A compact one is always sent its own:
+// its view lags where its writes were not echoed.
+TEST_F(ReplicatorTest, EchoFilteringSubscribersShareFramesTheirWriterSkipped) {
+  ASSERT_TRUE(world_.CreateMany({{1, 0, {}}, {2, 0, {}}, {3, 1, {}}}).ok());
+  Publish();
+  SubscriptionOptions no_echo, compact_no_echo;
+  no_echo.no_echo_client_id = compact_no_echo.no_echo_client_id = "me";
+  compact_no_echo.compact_precision = 0x1p-10f;
+  const auto plain =
+      replicator_.Subscribe({}, std::make_shared<CountingSink>());
+  const auto echo =
+      replicator_.Subscribe(no_echo, std::make_shared<CountingSink>());
+  const auto compact =
+      replicator_.Subscribe(compact_no_echo, std::make_shared<CountingSink>());
+  State a, b, c;
+  Drain(replicator_, plain, &a);
+  Drain(replicator_, echo, &b);
+  Drain(replicator_, compact, &c);
+  const auto publish = [&](EntityId e, float x, const std::string& writer) {
+    ASSERT_TRUE(world_.SetLocal(e, At(x)).ok());
+    world_.EndFrame(&changes_);
+    replicator_.Publish(changes_, absl::Now(), {{e, writer}});
+  };
+  // Another writer's frame: one message for both raw subscribers.
+  publish(2, 5, "other");
+  auto to_plain = replicator_.Next(plain, absl::Now());
+  auto to_echo = replicator_.Next(echo, absl::Now());
+  auto to_compact = replicator_.Next(compact, absl::Now());
+  ASSERT_NE(to_plain, nullptr);
+  EXPECT_EQ(to_plain.get(), to_echo.get()) << "not shared";
+  EXPECT_NE(to_compact->compact_precision(), 0);
+  // Its own: 1, which it set, is not sent to it; 1's child, moved by it,
+  // is.
+  publish(1, 6, "me");
+  to_plain = replicator_.Next(plain, absl::Now());
+  to_echo = replicator_.Next(echo, absl::Now());
+  ASSERT_NE(to_echo, nullptr);
+  EXPECT_NE(to_plain.get(), to_echo.get());
+  EXPECT_EQ(to_plain->message().moved_size(), 2);
+  ASSERT_EQ(to_echo->message().moved_size(), 1);
+  EXPECT_EQ(to_echo->message().moved(0), 3u);
+  // Another writer's again, while the echo filterer is a frame behind:
+  // shared frames kept, then folded.
+  publish(2, 7, "other");
+  publish(1, 8, "other");
+  Drain(replicator_, plain, &a);
+  Drain(replicator_, echo, &b);
+  EXPECT_EQ(a, Snapshot(world_));
+  EXPECT_EQ(b, Snapshot(world_));
+}
+
 // frames_skipped has one meaning on every path: frames that changed the view,
 // folded into one message, less one.
 TEST_F(ReplicatorTest, FramesSkippedCountsOnlyFramesThatChangedTheView) {
