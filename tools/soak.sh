@@ -2,7 +2,8 @@
 # A soak of one xformd under everything at once, for --seconds (default 600):
 #   - churn: xform-load writing a 100k-entity scene world at 60 Hz with four
 #     healthy subscribers and one that stalls, reporting their latency;
-#   - stalled subscribers: three `xformctl watch` whose output nobody reads;
+#   - stalled subscribers: three `xformctl watch` whose output nobody reads
+#     (one rate-limited), and four rate-limited ones that read;
 #   - deep chains, join storms, fuzzed, oversized and expanding requests:
 #     tools/soak_hostile.py.
 # Samples xformd's RSS every 10 s, and at the end prints the healthy
@@ -39,10 +40,19 @@ sleep 5  # The world exists once xform-load has built it.
 
 stalled=()
 for k in 1 2 3; do
-  # The pipe fills and nobody reads it: the subscriber stops reading.
-  ("$build/tools/xformctl" --server="$address" watch soak --verbose |
-    sleep "$seconds") 2>/dev/null &
+  # The pipe fills and nobody reads it: the subscriber stops reading. The
+  # third is rate-limited, so it keeps frames until due, and then more than
+  # it may.
+  rate=0
+  if [[ $k -eq 3 ]]; then rate=10; fi
+  ("$build/tools/xformctl" --server="$address" watch soak --verbose \
+    --rate_hz="$rate" | sleep "$seconds") 2>/dev/null &
   stalled+=($!)
+done
+# Dashboards that read: rate-limited, sharing their folds.
+for k in 1 2 3 4; do
+  "$build/tools/xformctl" --server="$address" watch soak --rate_hz=10 \
+    >/dev/null 2>&1 &
 done
 
 /usr/bin/python3 tools/soak_hostile.py --server="$address" --world=soak \
