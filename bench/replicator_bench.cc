@@ -208,16 +208,15 @@ void BM_PublishedStateFrame(benchmark::State& state) {
 BENCHMARK(BM_PublishedStateFrame)->Arg(100'000)->Arg(1'000'000);
 
 // xform-load's scene workload (a 100k scene, 5,000 leaves stepped a frame):
-// the scene published as its first frame, and `count` frames after it made
-// beforehand, stepping leaves back and forth. The frames' numbers are
+// the scene (`ops`) published as its first frame, and `count` frames after it
+// made beforehand, stepping leaves back and forth. The frames' numbers are
 // renumbered as they are published again and again.
 struct SteppedScene {
   explicit SteppedScene(size_t count) {
     constexpr size_t kMoves = 5'000;
-    const std::vector<CreateOp> scene = MakeScene(SceneShape::kScene, 100'000);
-    ok = world.CreateMany(scene).ok();
+    ok = world.CreateMany(ops).ok();
     world.EndFrame(&first);
-    std::vector<EntityId> leaves = Leaves(scene);
+    std::vector<EntityId> leaves = Leaves(ops);
     std::mt19937 rng(5);
     std::uniform_real_distribution<float> u(-1, 1);
     frames.resize(count);
@@ -240,6 +239,7 @@ struct SteppedScene {
     return c;
   }
 
+  const std::vector<CreateOp> ops = MakeScene(SceneShape::kScene, 100'000);
   bool ok = true;
   World world;
   FrameChanges first;
@@ -287,163 +287,140 @@ void BM_CompactFold(benchmark::State& state) {
 }
 BENCHMARK(BM_CompactFold)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 
-// Many subscribers rate-limited to 10 messages a second (dashboards, a
-// browser's view) on the 60 Hz scene workload: arg subscribers, raw (second
-// argument 0) or compact at 1 mm (1), their phases spread over the six
-// frames between two of one's messages. A simulated clock steps 1/60 s a
-// frame; after each publication every subscriber takes what is due, as the
-// server's poller has it do within 5 ms. Timed: a frame, its publication
-// and the messages then due. `publish_ms`: the publication alone, which
-// holds the replicator's lock for whatever it does, so every subscriber's
-// Next() waits for it; `messages_per_frame`, what was sent.
-void BM_RateLimitedSubscribers(benchmark::State& state) {
-  const auto subscribers = static_cast<int>(state.range(0));
-  const bool compact = state.range(1) == 1;
-  constexpr int kFramesPerMessage = 6;
-  const absl::Duration period = absl::Nanoseconds(16'666'667);
-  SteppedScene scene(2 * kFramesPerMessage);
-  if (!scene.ok) state.SkipWithError("scene");
-  absl::Time now = absl::UnixEpoch();
-  Replicator replicator;
-  replicator.Publish(scene.first, now);
-  SubscriptionOptions options;
-  options.max_rate_hz = 10;
-  if (compact) options.compact_precision = 1e-3f;
-  std::vector<Replicator::SubscriptionId> ids;
-  for (int k = 0; k < subscribers; ++k) {
-    ids.push_back(replicator.Subscribe(options, std::make_shared<NullSink>()));
+// The scene workload published frame by frame to subscribers that each
+// take what is due after every publication (as the server's poller has them
+// do within 5 ms), on a simulated clock that steps 1/60 s a frame.
+class FrameLoop {
+ public:
+  FrameLoop() : scene_(12) { replicator_.Publish(scene_.first, now_); }
+  bool ok() const { return scene_.ok; }
+  const SteppedScene& scene() const { return scene_; }
+
+  void Subscribe(const SubscriptionOptions& options) {
+    ids_.push_back(
+        replicator_.Subscribe(options, std::make_shared<NullSink>()));
   }
-  const auto take_due = [&](int from) {
+  // Who writes each of the scene's frames, by its index.
+  void SetWriters(std::vector<FrameWriters> writers) {
+    writers_ = std::move(writers);
+  }
+  // Publishes the next frame; returns the seconds that took.
+  double PublishNext() {
+    static const FrameWriters kNoWriters;
+    const FrameWriters& writers =
+        writers_.empty() ? kNoWriters : writers_[scene_.next % writers_.size()];
+    now_ += absl::Nanoseconds(16'666'667);
+    const auto start = std::chrono::steady_clock::now();
+    replicator_.Publish(scene_.Next(), now_, writers);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() -
+                                         start)
+        .count();
+  }
+  // The subscribers from the `from`th on take what is due; returns how many
+  // messages they took.
+  size_t TakeDue(size_t from = 0) {
     size_t messages = 0;
-    for (size_t k = static_cast<size_t>(from); k < ids.size(); ++k) {
-      while (replicator.Next(ids[k], now) != nullptr) ++messages;
+    for (size_t k = from; k < ids_.size(); ++k) {
+      while (replicator_.Next(ids_[k], now_) != nullptr) ++messages;
     }
     return messages;
-  };
+  }
+  // Times a frame an iteration: its publication and the messages then due.
+  // `publish_ms`: the publication alone, which holds the replicator's lock
+  // for whatever it does, so every subscriber's Next() waits for it;
+  // `messages_per_frame`, what was sent.
+  void Time(benchmark::State& state) {
+    double publish_seconds = 0;
+    size_t messages = 0;
+    for (auto _ : state) {
+      publish_seconds += PublishNext();
+      messages += TakeDue();
+    }
+    const auto frames = static_cast<double>(state.iterations());
+    state.counters["publish_ms"] = 1e3 * publish_seconds / frames;
+    state.counters["messages_per_frame"] =
+        static_cast<double>(messages) / frames;
+  }
+
+ private:
+  SteppedScene scene_;
+  Replicator replicator_;
+  absl::Time now_ = absl::UnixEpoch();
+  std::vector<Replicator::SubscriptionId> ids_;
+  std::vector<FrameWriters> writers_;
+};
+
+// Many subscribers rate-limited to 10 messages a second (dashboards, a
+// browser's view): arg subscribers, raw (second argument 0) or compact at
+// 1 mm (1), their phases spread over the six frames between two of one's
+// messages.
+void BM_RateLimitedSubscribers(benchmark::State& state) {
+  const auto subscribers = static_cast<size_t>(state.range(0));
+  constexpr size_t kFramesPerMessage = 6;
+  FrameLoop loop;
+  if (!loop.ok()) state.SkipWithError("scene");
+  SubscriptionOptions options;
+  options.max_rate_hz = 10;
+  if (state.range(1) == 1) options.compact_precision = 1e-3f;
+  for (size_t k = 0; k < subscribers; ++k) loop.Subscribe(options);
   // Subscriber k's first message (its snapshot) at frame k % 6: so each
   // frame, a sixth of them are due.
-  for (int f = 0; f < kFramesPerMessage; ++f) {
-    now += period;
-    replicator.Publish(scene.Next(), now);
-    take_due(subscribers - subscribers * (f + 1) / kFramesPerMessage);
+  for (size_t f = 0; f < kFramesPerMessage; ++f) {
+    loop.PublishNext();
+    loop.TakeDue(subscribers - subscribers * (f + 1) / kFramesPerMessage);
   }
-  double publish_seconds = 0;
-  size_t messages = 0;
-  for (auto _ : state) {
-    now += period;
-    const auto start = std::chrono::steady_clock::now();
-    replicator.Publish(scene.Next(), now);
-    publish_seconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-            .count();
-    messages += take_due(0);
-  }
-  const auto frames = static_cast<double>(state.iterations());
-  state.counters["publish_ms"] = 1e3 * publish_seconds / frames;
-  state.counters["messages_per_frame"] = static_cast<double>(messages) / frames;
+  loop.Time(state);
 }
 BENCHMARK(BM_RateLimitedSubscribers)
     ->ArgsProduct({{1, 16, 64, 256}, {0, 1}})
     ->Unit(benchmark::kMillisecond);
 
 // Many subscribers with small filtered views (a tool watching one arm, a
-// list of a few entities) on the 60 Hz scene workload: arg subscribers,
-// each listing 16 random entities (second argument 0) or watching one
-// root's subtree (1), taking what is due after each publication. Timed: a
-// frame, its publication and the messages. `publish_ms`: the publication
-// alone, under the replicator's lock.
+// list of a few entities): arg subscribers, each listing 16 random entities
+// (second argument 0) or watching one root's subtree (1).
 void BM_FilteredSubscribers(benchmark::State& state) {
-  const auto subscribers = static_cast<int>(state.range(0));
-  const bool subtrees = state.range(1) == 1;
-  SteppedScene scene(12);
-  if (!scene.ok) state.SkipWithError("scene");
-  Replicator replicator;
-  replicator.Publish(scene.first, absl::Now());
-  const std::vector<CreateOp> ops = MakeScene(SceneShape::kScene, 100'000);
-  const std::vector<EntityId> roots = Roots(ops);
+  FrameLoop loop;
+  if (!loop.ok()) state.SkipWithError("scene");
+  const std::vector<EntityId> roots = Roots(loop.scene().ops);
   std::mt19937 rng(9);
-  std::vector<Replicator::SubscriptionId> ids;
-  for (int k = 0; k < subscribers; ++k) {
+  for (int k = 0; k < state.range(0); ++k) {
     SubscriptionOptions options;
-    if (subtrees) {
+    if (state.range(1) == 1) {
       options.subtrees = {roots[rng() % roots.size()]};
     } else {
       for (int e = 0; e < 16; ++e) {
-        options.entities.push_back(1 + rng() % ops.size());
+        options.entities.push_back(1 + rng() % loop.scene().ops.size());
       }
     }
-    ids.push_back(replicator.Subscribe(options, std::make_shared<NullSink>()));
+    loop.Subscribe(options);
   }
-  const auto take_due = [&] {
-    size_t messages = 0;
-    for (auto id : ids) {
-      while (replicator.Next(id, absl::Now()) != nullptr) ++messages;
-    }
-    return messages;
-  };
-  take_due();
-  double publish_seconds = 0;
-  size_t messages = 0;
-  for (auto _ : state) {
-    const auto start = std::chrono::steady_clock::now();
-    replicator.Publish(scene.Next(), absl::Now());
-    publish_seconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-            .count();
-    messages += take_due();
-  }
-  const auto frames = static_cast<double>(state.iterations());
-  state.counters["publish_ms"] = 1e3 * publish_seconds / frames;
-  state.counters["messages_per_frame"] = static_cast<double>(messages) / frames;
+  loop.TakeDue();
+  loop.Time(state);
 }
 BENCHMARK(BM_FilteredSubscribers)
     ->ArgsProduct({{1, 16, 64, 256}, {0, 1}})
     ->Unit(benchmark::kMillisecond);
 
 // Many subscribers that filter their own writer's echoes (editors, each
-// mirroring the world it sometimes writes to) on the 60 Hz scene workload,
-// while another writer (physics) moves the 5,000 leaves a frame: arg raw
-// subscribers, each its own client id, none writing. Timed: a frame, its
-// publication and the messages. `publish_ms`: the publication alone,
-// under the replicator's lock.
+// mirroring the world it sometimes writes to), while another writer
+// (physics) moves the leaves: arg raw subscribers, each its own client id,
+// none writing.
 void BM_EchoFilteringSubscribers(benchmark::State& state) {
-  const auto subscribers = static_cast<int>(state.range(0));
-  SteppedScene scene(12);
-  if (!scene.ok) state.SkipWithError("scene");
-  Replicator replicator;
-  replicator.Publish(scene.first, absl::Now());
-  std::vector<Replicator::SubscriptionId> ids;
-  for (int k = 0; k < subscribers; ++k) {
+  FrameLoop loop;
+  if (!loop.ok()) state.SkipWithError("scene");
+  for (int k = 0; k < state.range(0); ++k) {
     SubscriptionOptions options;
     options.no_echo_client_id = "editor " + std::to_string(k);
-    ids.push_back(replicator.Subscribe(options, std::make_shared<NullSink>()));
+    loop.Subscribe(options);
   }
-  std::vector<FrameWriters> writers(scene.frames.size());
-  for (size_t f = 0; f < scene.frames.size(); ++f) {
-    for (EntityId e : scene.frames[f].moved) writers[f][e] = "physics";
+  std::vector<FrameWriters> writers;
+  for (const FrameChanges& frame : loop.scene().frames) {
+    FrameWriters& written = writers.emplace_back();
+    for (EntityId e : frame.moved) written[e] = "physics";
   }
-  const auto take_due = [&] {
-    size_t messages = 0;
-    for (auto id : ids) {
-      while (replicator.Next(id, absl::Now()) != nullptr) ++messages;
-    }
-    return messages;
-  };
-  take_due();
-  double publish_seconds = 0;
-  size_t messages = 0;
-  for (auto _ : state) {
-    const FrameWriters& written = writers[scene.next % writers.size()];
-    const auto start = std::chrono::steady_clock::now();
-    replicator.Publish(scene.Next(), absl::Now(), written);
-    publish_seconds +=
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-            .count();
-    messages += take_due();
-  }
-  const auto frames = static_cast<double>(state.iterations());
-  state.counters["publish_ms"] = 1e3 * publish_seconds / frames;
-  state.counters["messages_per_frame"] = static_cast<double>(messages) / frames;
+  loop.SetWriters(std::move(writers));
+  loop.TakeDue();
+  loop.Time(state);
 }
 BENCHMARK(BM_EchoFilteringSubscribers)
     ->Arg(1)

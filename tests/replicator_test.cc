@@ -297,6 +297,18 @@ void ApplyStrictly(const v1::FrameUpdate& u, State* state,
 
 // One frame of random churn: creations (some of destroyed ids), subtree and
 // keep-children destroys, links, and moves, all over the world.
+// Creates 3,000 entities from `next_id` on, each a child of a random
+// earlier one or, one in eight, a root; leaves `next_id` past them.
+absl::Status GrowRandomForest(World& world, std::mt19937& rng,
+                              EntityId& next_id) {
+  std::vector<CreateOp> ops;
+  for (const EntityId end = next_id + 3000; next_id < end; ++next_id) {
+    const EntityId parent = next_id > 1 ? 1 + rng() % (next_id - 1) : 0;
+    ops.push_back({next_id, rng() % 8 ? parent : kNoEntity, At(1)});
+  }
+  return world.CreateMany(ops);
+}
+
 void Churn(World& world, std::mt19937& rng, EntityId& next_id) {
   std::vector<EntityId> alive;
   world.ForEach(
@@ -335,14 +347,9 @@ TEST_F(ReplicatorTest, SnapshotsStreamWhileTheWorldChanges) {
     World world;
     std::mt19937 rng(seed);
     EntityId next_id = 1;
-    std::vector<CreateOp> ops;
+    ASSERT_TRUE(GrowRandomForest(world, rng, next_id).ok());
     // Children in lower ids than their parents too: a parent chain must be
     // sent ahead of the scan.
-    for (; next_id <= 3000; ++next_id) {
-      const EntityId parent = next_id > 1 ? 1 + rng() % (next_id - 1) : 0;
-      ops.push_back({next_id, rng() % 8 ? parent : kNoEntity, At(1)});
-    }
-    ASSERT_TRUE(world.CreateMany(ops).ok());
     for (int k = 0; k < 200; ++k) {
       world.Link(1 + rng() % 3000, 1 + rng() % 3000).IgnoreError();
     }
@@ -413,12 +420,7 @@ TEST(ReplicatorViewsTest, FilteredViewsFollowMovesAndStructure) {
     World world;
     std::mt19937 rng(seed);
     EntityId next_id = 1;
-    std::vector<CreateOp> ops;
-    for (; next_id <= 3000; ++next_id) {
-      const EntityId parent = next_id > 1 ? 1 + rng() % (next_id - 1) : 0;
-      ops.push_back({next_id, rng() % 8 ? parent : kNoEntity, At(1)});
-    }
-    ASSERT_TRUE(world.CreateMany(ops).ok());
+    ASSERT_TRUE(GrowRandomForest(world, rng, next_id).ok());
     Replicator replicator;
     FrameChanges changes;
     const auto publish = [&] {
