@@ -379,6 +379,11 @@ int Main() {
     return 1;
   }
   if (acceptor != nullptr) acceptor->Start(server.get());
+  // Before recovery, which may take a while: the port is bound, so a
+  // launcher that asked for port 0 can learn which one it got and wait for
+  // SERVING on it.
+  Log('I', "xformd listening on ", listen, " (port ",
+      acceptor != nullptr ? acceptor->port() : tls_port, ")");
   grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
   // NOT_SERVING (and every call UNAVAILABLE) until the worlds are back.
   health->SetServingStatus(false);

@@ -243,9 +243,6 @@ TEST_F(SecurityProcessTest, SighupReloadRemovesAPrincipal) {
 
 // Plaintext on a non-loopback address is served, with a warning.
 TEST_F(SecurityProcessTest, PlaintextOffLoopbackIsWarnedAbout) {
-  // Port 0: the kernel's pick, so that no other test's connection can take
-  // the port between a FreePort() and the bind (the likely cause of one
-  // failure under ctest -j2).
   Xformd xformd({"--listen=0.0.0.0:0"});
   const absl::Time deadline = absl::Now() + absl::Seconds(20);
   while (xformd.Log().find("serving on") == std::string::npos &&

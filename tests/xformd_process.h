@@ -1,24 +1,23 @@
 // Copyright 2026 The xform Authors.
 //
-// An xformd process for tests: the real binary on a free loopback port,
+// An xformd process for tests: the real binary on a loopback port,
 // its log kept, killed at the end of the test if it has not exited.
 
 #ifndef XFORM_TESTS_XFORMD_PROCESS_H_
 #define XFORM_TESTS_XFORMD_PROCESS_H_
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -32,29 +31,22 @@ extern char** environ;
 
 namespace xform::testing {
 
-// A port the kernel just handed out, so very likely still free.
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
-  socklen_t length = sizeof(address);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  close(fd);
-  return ntohs(address.sin_port);
-}
-
-// An xformd process on a free loopback port. `shell_prefix`, when given, is
-// run by /bin/sh before exec'ing xformd (for `ulimit -n 256`).
+// An xformd process on a loopback port of the kernel's choosing (port 0,
+// learnt from its log), unless `flags` has a --listen of its own: a port
+// found free beforehand can be taken by any other test's connection before
+// xformd binds it. `shell_prefix`, when given, is run by /bin/sh before
+// exec'ing xformd (for `ulimit -n 256`).
 class Xformd {
  public:
   explicit Xformd(std::vector<std::string> flags,
                   const std::string& shell_prefix = "") {
-    address_ = absl::StrCat("127.0.0.1:", FreePort());
-    std::string command = absl::StrCat(shell_prefix, " exec ", XFORMD_PATH,
-                                       " --listen=", address_);
-    for (const std::string& flag : flags) absl::StrAppend(&command, " ", flag);
+    std::string command = absl::StrCat(shell_prefix, " exec ", XFORMD_PATH);
+    bool listen_given = false;
+    for (const std::string& flag : flags) {
+      listen_given |= flag.rfind("--listen=", 0) == 0;
+      absl::StrAppend(&command, " ", flag);
+    }
+    if (!listen_given) absl::StrAppend(&command, " --listen=127.0.0.1:0");
     const std::string log = absl::StrCat(::testing::TempDir(), "xformd_",
                                          getpid(), "_", ++count_, ".log");
     absl::StrAppend(&command, " 2>", log);
@@ -63,7 +55,9 @@ class Xformd {
                     const_cast<char*>(command.c_str()), nullptr};
     if (posix_spawn(&pid_, "/bin/sh", nullptr, nullptr, argv, environ) != 0) {
       pid_ = 0;
+      return;
     }
+    WaitForPort(absl::Seconds(30));
   }
   ~Xformd() {
     if (pid_ != 0 && !exited_) {
@@ -72,6 +66,7 @@ class Xformd {
     }
   }
 
+  // 127.0.0.1 and the port xformd bound; empty if it exited first.
   const std::string& address() const { return address_; }
   pid_t pid() const { return pid_; }
 
@@ -96,15 +91,10 @@ class Xformd {
   // The exit status, or -1 if it has not exited within `timeout`.
   int WaitForExit(absl::Duration timeout) {
     const absl::Time deadline = absl::Now() + timeout;
-    int status = 0;
-    while (absl::Now() < deadline) {
-      if (waitpid(pid_, &status, WNOHANG) == pid_) {
-        exited_ = true;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      }
+    while (!Exited() && absl::Now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    return -1;
+    return exited_ ? exit_code_ : -1;
   }
 
   // The peak resident set, in MB (VmHWM).
@@ -127,11 +117,44 @@ class Xformd {
   }
 
  private:
+  // Reaps the process if it has exited, keeping its exit code.
+  bool Exited() {
+    int status = 0;
+    if (!exited_ && waitpid(pid_, &status, WNOHANG) == pid_) {
+      exited_ = true;
+      exit_code_ =
+          WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    return exited_;
+  }
+
+  // Reads the bound port from the line xformd logs once it has bound it,
+  // before recovering its worlds.
+  void WaitForPort(absl::Duration timeout) {
+    static constexpr std::string_view kListening = "xformd listening on ";
+    static constexpr std::string_view kPort = " (port ";
+    const absl::Time deadline = absl::Now() + timeout;
+    while (!Exited() && absl::Now() < deadline) {
+      const std::string log = Log();
+      const size_t line = log.find(kListening);
+      const size_t port =
+          line == std::string::npos ? line : log.find(kPort, line);
+      if (port != std::string::npos &&
+          log.find(')', port) != std::string::npos) {
+        address_ = absl::StrCat("127.0.0.1:",
+                                std::atoi(log.c_str() + port + kPort.size()));
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+
   static inline int count_ = 0;
   std::string address_;
   std::string log_;
   pid_t pid_ = 0;
   bool exited_ = false;
+  int exit_code_ = -1;
 };
 
 }  // namespace xform::testing

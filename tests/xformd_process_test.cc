@@ -8,7 +8,6 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -35,7 +34,6 @@
 
 namespace {
 
-using xform::testing::FreePort;
 using xform::testing::Xformd;
 
 grpc::health::v1::HealthCheckResponse::ServingStatus Health(
@@ -54,18 +52,8 @@ grpc::health::v1::HealthCheckResponse::ServingStatus Health(
 }
 
 TEST(XformdProcessTest, SigtermEndsStreamsCleanlyAndExitsZero) {
-  const std::string address = absl::StrCat("127.0.0.1:", FreePort());
-  const std::string listen = absl::StrCat("--listen=", address);
-  char* argv[] = {const_cast<char*>(XFORMD_PATH),
-                  const_cast<char*>(listen.c_str()),
-                  const_cast<char*>("--demo"), nullptr};
-  pid_t pid = 0;
-  ASSERT_EQ(posix_spawn(&pid, XFORMD_PATH, nullptr, nullptr, argv, environ), 0);
-
-  auto channel =
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
-  ASSERT_TRUE(channel->WaitForConnected(std::chrono::system_clock::now() +
-                                        std::chrono::seconds(20)));
+  Xformd xformd({"--demo"});
+  auto channel = xformd.Connect();
   {
     auto health = grpc::health::v1::Health::NewStub(channel);
     grpc::ClientContext context;
@@ -95,20 +83,14 @@ TEST(XformdProcessTest, SigtermEndsStreamsCleanlyAndExitsZero) {
   while (deltas < 5 && reader->Read(&update)) deltas += !update.snapshot();
   ASSERT_EQ(deltas, 5);
 
-  ASSERT_EQ(kill(pid, SIGTERM), 0);
+  ASSERT_EQ(kill(xformd.pid(), SIGTERM), 0);
   while (reader->Read(&update)) {
   }
   const grpc::Status status = reader->Finish();
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE)
       << status.error_message();
   EXPECT_EQ(status.error_message(), "server shutting down");
-
-  int wait_status = 0;
-  for (int k = 0; k < 200 && waitpid(pid, &wait_status, WNOHANG) == 0; ++k) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ASSERT_TRUE(WIFEXITED(wait_status)) << "xformd did not exit";
-  EXPECT_EQ(WEXITSTATUS(wait_status), 0);
+  EXPECT_EQ(xformd.WaitForExit(absl::Seconds(10)), 0) << xformd.Log();
 }
 
 }  // namespace
