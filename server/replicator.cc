@@ -426,6 +426,28 @@ void Replicator::NoteMovesInViews(
   // Each moved entity's index in `moved`, made once the first short list
   // wants it.
   absl::flat_hash_map<EntityId, size_t> index;
+  // Subtree views whose bits are fewer words than the frame has moves.
+  // Their bits are walked against the moved slots', marked first, when
+  // there are enough of them to repay the marking (three writes a moved
+  // entity, against a bit test each that each of them saves).
+  const auto narrow = [&moved](const Subscription& s) {
+    return !s.roots.empty() && s.in_subtree.words() < moved.size();
+  };
+  constexpr size_t kNarrowViewsToMark = 4;
+  const bool mark = static_cast<size_t>(std::count_if(
+                        filtered.begin(), filtered.end(),
+                        [&](const Subscription* s) { return narrow(*s); })) >=
+                    kNarrowViewsToMark;
+  if (mark) {
+    for (size_t k = 0; k < moved.size(); ++k) {
+      if (slots[k] == PublishedState::kNoSlot) continue;
+      moved_slots_.set(slots[k]);
+      if (moved_index_by_slot_.size() <= slots[k]) {
+        moved_index_by_slot_.resize(slots[k] + 1);
+      }
+      moved_index_by_slot_[slots[k]] = static_cast<uint32_t>(k);
+    }
+  }
   for (Subscription* s : filtered) {
     const std::string& client = s->options.no_echo_client_id;
     const auto note = [&](size_t k) {
@@ -433,9 +455,10 @@ void Replicator::NoteMovesInViews(
       Note(*s, moved[k], kMoved, slots[k],
            k < moved_before.size() ? moved_before[k] : std::nullopt);
     };
-    // Subtrees: a bit test a moved entity, on bits as wide as the view's
-    // highest slot.
-    if (!s->roots.empty()) {
+    if (mark && narrow(*s)) {
+      s->in_subtree.ForEachInBoth(
+          moved_slots_, [&](size_t slot) { note(moved_index_by_slot_[slot]); });
+    } else if (!s->roots.empty()) {
       for (size_t k = 0; k < moved.size(); ++k) {
         if (s->in_subtree.test(slots[k])) note(k);
       }
@@ -461,6 +484,9 @@ void Replicator::NoteMovesInViews(
         }
       }
     }
+  }
+  if (mark) {
+    for (Slot slot : slots) moved_slots_.reset(slot);
   }
 }
 

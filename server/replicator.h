@@ -314,8 +314,10 @@ class Replicator {
       const FrameChanges& changes, ViewsBefore& before, const Echoes& echoes,
       const std::vector<std::optional<Matrix3x4>>& moved_before);
   // 5, for a frame of moves alone: each view notes what moved in it. O(moved)
-  // lookups once, then for each filtered view a bit test per moved entity
-  // if it has subtrees, and O(min(listed, moved)) for its list.
+  // lookups once, then for each filtered view with subtrees the fewer of a
+  // bit test per moved entity and a pass over its bits a word at a time
+  // (against the frame's moved slots, marked once), and O(min(listed,
+  // moved)) for its list.
   void NoteMovesInViews(
       const FrameChanges& changes, const std::vector<Subscription*>& filtered,
       const Echoes& echoes,
@@ -451,6 +453,12 @@ class Replicator {
   // those due in the same frame fold the same frames).
   absl::flat_hash_map<FoldKey, std::vector<std::shared_ptr<const Outgoing>>>
       shared_folds_;
+  // The slots a moves-only frame moved, and each one's index in the frame's
+  // moved entities, while NoteMovesInViews runs: marked for the views whose
+  // bits are fewer words than the frame has moves, unmarked after (O(moved)
+  // each). Kept between frames, so marking is not O(slots).
+  SlotBits moved_slots_;
+  std::vector<uint32_t> moved_index_by_slot_;
   // How many of subs_ filter echoes, changed with it.
   std::atomic<size_t> echo_filtered_{0};
 };

@@ -10,6 +10,7 @@
 #ifndef XFORM_SERVER_SLOT_BITS_H_
 #define XFORM_SERVER_SLOT_BITS_H_
 
+#include <algorithm>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
@@ -63,6 +64,20 @@ class SlotBits {
   }
   // One past the highest slot ever set (or SetAll's size).
   size_t size() const { return size_; }
+  // The 64-bit words the bits take: what ForEachInBoth walks.
+  size_t words() const { return words_.size(); }
+  // Calls f(slot) for each slot set here and in `other`, in ascending
+  // order: O(the fewer words of the two), plus one call a slot found.
+  template <typename F>
+  void ForEachInBoth(const SlotBits& other, F f) const {
+    const size_t n = std::min(words_.size(), other.words_.size());
+    for (size_t w = 0; w < n; ++w) {
+      for (uint64_t both = words_[w] & other.words_[w]; both != 0;
+           both &= both - 1) {
+        f(w * 64 + std::countr_zero(both));
+      }
+    }
+  }
 
  private:
   std::vector<uint64_t> words_;
