@@ -403,14 +403,15 @@ BENCHMARK(BM_FilteredSubscribers)
 
 // Many subscribers that filter their own writer's echoes (editors, each
 // mirroring the world it sometimes writes to), while another writer
-// (physics) moves the leaves: arg raw subscribers, each its own client id,
-// none writing.
+// (physics) moves the leaves: arg subscribers, each its own client id, none
+// writing; raw (second argument 0) or compact at 1 mm (1).
 void BM_EchoFilteringSubscribers(benchmark::State& state) {
   FrameLoop loop;
   if (!loop.ok()) state.SkipWithError("scene");
   for (int k = 0; k < state.range(0); ++k) {
     SubscriptionOptions options;
     options.no_echo_client_id = "editor " + std::to_string(k);
+    if (state.range(1) == 1) options.compact_precision = 0.001f;
     loop.Subscribe(options);
   }
   std::vector<FrameWriters> writers;
@@ -423,9 +424,7 @@ void BM_EchoFilteringSubscribers(benchmark::State& state) {
   loop.Time(state);
 }
 BENCHMARK(BM_EchoFilteringSubscribers)
-    ->Arg(1)
-    ->Arg(16)
-    ->Arg(64)
+    ->ArgsProduct({{1, 16, 64}, {0, 1}})
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace
