@@ -15,6 +15,9 @@ namespace xform::server {
 void Replicator::Note(Subscription& s, EntityId e, NetChange change, Slot slot,
                       const std::optional<Matrix3x4>& before) const {
   s.noted = true;
+  // It will be sent e as published (or that e is gone): as every message
+  // is made, from the published state.
+  if (!s.lagging.empty() && change != kReparented) s.lagging.erase(e);
   if (s.snapshot) {
     NoteInSnapshot(*s.snapshot, e, change, slot);
     return;
@@ -153,14 +156,26 @@ absl::flat_hash_set<Replicator::SubscriptionId> Replicator::ServeCaughtUp(
   std::vector<std::vector<std::optional<Matrix3x4>>> previous;
   const size_t entities = changes.moved.size() + changes.destroyed.size() +
                           changes.reparented.size();
+  // The frame's moved entities, made once the first lagging subscriber
+  // with fewer lagging entities than the frame has moves wants them.
+  absl::flat_hash_set<EntityId> moved;
+  const auto moves_any = [&](const absl::flat_hash_set<EntityId>& lagging) {
+    if (lagging.size() >= changes.moved.size()) {
+      return std::any_of(changes.moved.begin(), changes.moved.end(),
+                         [&](EntityId e) { return lagging.contains(e); });
+    }
+    if (moved.empty()) moved.insert(changes.moved.begin(), changes.moved.end());
+    return std::any_of(lagging.begin(), lagging.end(),
+                       [&](EntityId e) { return moved.contains(e); });
+  };
   for (auto& [id, s] : subs_) {
     // One that filters echoes has none in a frame its writer did not write.
-    // Not when compact: its view lags the published state where its writes
-    // were not echoed, so the frame's deltas are not against what it holds.
+    // A compact one's deltas must also be against what it holds: none of
+    // the entities it lags on may move (O(min(lagging, moved))).
     const std::string& client = s->options.no_echo_client_id;
     const bool no_echoes =
-        client.empty() ||
-        (s->options.compact_precision == 0 && !writing.contains(client));
+        client.empty() || (!writing.contains(client) &&
+                           (s->lagging.empty() || !moves_any(s->lagging)));
     // Caught up, but perhaps for earlier frames' shared parts not taken.
     const bool caught_up = s->whole_world && !s->snapshot &&
                            s->pending.empty() && !s->resync &&
@@ -343,7 +358,10 @@ void Replicator::FoldIntoWholeWorld(
     }
     for (size_t k = 0; k < moved.size(); ++k) {
       const EntityId e = changes.moved[k];
-      if (IsEcho(echoes, client, e)) continue;
+      if (IsEcho(echoes, client, e)) {
+        if (LagsOnEchoes(*s)) s->lagging.insert(e);
+        continue;
+      }
       Note(*s, e, kMoved, moved[k],
            k < moved_before.size() ? moved_before[k] : std::nullopt);
     }

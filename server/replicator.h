@@ -238,9 +238,21 @@ class Replicator {
     // At most one entry an entity noted: bounded as `pending` is.
     using HeldPoses = absl::flat_hash_map<EntityId, std::optional<Matrix3x4>>;
     HeldPoses held;
-    // Forgets `held` and gives its memory back, for a subscriber that is
-    // sent its view whole (clear() would keep the table's size).
-    void ReleaseHeld() { HeldPoses().swap(held); }
+    // Forgets `held` and `lagging`, giving their memory back, for a
+    // subscriber that is sent its view whole (clear() would keep the
+    // tables' size).
+    void ReleaseHeld() {
+      HeldPoses().swap(held);
+      absl::flat_hash_set<EntityId>().swap(lagging);
+    }
+    // A compact one's that filters echoes (LagsOnEchoes): the entities whose
+    // echo it was not sent, and has not been sent since, so what it holds
+    // of them is not what was published. The frames it shares are coded
+    // against what was published; so it shares only those whose writer it
+    // is not and that move none of these (else its own message, whole,
+    // which brings the moved up to date). At most one entry an entity of
+    // the world; forgotten with `held`.
+    absl::flat_hash_set<EntityId> lagging;
     uint64_t last_frame_sent = 0;
     uint64_t frames_skipped = 0;
     // Frames that changed this subscriber's view since its last message
@@ -368,6 +380,11 @@ class Replicator {
   void Note(Subscription& s, EntityId e, NetChange change,
             Slot slot = PublishedState::kNoSlot,
             const std::optional<Matrix3x4>& before = std::nullopt) const;
+  // Whether the subscriber keeps Subscription::lagging.
+  static bool LagsOnEchoes(const Subscription& s) {
+    return s.options.compact_precision > 0 &&
+           !s.options.no_echo_client_id.empty();
+  }
   // Whether the subscriber keeps Subscription::held.
   static bool TracksHeld(const Subscription& s) {
     return s.options.compact_precision > 0 &&
