@@ -815,6 +815,59 @@ TEST_F(ClientTest, NoEchoLeavesOutWhatThisClientSets) {
   EXPECT_THAT((*mirror)->TakeChanges().moved, UnorderedElementsAre(4));
 }
 
+// A compact Mirror that leaves out its client's echoes holds, frame by
+// frame, what a raw one with the same filter holds (within the encoding's
+// bounds): the server shares frames with it only where what it holds is
+// what the deltas are coded against.
+TEST_F(ClientTest, CompactNoEchoMirrorHoldsWhatARawOneDoes) {
+  ASSERT_TRUE(client_->CreateWorld("w", {.mode = FrameMode::kDriven}).ok());
+  constexpr EntityId kEntities = 400;
+  std::mt19937 rng(23);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<Command> build;
+  for (EntityId e = 1; e <= kEntities; ++e) {
+    build.push_back(CreateOp{e, e > 200 ? e - 200 : kNoEntity, At(u(rng))});
+  }
+  ASSERT_TRUE(client_->Apply("w", build, {.end_frame = true}).ok());
+  std::unique_ptr<Client> editor = Connect("editor");
+  constexpr float kPrecision = 0.001f;
+  absl::StatusOr<std::unique_ptr<Mirror>> raw =
+      Mirror::Start(*editor, {.world = "w", .no_echo = true});
+  absl::StatusOr<std::unique_ptr<Mirror>> compact =
+      Mirror::Start(*editor, {.world = "w",
+                              .no_echo = true,
+                              .encoding = MirrorOptions::Encoding::kCompact,
+                              .position_precision = kPrecision});
+  ASSERT_TRUE(raw.ok() && compact.ok());
+  ASSERT_TRUE((*raw)->WaitForSync(kWait) && (*compact)->WaitForSync(kWait));
+  const auto batch = [&](int n) {
+    std::vector<Command> moves;
+    for (int k = 0; k < n; ++k) {
+      moves.push_back(SetLocalOp{1 + rng() % kEntities, At(u(rng) * 100)});
+    }
+    return moves;
+  };
+  for (int frame = 0; frame < 200; ++frame) {
+    // The editor writes in one frame in four; the other writer in every
+    // one, and closes it.
+    if (frame % 4 == 0) {
+      ASSERT_TRUE(editor->Apply("w", batch(3)).ok());
+    }
+    absl::StatusOr<uint64_t> closed =
+        client_->Apply("w", batch(8), {.end_frame = true});
+    ASSERT_TRUE(closed.ok()) << closed.status();
+    ASSERT_TRUE((*raw)->WaitForFrame(*closed, kWait));
+    ASSERT_TRUE((*compact)->WaitForFrame(*closed, kWait));
+    for (EntityId e = 1; e <= kEntities; ++e) {
+      ExpectCompactMatch(*(*raw)->WorldMatrix(e), *(*compact)->WorldMatrix(e),
+                         kPrecision, e);
+    }
+    ASSERT_FALSE(HasFailure()) << "frame " << frame;
+  }
+  EXPECT_EQ((*compact)->resyncs(), 0);
+  EXPECT_TRUE((*compact)->status().ok()) << (*compact)->status();
+}
+
 // A peer that answers every Subscribe with one message whose bytes are no
 // FrameUpdate (an unterminated varint), then holds the stream open: what a
 // Mirror must survive from a server it does not control.
