@@ -944,6 +944,21 @@ void ExpectCompactMatch(const State& got, const State& truth, float precision) {
   }
 }
 
+// Roots 1 to `roots`, root r with one child, r + roots, each at pose():
+// created in `world` and published as `replicator`'s first frame at `time`.
+template <typename Pose>
+void PublishRootsWithAChildEach(EntityId roots, Pose pose, World& world,
+                                FrameChanges& changes, Replicator& replicator,
+                                absl::Time time = absl::Now()) {
+  std::vector<CreateOp> scene;
+  for (EntityId e = 1; e <= 2 * roots; ++e) {
+    scene.push_back({e, e > roots ? e - roots : kNoEntity, pose()});
+  }
+  ASSERT_TRUE(world.CreateMany(scene).ok());
+  world.EndFrame(&changes);
+  replicator.Publish(changes, time);
+}
+
 // Compact subscribers that are sent their own messages (one that falls
 // behind, a filtered view) are sent deltas against what each holds, as the
 // shared frames are, through moves, re-parenting, and entities destroyed and
@@ -964,13 +979,7 @@ TEST(ReplicatorCompactTest, FoldsAreDeltasAgainstWhatEachSubscriberHolds) {
     return t;
   };
   constexpr EntityId kRoots = 200;  // Roots 1-200, root r's child r + 200.
-  std::vector<CreateOp> scene;
-  for (EntityId e = 1; e <= 2 * kRoots; ++e) {
-    scene.push_back({e, e > kRoots ? e - kRoots : kNoEntity, pose()});
-  }
-  ASSERT_TRUE(world.CreateMany(scene).ok());
-  world.EndFrame(&changes);
-  replicator.Publish(changes, absl::Now());
+  PublishRootsWithAChildEach(kRoots, pose, world, changes, replicator);
 
   constexpr float kPrecision = 0x1p-10f;
   SubscriptionOptions compact;
@@ -1060,13 +1069,8 @@ TEST(ReplicatorCompactTest, EchoFiltersShareFramesThatMoveNothingTheyLag) {
   std::mt19937 rng(17);
   std::uniform_real_distribution<float> u(-1, 1);
   constexpr EntityId kRoots = 200;  // Roots 1-200, root r's child r + 200.
-  std::vector<CreateOp> scene;
-  for (EntityId e = 1; e <= 2 * kRoots; ++e) {
-    scene.push_back({e, e > kRoots ? e - kRoots : kNoEntity, At(u(rng))});
-  }
-  ASSERT_TRUE(world.CreateMany(scene).ok());
-  world.EndFrame(&changes);
-  replicator.Publish(changes, absl::Now());
+  PublishRootsWithAChildEach(
+      kRoots, [&] { return At(u(rng)); }, world, changes, replicator);
 
   constexpr float kPrecision = 0x1p-10f;
   SubscriptionOptions compact, raw_no_echo;
@@ -1135,15 +1139,10 @@ TEST(ReplicatorRateTest, SubscribersDueTogetherShareOneFold) {
   // Roots 1-1000, root r's child r + 1000: the frames a subscriber keeps
   // (six, of about 45 moves each) hold less than the world, which bounds them.
   constexpr EntityId kRoots = 1000;
-  std::vector<CreateOp> scene;
-  for (EntityId e = 1; e <= 2 * kRoots; ++e) {
-    scene.push_back({e, e > kRoots ? e - kRoots : kNoEntity, At(1)});
-  }
-  ASSERT_TRUE(world.CreateMany(scene).ok());
   absl::Time now = absl::UnixEpoch() + absl::Hours(1);
   const absl::Duration frame_period = absl::Nanoseconds(16'666'667);
-  world.EndFrame(&changes);
-  replicator.Publish(changes, now);
+  PublishRootsWithAChildEach(
+      kRoots, [] { return At(1); }, world, changes, replicator, now);
 
   constexpr float kPrecision = 0x1p-10f;
   SubscriptionOptions raw, compact;
