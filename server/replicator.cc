@@ -171,10 +171,11 @@ absl::flat_hash_set<Replicator::SubscriptionId> Replicator::ServeCaughtUp(
   for (auto& [id, s] : subs_) {
     // One that filters echoes has none in a frame its writer did not write.
     // A compact one's deltas must also be against what it holds: none of
-    // the entities it lags on may move (O(min(lagging, moved))).
+    // the entities it lags on may move (O(min(lagging, moved))), and it must
+    // know which they are.
     const std::string& client = s->options.no_echo_client_id;
     const bool no_echoes =
-        client.empty() || (!writing.contains(client) &&
+        client.empty() || (!writing.contains(client) && !s->lag_untracked &&
                            (s->lagging.empty() || !moves_any(s->lagging)));
     // Caught up, but perhaps for earlier frames' shared parts not taken.
     const bool caught_up = s->whole_world && !s->snapshot &&
@@ -359,7 +360,13 @@ void Replicator::FoldIntoWholeWorld(
     for (size_t k = 0; k < moved.size(); ++k) {
       const EntityId e = changes.moved[k];
       if (IsEcho(echoes, client, e)) {
-        if (LagsOnEchoes(*s)) s->lagging.insert(e);
+        if (LagsOnEchoes(*s) && !s->lag_untracked) {
+          s->lagging.insert(e);
+          if (s->lagging.size() > max_pending_) {
+            absl::flat_hash_set<EntityId>().swap(s->lagging);
+            s->lag_untracked = true;
+          }
+        }
         continue;
       }
       Note(*s, e, kMoved, moved[k],

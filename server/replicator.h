@@ -244,15 +244,19 @@ class Replicator {
     void ReleaseHeld() {
       HeldPoses().swap(held);
       absl::flat_hash_set<EntityId>().swap(lagging);
+      lag_untracked = false;
     }
     // A compact one's that filters echoes (LagsOnEchoes): the entities whose
     // echo it was not sent, and has not been sent since, so what it holds
     // of them is not what was published. The frames it shares are coded
     // against what was published; so it shares only those whose writer it
     // is not and that move none of these (else its own message, whole,
-    // which brings the moved up to date). At most one entry an entity of
-    // the world; forgotten with `held`.
+    // which brings the moved up to date). Past max_pending entries it is
+    // dropped and `lag_untracked` set: the subscriber then shares no frame
+    // until its view goes whole (as before it was tracked). Both forgotten
+    // with `held`.
     absl::flat_hash_set<EntityId> lagging;
+    bool lag_untracked = false;
     uint64_t last_frame_sent = 0;
     uint64_t frames_skipped = 0;
     // Frames that changed this subscriber's view since its last message

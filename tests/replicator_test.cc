@@ -1124,6 +1124,65 @@ TEST(ReplicatorCompactTest, EchoFiltersShareFramesThatMoveNothingTheyLag) {
   RecordProperty("own", own);
 }
 
+// What a compact echo filter lags on is bounded by max_pending: past it the
+// filter stops tracking, and shares no frame (so never one coded against
+// what it does not hold) until its view goes whole.
+TEST(ReplicatorCompactTest, EchoFiltersLaggingOnTooMuchStopSharing) {
+  World world;
+  FrameChanges changes;
+  Replicator replicator(/*max_pending=*/50);
+  PublishRootsWithAChildEach(
+      200, [] { return At(1); }, world, changes, replicator);
+  constexpr float kPrecision = 0x1p-10f;
+  SubscriptionOptions compact, raw_no_echo;
+  compact.compact_precision = kPrecision;
+  raw_no_echo.no_echo_client_id = "me";
+  SubscriptionOptions compact_no_echo = compact;
+  compact_no_echo.no_echo_client_id = "me";
+  const auto sink = std::make_shared<CountingSink>();
+  const auto plain = replicator.Subscribe(compact, sink);
+  const auto raw = replicator.Subscribe(raw_no_echo, sink);
+  const auto echoing = replicator.Subscribe(compact_no_echo, sink);
+  CompactReceiver plain_end, raw_end, echoing_end;
+  // Whether the echo filter was sent the plain one's message for the frame.
+  float x = 2;
+  const auto publish = [&](EntityId first, EntityId last,
+                           const std::string& writer) {
+    FrameWriters writers;
+    x += 1;
+    for (EntityId e = first; e <= last; ++e) {
+      EXPECT_TRUE(world.SetLocal(e, At(x)).ok());
+      writers[e] = writer;
+    }
+    world.EndFrame(&changes);
+    replicator.Publish(changes, absl::Now(), writers);
+    auto to_plain = replicator.Next(plain, absl::InfiniteFuture());
+    EXPECT_NE(to_plain, nullptr);
+    plain_end.Take(*to_plain, false);
+    bool shared = false;
+    while (auto out = replicator.Next(echoing, absl::InfiniteFuture())) {
+      shared |= out.get() == to_plain.get();
+      echoing_end.Take(*out, false);
+    }
+    raw_end.Drain(replicator, raw, false);
+    ExpectCompactMatch(echoing_end.state, raw_end.state, kPrecision);
+    return shared;
+  };
+  plain_end.Drain(replicator, plain, false);
+  raw_end.Drain(replicator, raw, false);
+  echoing_end.Drain(replicator, echoing, false);
+  // "me" moves children (201-400); "other" roots 100-109 (children
+  // 300-309), or children.
+  EXPECT_FALSE(publish(201, 240, "me"));  // Lagging on 40.
+  EXPECT_TRUE(publish(100, 109, "other"));
+  EXPECT_FALSE(publish(201, 210, "other"));  // Now lagging on 30.
+  EXPECT_TRUE(publish(100, 109, "other"));
+  EXPECT_FALSE(publish(241, 270, "me"));  // Lagging on 60: untracked.
+  EXPECT_FALSE(publish(100, 109, "other"));
+  EXPECT_FALSE(publish(100, 109, "other"));
+  EXPECT_NE(raw_end.state, Snapshot(world));
+}
+
 // Rate-limited subscribers keep each frame's shared parts until their next
 // message is due, and are not woken before: a frame costs them O(1) each,
 // not O(moved). Those due in the same frame keep the same frames, so their
