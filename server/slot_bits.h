@@ -29,6 +29,7 @@ class SlotBits {
       size_ = slot + 1;
       words_.resize((size_ + 63) / 64);
     }
+    first_word_ = std::min(first_word_, slot / 64);
     uint64_t& word = words_[slot / 64];
     const uint64_t bit = uint64_t{1} << (slot % 64);
     const bool changed = !(word & bit);
@@ -46,12 +47,14 @@ class SlotBits {
   // Every slot in [0, size) set.
   void SetAll(size_t size) {
     size_ = size;
+    first_word_ = 0;
     words_.assign((size + 63) / 64, ~uint64_t{0});
     if (size % 64 != 0) words_.back() = (uint64_t{1} << (size % 64)) - 1;
   }
   void clear() {
     words_.clear();
     size_ = 0;
+    first_word_ = kNoWord;
   }
   // The first set slot at or after `from`; size() if none.
   size_t Find(size_t from) const {
@@ -64,14 +67,17 @@ class SlotBits {
   }
   // One past the highest slot ever set (or SetAll's size).
   size_t size() const { return size_; }
-  // The 64-bit words the bits take: what ForEachInBoth walks.
-  size_t words() const { return words_.size(); }
+  // The 64-bit words from the lowest slot ever set to the highest: what
+  // ForEachInBoth walks.
+  size_t words() const {
+    return first_word_ < words_.size() ? words_.size() - first_word_ : 0;
+  }
   // Calls f(slot) for each slot set here and in `other`, in ascending
-  // order: O(the fewer words of the two), plus one call a slot found.
+  // order: O(words()), plus one call a slot found.
   template <typename F>
   void ForEachInBoth(const SlotBits& other, F f) const {
     const size_t n = std::min(words_.size(), other.words_.size());
-    for (size_t w = 0; w < n; ++w) {
+    for (size_t w = first_word_; w < n; ++w) {
       for (uint64_t both = words_[w] & other.words_[w]; both != 0;
            both &= both - 1) {
         f(w * 64 + std::countr_zero(both));
@@ -80,8 +86,12 @@ class SlotBits {
   }
 
  private:
+  static constexpr size_t kNoWord = ~size_t{0};
   std::vector<uint64_t> words_;
   size_t size_ = 0;
+  // The word of the lowest slot set since the last clear() (a slot reset
+  // since may leave it lower than it need be).
+  size_t first_word_ = kNoWord;
 };
 
 }  // namespace xform::server

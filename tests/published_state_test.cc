@@ -2,10 +2,14 @@
 
 #include "server/published_state.h"
 
+#include <algorithm>
+#include <iterator>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "server/slot_bits.h"
 #include "xform/world.h"
 
 namespace xform::server {
@@ -144,6 +148,47 @@ TEST(PublishedStateTest, MarkingWalksVisitEachSlotOnce) {
   }
   // Each walk visits its own root and stops at the one below it.
   EXPECT_EQ(visits, 2 * kDepth - 1);
+}
+
+// ForEachInBoth finds exactly the slots set in both, walking only the
+// words between the lowest and highest slot set: through resets, which
+// leave the lowest as a bound, and clear(), which forgets it.
+TEST(SlotBitsTest, ForEachInBothFindsTheCommonSlotsFromTheLowestSet) {
+  std::mt19937 rng(3);
+  for (int round = 0; round < 50; ++round) {
+    SlotBits a, b;
+    std::set<size_t> in_a, in_b;
+    if (round % 2 == 1) {  // Something set and cleared first.
+      a.set(0);
+      a.clear();
+      EXPECT_EQ(a.words(), 0u);
+    }
+    const size_t base = rng() % 5000;
+    size_t lowest = ~size_t{0}, highest = 0;
+    for (int k = 0; k < 200; ++k) {
+      const size_t slot = base + rng() % 3000;
+      a.set(slot);
+      in_a.insert(slot);
+      lowest = std::min(lowest, slot);
+      highest = std::max(highest, slot);
+    }
+    for (int k = 0; k < 500; ++k) {
+      const size_t slot = rng() % 10000;
+      b.set(slot);
+      in_b.insert(slot);
+    }
+    for (int k = 0; k < 100; ++k) {
+      const size_t slot = base + rng() % 3000;
+      a.reset(slot);
+      in_a.erase(slot);
+    }
+    std::vector<size_t> found, expected;
+    a.ForEachInBoth(b, [&](size_t slot) { found.push_back(slot); });
+    std::set_intersection(in_a.begin(), in_a.end(), in_b.begin(), in_b.end(),
+                          std::back_inserter(expected));
+    EXPECT_EQ(found, expected) << "round " << round;
+    EXPECT_EQ(a.words(), highest / 64 - lowest / 64 + 1) << "round " << round;
+  }
 }
 
 }  // namespace
