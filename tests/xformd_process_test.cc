@@ -275,7 +275,9 @@ TEST(XformdProcessTest, HostileRequestShapesKeepTheServerSmall) {
         << k << ": " << statuses[k].error_message();
   }
   RecordProperty("peak_rss_mb", std::to_string(xformd.PeakRssMb()));
-  EXPECT_LT(xformd.PeakRssMb(), 300) << xformd.Log();
+  // 210-250 MB alone here, 325 once in a CI run beside the other tests
+  // (ctest -j2); the defects this guards against took 1 to 2 GB.
+  EXPECT_LT(xformd.PeakRssMb(), 400) << xformd.Log();
   EXPECT_EQ(Health(channel, ""), HealthCheckResponse::SERVING);
 }
 
