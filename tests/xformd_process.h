@@ -51,6 +51,9 @@ class Xformd {
                                          getpid(), "_", ++count_, ".log");
     absl::StrAppend(&command, " 2>", log);
     log_ = log;
+    // Emptied first: a log left by an earlier run's process of the same pid
+    // would otherwise be read for the port before the shell truncates it.
+    std::ofstream(log, std::ios::trunc);
     char* argv[] = {const_cast<char*>("/bin/sh"), const_cast<char*>("-c"),
                     const_cast<char*>(command.c_str()), nullptr};
     if (posix_spawn(&pid_, "/bin/sh", nullptr, nullptr, argv, environ) != 0) {
