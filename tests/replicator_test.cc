@@ -1056,6 +1056,30 @@ TEST(ReplicatorCompactTest, FoldsAreDeltasAgainstWhatEachSubscriberHolds) {
   RecordProperty("filtered_wholes", filtered_end.own_wholes);
 }
 
+// Three subscribers, their first messages taken: compact (plain), raw
+// filtering "me"'s echoes, and compact filtering them, with their ends.
+struct EchoFilters {
+  static constexpr float kPrecision = 0x1p-10f;
+
+  explicit EchoFilters(Replicator& replicator) {
+    SubscriptionOptions compact, raw_no_echo;
+    compact.compact_precision = kPrecision;
+    raw_no_echo.no_echo_client_id = "me";
+    SubscriptionOptions compact_no_echo = compact;
+    compact_no_echo.no_echo_client_id = "me";
+    const auto sink = std::make_shared<CountingSink>();
+    plain = replicator.Subscribe(compact, sink);
+    raw = replicator.Subscribe(raw_no_echo, sink);
+    echoing = replicator.Subscribe(compact_no_echo, sink);
+    plain_end.Drain(replicator, plain, false);
+    raw_end.Drain(replicator, raw, false);
+    echoing_end.Drain(replicator, echoing, false);
+  }
+
+  Replicator::SubscriptionId plain, raw, echoing;
+  CompactReceiver plain_end, raw_end, echoing_end;
+};
+
 // A compact subscriber that filters its writer's echoes shares a frame when
 // its writer wrote nothing in it and it moves nothing whose echo the
 // subscriber was not sent (what it holds of those is not what the frame's
@@ -1072,20 +1096,13 @@ TEST(ReplicatorCompactTest, EchoFiltersShareFramesThatMoveNothingTheyLag) {
   PublishRootsWithAChildEach(
       kRoots, [&] { return At(u(rng)); }, world, changes, replicator);
 
-  constexpr float kPrecision = 0x1p-10f;
-  SubscriptionOptions compact, raw_no_echo;
-  compact.compact_precision = kPrecision;
-  raw_no_echo.no_echo_client_id = "me";
-  SubscriptionOptions compact_no_echo = compact;
-  compact_no_echo.no_echo_client_id = "me";
-  const auto sink = std::make_shared<CountingSink>();
-  const auto plain = replicator.Subscribe(compact, sink);
-  const auto raw = replicator.Subscribe(raw_no_echo, sink);
-  const auto echoing = replicator.Subscribe(compact_no_echo, sink);
-  CompactReceiver plain_end, raw_end, echoing_end;
-  plain_end.Drain(replicator, plain, false);
-  raw_end.Drain(replicator, raw, false);
-  echoing_end.Drain(replicator, echoing, false);
+  EchoFilters filters(replicator);
+  // Named apart (not a structured binding: lambdas below capture them).
+  const auto plain = filters.plain, raw = filters.raw,
+             echoing = filters.echoing;
+  CompactReceiver &plain_end = filters.plain_end, &raw_end = filters.raw_end,
+                  &echoing_end = filters.echoing_end;
+  constexpr float kPrecision = EchoFilters::kPrecision;
   int shared = 0, own = 0;
   for (int f = 0; f < 400; ++f) {
     // "me" writes in one frame in four, a few entities; physics the rest.
@@ -1133,17 +1150,13 @@ TEST(ReplicatorCompactTest, EchoFiltersLaggingOnTooMuchStopSharing) {
   Replicator replicator(/*max_pending=*/50);
   PublishRootsWithAChildEach(
       200, [] { return At(1); }, world, changes, replicator);
-  constexpr float kPrecision = 0x1p-10f;
-  SubscriptionOptions compact, raw_no_echo;
-  compact.compact_precision = kPrecision;
-  raw_no_echo.no_echo_client_id = "me";
-  SubscriptionOptions compact_no_echo = compact;
-  compact_no_echo.no_echo_client_id = "me";
-  const auto sink = std::make_shared<CountingSink>();
-  const auto plain = replicator.Subscribe(compact, sink);
-  const auto raw = replicator.Subscribe(raw_no_echo, sink);
-  const auto echoing = replicator.Subscribe(compact_no_echo, sink);
-  CompactReceiver plain_end, raw_end, echoing_end;
+  EchoFilters filters(replicator);
+  // Named apart (not a structured binding: lambdas below capture them).
+  const auto plain = filters.plain, raw = filters.raw,
+             echoing = filters.echoing;
+  CompactReceiver &plain_end = filters.plain_end, &raw_end = filters.raw_end,
+                  &echoing_end = filters.echoing_end;
+  constexpr float kPrecision = EchoFilters::kPrecision;
   // Whether the echo filter was sent the plain one's message for the frame.
   float x = 2;
   const auto publish = [&](EntityId first, EntityId last,
@@ -1168,9 +1181,6 @@ TEST(ReplicatorCompactTest, EchoFiltersLaggingOnTooMuchStopSharing) {
     ExpectCompactMatch(echoing_end.state, raw_end.state, kPrecision);
     return shared;
   };
-  plain_end.Drain(replicator, plain, false);
-  raw_end.Drain(replicator, raw, false);
-  echoing_end.Drain(replicator, echoing, false);
   // "me" moves children (201-400); "other" roots 100-109 (children
   // 300-309), or children.
   EXPECT_FALSE(publish(201, 240, "me"));  // Lagging on 40.
