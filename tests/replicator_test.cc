@@ -1096,12 +1096,7 @@ TEST(ReplicatorCompactTest, EchoFiltersShareFramesThatMoveNothingTheyLag) {
   PublishRootsWithAChildEach(
       kRoots, [&] { return At(u(rng)); }, world, changes, replicator);
 
-  EchoFilters filters(replicator);
-  // Named apart (not a structured binding: lambdas below capture them).
-  const auto plain = filters.plain, raw = filters.raw,
-             echoing = filters.echoing;
-  CompactReceiver &plain_end = filters.plain_end, &raw_end = filters.raw_end,
-                  &echoing_end = filters.echoing_end;
+  EchoFilters subs(replicator);
   constexpr float kPrecision = EchoFilters::kPrecision;
   int shared = 0, own = 0;
   for (int f = 0; f < 400; ++f) {
@@ -1116,25 +1111,25 @@ TEST(ReplicatorCompactTest, EchoFiltersShareFramesThatMoveNothingTheyLag) {
     ASSERT_TRUE(world.SetLocals(moves).ok());
     world.EndFrame(&changes);
     replicator.Publish(changes, absl::Now(), writers);
-    auto to_plain = replicator.Next(plain, absl::InfiniteFuture());
+    auto to_plain = replicator.Next(subs.plain, absl::InfiniteFuture());
     ASSERT_NE(to_plain, nullptr);
-    plain_end.Take(*to_plain, false);
+    subs.plain_end.Take(*to_plain, false);
     // The echo filters read every frame, or fall a frame behind.
     if (f % 7 == 3) continue;
-    while (auto out = replicator.Next(echoing, absl::InfiniteFuture())) {
+    while (auto out = replicator.Next(subs.echoing, absl::InfiniteFuture())) {
       if (out.get() == to_plain.get()) {
         ++shared;
       } else {
         ++own;
       }
-      echoing_end.Take(*out, false);
+      subs.echoing_end.Take(*out, false);
     }
-    raw_end.Drain(replicator, raw, false);
-    ExpectCompactMatch(echoing_end.state, raw_end.state, kPrecision);
+    subs.raw_end.Drain(replicator, subs.raw, false);
+    ExpectCompactMatch(subs.echoing_end.state, subs.raw_end.state, kPrecision);
     ASSERT_FALSE(HasFailure()) << "frame " << f;
   }
   // The filter worked: the raw one lags the world where only "me" moved.
-  EXPECT_NE(raw_end.state, Snapshot(world));
+  EXPECT_NE(subs.raw_end.state, Snapshot(world));
   EXPECT_GT(shared, 50);
   EXPECT_GT(own, 50);
   RecordProperty("shared", shared);
@@ -1150,12 +1145,7 @@ TEST(ReplicatorCompactTest, EchoFiltersLaggingOnTooMuchStopSharing) {
   Replicator replicator(/*max_pending=*/50);
   PublishRootsWithAChildEach(
       200, [] { return At(1); }, world, changes, replicator);
-  EchoFilters filters(replicator);
-  // Named apart (not a structured binding: lambdas below capture them).
-  const auto plain = filters.plain, raw = filters.raw,
-             echoing = filters.echoing;
-  CompactReceiver &plain_end = filters.plain_end, &raw_end = filters.raw_end,
-                  &echoing_end = filters.echoing_end;
+  EchoFilters subs(replicator);
   constexpr float kPrecision = EchoFilters::kPrecision;
   // Whether the echo filter was sent the plain one's message for the frame.
   float x = 2;
@@ -1169,16 +1159,16 @@ TEST(ReplicatorCompactTest, EchoFiltersLaggingOnTooMuchStopSharing) {
     }
     world.EndFrame(&changes);
     replicator.Publish(changes, absl::Now(), writers);
-    auto to_plain = replicator.Next(plain, absl::InfiniteFuture());
+    auto to_plain = replicator.Next(subs.plain, absl::InfiniteFuture());
     EXPECT_NE(to_plain, nullptr);
-    plain_end.Take(*to_plain, false);
+    subs.plain_end.Take(*to_plain, false);
     bool shared = false;
-    while (auto out = replicator.Next(echoing, absl::InfiniteFuture())) {
+    while (auto out = replicator.Next(subs.echoing, absl::InfiniteFuture())) {
       shared |= out.get() == to_plain.get();
-      echoing_end.Take(*out, false);
+      subs.echoing_end.Take(*out, false);
     }
-    raw_end.Drain(replicator, raw, false);
-    ExpectCompactMatch(echoing_end.state, raw_end.state, kPrecision);
+    subs.raw_end.Drain(replicator, subs.raw, false);
+    ExpectCompactMatch(subs.echoing_end.state, subs.raw_end.state, kPrecision);
     return shared;
   };
   // "me" moves children (201-400); "other" roots 100-109 (children
@@ -1190,7 +1180,7 @@ TEST(ReplicatorCompactTest, EchoFiltersLaggingOnTooMuchStopSharing) {
   EXPECT_FALSE(publish(241, 270, "me"));  // Lagging on 60: untracked.
   EXPECT_FALSE(publish(100, 109, "other"));
   EXPECT_FALSE(publish(100, 109, "other"));
-  EXPECT_NE(raw_end.state, Snapshot(world));
+  EXPECT_NE(subs.raw_end.state, Snapshot(world));
 }
 
 // Rate-limited subscribers keep each frame's shared parts until their next
