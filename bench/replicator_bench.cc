@@ -351,28 +351,30 @@ class FrameLoop {
 };
 
 // Many subscribers rate-limited to 10 messages a second (dashboards, a
-// browser's view): arg subscribers, raw (second argument 0) or compact at
-// 1 mm (1), their phases spread over the six frames between two of one's
-// messages.
+// browser's view) or to 1 (a status page, a tool polling for an overview):
+// arg subscribers, raw (second argument 0) or compact at 1 mm (1), at the
+// third argument's rate in Hz, their phases spread over the frames between
+// two of one's messages.
 void BM_RateLimitedSubscribers(benchmark::State& state) {
   const auto subscribers = static_cast<size_t>(state.range(0));
-  constexpr size_t kFramesPerMessage = 6;
+  const auto hz = static_cast<size_t>(state.range(2));
+  const size_t frames_per_message = 60 / hz;
   FrameLoop loop;
   if (!loop.ok()) state.SkipWithError("scene");
   SubscriptionOptions options;
-  options.max_rate_hz = 10;
+  options.max_rate_hz = static_cast<double>(hz);
   if (state.range(1) == 1) options.compact_precision = 1e-3f;
   for (size_t k = 0; k < subscribers; ++k) loop.Subscribe(options);
-  // Subscriber k's first message (its snapshot) at frame k % 6: so each
-  // frame, a sixth of them are due.
-  for (size_t f = 0; f < kFramesPerMessage; ++f) {
+  // Subscriber k's first message (its snapshot) at frame k % frames: so
+  // each frame, that share of them are due.
+  for (size_t f = 0; f < frames_per_message; ++f) {
     loop.PublishNext();
-    loop.TakeDue(subscribers - subscribers * (f + 1) / kFramesPerMessage);
+    loop.TakeDue(subscribers - subscribers * (f + 1) / frames_per_message);
   }
   loop.Time(state);
 }
 BENCHMARK(BM_RateLimitedSubscribers)
-    ->ArgsProduct({{1, 16, 64, 256}, {0, 1}})
+    ->ArgsProduct({{1, 16, 64, 256}, {0, 1}, {10, 1}})
     ->Unit(benchmark::kMillisecond);
 
 // Many subscribers with small filtered views (a tool watching one arm, a
