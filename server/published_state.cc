@@ -36,6 +36,8 @@ PublishedState::Slot PublishedState::NewSlot(EntityId e) {
     prev_sibling_.push_back(kNoSlot);
     depth_.push_back(0);
     world_.emplace_back();
+    structure_stamps_.emplace_back();
+    if (s % 64 == 0) block_stamps_.push_back(0);
   }
   parent_[s] = first_child_[s] = next_sibling_[s] = prev_sibling_[s] = kNoSlot;
   depth_[s] = 0;
@@ -65,7 +67,15 @@ void PublishedState::Unlink(Slot s) {
   parent_[s] = prev_sibling_[s] = next_sibling_[s] = kNoSlot;
 }
 
-void PublishedState::TakeInWhole(const World& world) {
+void PublishedState::Stamp(Slot s, uint64_t frame, bool created, bool parented,
+                           bool moved) {
+  if (created) structure_stamps_[s].created = frame;
+  if (parented) structure_stamps_[s].parented = frame;
+  if (moved) world_[s].moved = frame;
+  block_stamps_[s / 64] = frame;
+}
+
+void PublishedState::TakeInWhole(const World& world, uint64_t frame) {
   // Into an empty state, so slot i is the world's instance i, and a
   // parent's slot is its instance index: no lookups by id.
   const size_t n = world.size();
@@ -75,7 +85,9 @@ void PublishedState::TakeInWhole(const World& world) {
     column->assign(n, kNoSlot);
   }
   depth_.resize(n);
-  world_.resize(n);
+  world_.assign(n, {Matrix3x4(), frame});
+  structure_stamps_.assign(n, {frame, frame});
+  block_stamps_.assign((n + 63) / 64, frame);
   world.ForEachInstance(
       [&](uint32_t i, EntityId e, uint32_t parent, const Matrix3x4& matrix) {
         entity_[i] = e;
@@ -83,7 +95,7 @@ void PublishedState::TakeInWhole(const World& world) {
         const Slot p = parent == internal::kNoIndex ? kNoSlot : parent;
         depth_[i] = p == kNoSlot ? 0 : depth_[p] + 1;
         Link(i, p);
-        world_[i] = matrix;
+        world_[i].world = matrix;
       });
 }
 
@@ -117,6 +129,7 @@ void PublishedState::TakeIn(const FrameChanges& changes) {
     entity_.reserve(grown);
     depth_.reserve(grown);
     world_.reserve(grown);
+    structure_stamps_.reserve(grown);
   }
   for (size_t k = 0; k < changes.created.size(); ++k) {
     const EntityId parent = changes.created_parent[k];
@@ -125,6 +138,8 @@ void PublishedState::TakeIn(const FrameChanges& changes) {
     slot_of_.InsertOrAssign(changes.created[k], s);
     depth_[s] = p == kNoSlot ? 0 : depth_[p] + 1;
     Link(s, p);
+    Stamp(s, changes.frame, /*created=*/true, /*parented=*/true,
+          /*moved=*/true);
   }
   // Freed slots are taken from the next frame on (see the header).
   for (const auto& [e, s] : freed_) free_slots_.push_back(s);
@@ -133,6 +148,8 @@ void PublishedState::TakeIn(const FrameChanges& changes) {
     const EntityId parent = changes.reparented_parent[k];
     Unlink(s);
     Link(s, parent == kNoEntity ? kNoSlot : slot_of_.Find(parent));
+    Stamp(s, changes.frame, /*created=*/false, /*parented=*/true,
+          /*moved=*/false);
   }
   // A re-parented subtree's depths follow its root's. Parents first, and a
   // subtree inside one renumbered already is not walked again: O(entities
@@ -154,7 +171,9 @@ void PublishedState::TakeIn(const FrameChanges& changes) {
       slot_of_.Prefetch(changes.moved[k + kAhead]);
     }
     if (const Slot s = slot_of_.Find(changes.moved[k]); s != kNoSlot) {
-      world_[s] = changes.MovedWorld(k);
+      world_[s].world = changes.MovedWorld(k);
+      Stamp(s, changes.frame, /*created=*/false, /*parented=*/false,
+            /*moved=*/true);
     }
   }
 }

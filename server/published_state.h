@@ -15,19 +15,28 @@
 // so what a subscriber recorded at a destroyed entity's slot is still that
 // entity's while the frame that destroyed it is published (FindThisFrame).
 //
+// Each slot also records the frames that last created, re-parented and moved
+// its entity (Stamps), so what changed since a given frame can be found
+// from the state alone (ForEachChangedSince), however many frames came
+// between: a subscriber that is sent a message a second need not follow
+// every frame. A destroyed entity's stamps stay until its slot is reused.
+//
 // Costs (k = entities a frame lists, m = entities below the re-parented):
 //   TakeIn             O(k + m)
 //   Find               O(1)
 //   ForEachInSubtree   O(subtree): follows the children links, no allocation
 //   VisitSubtree       O(slots visited)
 //   LiveSlots          O(slots / 64 + free slots)
-// Memory: about 100 bytes per slot ever used at once.
+//   ForEachChangedSince(f)  O(slots / 64 + 64 * blocks of 64 slots changed
+//                      after f)
+// Memory: about 130 bytes per slot ever used at once.
 //
 // Not thread-safe: the Replicator guards it.
 
 #ifndef XFORM_SERVER_PUBLISHED_STATE_H_
 #define XFORM_SERVER_PUBLISHED_STATE_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -45,11 +54,21 @@ class PublishedState {
   using Slot = uint32_t;
   static constexpr Slot kNoSlot = ~Slot{0};
 
-  // Takes in the frame `changes` closes (see xform::FrameChanges).
+  // The frames that last created, re-parented and moved a slot's entity
+  // (its creation counts as all three).
+  struct Stamps {
+    uint64_t created = 0;
+    uint64_t parented = 0;
+    uint64_t moved = 0;
+  };
+
+  // Takes in the frame `changes` closes (see xform::FrameChanges), stamping
+  // what it changes with changes.frame. Frames come in increasing order.
   void TakeIn(const FrameChanges& changes);
   // Takes in all of `world`, into an empty state (a world recovered from
-  // disk): as a frame creating everything would, without making one. O(n).
-  void TakeInWhole(const World& world);
+  // disk): as a frame `frame` creating everything would, without making
+  // one. O(n).
+  void TakeInWhole(const World& world, uint64_t frame);
 
   // Live entities.
   size_t size() const { return slot_of_.size(); }
@@ -68,7 +87,17 @@ class PublishedState {
     return parent_[s] == kNoSlot ? kNoEntity : entity_[parent_[s]];
   }
   uint32_t depth(Slot s) const { return depth_[s]; }
-  const Matrix3x4& world(Slot s) const { return world_[s]; }
+  const Matrix3x4& world(Slot s) const { return world_[s].world; }
+  // Also of a slot freed by the last frame taken in (FindThisFrame).
+  Stamps stamps(Slot s) const {
+    return {structure_stamps_[s].created, structure_stamps_[s].parented,
+            world_[s].moved};
+  }
+
+  // Calls f(slot) for each live slot that any frame after `frame` created,
+  // re-parented or moved, in slot order, until f returns false.
+  template <typename F>
+  void ForEachChangedSince(uint64_t frame, F&& f) const;
 
   // Every live slot.
   SlotBits LiveSlots() const;
@@ -96,6 +125,8 @@ class PublishedState {
   void Link(Slot s, Slot parent);
   // Takes `s` out of its parent's children.
   void Unlink(Slot s);
+  // Records that frame `frame` changed `s` so.
+  void Stamp(Slot s, uint64_t frame, bool created, bool parented, bool moved);
 
   // A live entity's slot: an array for dense ids (internal/id_index.h).
   internal::IdIndex slot_of_;
@@ -114,9 +145,41 @@ class PublishedState {
   internal::Column<Slot> next_sibling_;
   internal::Column<Slot> prev_sibling_;
   internal::Column<uint32_t> depth_;
-  internal::Column<Matrix3x4> world_;
+  // A matrix and the frame that last moved it, in one cache line: a frame
+  // writes both for each entity it moves.
+  struct alignas(64) WorldRow {
+    Matrix3x4 world;
+    uint64_t moved = 0;
+  };
+  internal::Column<WorldRow> world_;
+  struct StructureStamps {
+    uint64_t created = 0;
+    uint64_t parented = 0;
+  };
+  internal::Column<StructureStamps> structure_stamps_;
+  // By block of 64 slots, the latest frame that stamped any of them: a
+  // search for what changed skips a block unchanged since, a word's read.
+  std::vector<uint64_t> block_stamps_;
   uint64_t structure_epoch_ = 0;
 };
+
+template <typename F>
+void PublishedState::ForEachChangedSince(uint64_t frame, F&& f) const {
+  for (size_t block = 0; block < block_stamps_.size(); ++block) {
+    if (block_stamps_[block] <= frame) continue;
+    const Slot end =
+        std::min<Slot>(slot_end(), static_cast<Slot>(64 * (block + 1)));
+    for (Slot s = static_cast<Slot>(64 * block); s < end; ++s) {
+      if (entity_[s] == kNoEntity) continue;
+      const StructureStamps& structure = structure_stamps_[s];
+      if (std::max({structure.created, structure.parented, world_[s].moved}) <=
+          frame) {
+        continue;
+      }
+      if (!f(s)) return;
+    }
+  }
+}
 
 template <typename F>
 void PublishedState::VisitSubtree(Slot root, F&& visit) const {

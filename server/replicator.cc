@@ -135,7 +135,7 @@ void Replicator::WakeAll(std::vector<std::shared_ptr<UpdateSink>> sinks) {
 void Replicator::PublishWhole(const World& world, uint64_t frame,
                               absl::Time time) {
   std::lock_guard<std::mutex> lock(mu_);
-  state_.TakeInWhole(world);
+  state_.TakeInWhole(world, frame);
   frame_ = frame;
   frame_time_ = time;
 }

@@ -150,6 +150,57 @@ TEST(PublishedStateTest, MarkingWalksVisitEachSlotOnce) {
   EXPECT_EQ(visits, 2 * kDepth - 1);
 }
 
+// What changed after a frame, from the stamps alone: created, re-parented
+// and moved entities, in blocks of 64 slots far apart; not the destroyed,
+// nor what changed only at or before the frame.
+TEST(PublishedStateTest, ForEachChangedSinceFindsWhatLaterFramesChanged) {
+  World world;
+  PublishedState state;
+  FrameChanges changes;
+  std::vector<CreateOp> scene;
+  for (EntityId e = 1; e <= 1000; ++e) scene.push_back({e, kNoEntity, {}});
+  ASSERT_TRUE(world.CreateMany(scene).ok());
+  world.EndFrame(&changes);
+  state.TakeIn(changes);
+  const uint64_t loaded = changes.frame;
+  Transform moved;
+  moved.position.x = 1;
+  const auto changed_since = [&](uint64_t frame) {
+    std::set<EntityId> found;
+    state.ForEachChangedSince(frame, [&](Slot slot) {
+      found.insert(state.entity(slot));
+      return true;
+    });
+    return found;
+  };
+  EXPECT_EQ(changed_since(loaded).size(), 0u);
+  EXPECT_EQ(changed_since(loaded - 1).size(), 1000u);
+
+  ASSERT_TRUE(world.SetLocal(3, moved).ok());
+  ASSERT_TRUE(world.SetLocal(900, moved).ok());
+  ASSERT_TRUE(world.Destroy(500).ok());
+  world.EndFrame(&changes);
+  state.TakeIn(changes);
+  const uint64_t first = changes.frame;
+  ASSERT_TRUE(world.Link(700, 3).ok());
+  ASSERT_TRUE(world.Create(1001, 5, {}).ok());
+  world.EndFrame(&changes);
+  state.TakeIn(changes);
+
+  EXPECT_EQ(changed_since(loaded), (std::set<EntityId>{3, 700, 900, 1001}));
+  EXPECT_EQ(changed_since(first), (std::set<EntityId>{700, 1001}));
+  const PublishedState::Stamps stamps = state.stamps(state.Find(700));
+  EXPECT_EQ(stamps.created, loaded);
+  EXPECT_GT(stamps.parented, first);
+  const PublishedState::Stamps created = state.stamps(state.Find(1001));
+  EXPECT_EQ(created.created, created.parented);
+  EXPECT_EQ(state.stamps(state.Find(900)).moved, first);
+  // A walk stops when told to.
+  int calls = 0;
+  state.ForEachChangedSince(loaded, [&](Slot) { return ++calls < 2; });
+  EXPECT_EQ(calls, 2);
+}
+
 // ForEachInBoth finds exactly the slots set in both, walking only the
 // words between the lowest and highest slot set: through resets, which
 // leave the lowest as a bound, and clear(), which forgets it.
