@@ -57,6 +57,109 @@ void Replicator::Fold(Subscription& s) const {
   s.ready_entities = 0;
 }
 
+bool Replicator::StartCatchingUpFromState(Subscription& s, uint64_t frame) {
+  // It was last sent the frame before its first kept one; keeping none,
+  // it is owed (besides its pending events) what this frame changes on.
+  const uint64_t after =
+      s.ready.empty() ? frame - 1 : s.ready.front()->header().frame - 1;
+  if (after < destroyed_log_after_) return false;
+  s.frames_with_changes += s.ready_frames;
+  s.changed_entities = s.ready_entities;
+  s.ready.clear();
+  s.ready_frames = 0;
+  s.ready_entities = 0;
+  s.changed_after = after;
+  return true;
+}
+
+bool Replicator::CatchUpFromState(Subscription& s) {
+  const uint64_t after = *s.changed_after;
+  s.changed_after.reset();
+  s.changed_entities = 0;
+  if (after < destroyed_log_after_) {
+    s.Resync();  // Its destructions were dropped from the log.
+    return false;
+  }
+  // Counted first, so that the events go into a table sized once.
+  size_t changed = 0;
+  state_.ForEachChangedSince(after,
+                             [&](Slot) { return ++changed <= max_pending_; });
+  const auto first = std::partition_point(
+      destroyed_log_.begin(), destroyed_log_.end(),
+      [after](const DestroyedEntity& d) { return d.frame <= after; });
+  const auto destroyed = static_cast<size_t>(destroyed_log_.end() - first);
+  if (changed + destroyed > max_pending_) {
+    s.Resync();  // Owed more than a laggard may be: its view whole.
+    return false;
+  }
+  // Noted directly (not a frame's changes, and nothing of what it holds
+  // is known: a compact one's moves are sent whole, as for an entity
+  // missing from `held`).
+  s.pending.Reserve(s.pending.size() + changed + destroyed);
+  for (auto it = first; it != destroyed_log_.end(); ++it) {
+    if (it->created <= after) s.pending.Note(it->entity, kDestroyed);
+  }
+  // What it lacks is the entity as published now: created (with its parent
+  // and matrix), or re-parented, moved.
+  state_.ForEachChangedSince(after, [&](Slot slot) {
+    const PublishedState::Stamps stamps = state_.stamps(slot);
+    const EntityId e = state_.entity(slot);
+    if (stamps.created > after) {
+      s.pending.Note(e, kCreated);
+    } else {
+      if (stamps.parented > after) s.pending.Note(e, kReparented);
+      if (stamps.moved > after) s.pending.Note(e, kMoved);
+    }
+    return true;
+  });
+  if (s.pending.size() > max_pending_) {
+    s.Resync();
+    return false;
+  }
+  return true;
+}
+
+void Replicator::LogDestroyed(const FrameChanges& changes) {
+  // What the subscribers that may catch up from the state could still
+  // need: destructions after the frame each was last sent.
+  bool any = false;
+  uint64_t needed_after = changes.frame;
+  for (const auto& [id, s] : subs_) {
+    if (!CatchesUpFromState(*s)) continue;
+    any = true;
+    // One starting at this frame needs its destructions on, added below.
+    uint64_t after = changes.frame;
+    if (s->changed_after) {
+      after = *s->changed_after;
+    } else if (!s->ready.empty()) {
+      after = s->ready.front()->header().frame - 1;
+    }
+    needed_after = std::min(needed_after, after);
+  }
+  if (!any) {
+    destroyed_log_.clear();
+    destroyed_log_after_ = changes.frame;
+    return;
+  }
+  while (!destroyed_log_.empty() &&
+         destroyed_log_.front().frame <= needed_after) {
+    destroyed_log_.pop_front();
+  }
+  destroyed_log_after_ = std::max(destroyed_log_after_, needed_after);
+  for (EntityId e : changes.destroyed) {
+    const Slot slot = state_.FindThisFrame(e);
+    if (slot == PublishedState::kNoSlot) continue;
+    destroyed_log_.push_back({changes.frame, state_.stamps(slot).created, e});
+  }
+  // A laggard is owed at most max_pending: one that would be owed more of
+  // these resyncs (CatchUpFromState).
+  while (destroyed_log_.size() > max_pending_) {
+    destroyed_log_after_ =
+        std::max(destroyed_log_after_, destroyed_log_.front().frame);
+    destroyed_log_.pop_front();
+  }
+}
+
 bool Replicator::InView(const Subscription& s, Slot slot) const {
   return s.in_subtree.test(slot) ||
          (!s.listed.empty() && s.listed.contains(state_.entity(slot)));
@@ -116,6 +219,7 @@ void Replicator::Publish(const FrameChanges& changes, absl::Time time,
     shared_folds_.erase(shared_folds_.begin(), shared_folds_.end());
     const Echoes echoes = FindEchoes(writers, writing);
     if (!changes.empty()) {
+      LogDestroyed(changes);
       FoldIntoWholeWorld(changes, served, echoes, moved_before);
     }
     UpdateFilteredViews(changes, views, echoes, moved_before);
@@ -179,15 +283,16 @@ absl::flat_hash_set<Replicator::SubscriptionId> Replicator::ServeCaughtUp(
                            (s->lagging.empty() || !moves_any(s->lagging)));
     // Caught up, but perhaps for earlier frames' shared parts not taken.
     const bool caught_up = s->whole_world && !s->snapshot &&
-                           s->pending.empty() && !s->resync &&
-                           s->parts.empty() && no_echoes;
+                           s->pending.empty() && !s->changed_after &&
+                           !s->resync && s->parts.empty() && no_echoes;
     if (!caught_up) continue;
     const bool rate_limited = s->options.max_rate_hz > 0;
     if (rate_limited && s->ready_frames > 0) {
       // Keeps the frames until its next message is due (then folded once,
       // and shared: TakeSharedFold): O(1) a frame, where noting each frame's
       // changes would be O(moved). Past what a laggard may be owed, or the
-      // world, they fold into pending events.
+      // world, they are dropped, and it catches up from the published state
+      // when due (FoldIntoWholeWorld, StartCatchingUpFromState).
       if (s->ready_entities + entities > std::min(max_pending_, state_.size()))
         continue;
     } else if (s->ready_frames > 0) {
@@ -338,12 +443,21 @@ void Replicator::FoldIntoWholeWorld(
   const std::vector<Slot> created = slots_of(changes.created);
   const std::vector<Slot> reparented = slots_of(changes.reparented);
   const std::vector<Slot> moved = slots_of(changes.moved);
+  const size_t entities = changes.moved.size() + changes.destroyed.size() +
+                          changes.reparented.size();
   for (auto& [id, s] : subs_) {
     if (!s->whole_world || served.contains(id)) continue;
     if (s->resync) {
       // Fell too far behind: it gets its view whole, nothing to note but
       // that the frame changed it.
       s->noted = true;
+      continue;
+    }
+    if (CatchesUpFromState(*s) && !s->snapshot &&
+        (s->changed_after || StartCatchingUpFromState(*s, changes.frame))) {
+      // What the frame changed is found from the state when it is due.
+      s->noted = true;
+      s->changed_entities += entities;
       continue;
     }
     Fold(*s);
@@ -539,7 +653,9 @@ void Replicator::CloseFrame(const absl::flat_hash_set<SubscriptionId>& served,
       if (s->ready_frames > 1) wake.push_back(s->sink);  // See Next().
       continue;
     }
-    if (!s->pending.empty() || !s->ready.empty()) wake.push_back(s->sink);
+    if (!s->pending.empty() || !s->ready.empty() || s->changed_after) {
+      wake.push_back(s->sink);
+    }
   }
 }
 
@@ -762,11 +878,26 @@ std::shared_ptr<const Outgoing> Replicator::Take(SubscriptionId id,
     return TakePart(s);
   }
   const bool due = s.snapshot != nullptr ||
-                   ((s.resync || !s.pending.empty()) && now >= s.next_allowed);
+                   ((s.resync || !s.pending.empty() || s.changed_after) &&
+                    now >= s.next_allowed);
   if (!due) return nullptr;
   if (!make) {
     *must_make = true;
     return nullptr;
+  }
+  if (!s.snapshot && !s.resync && s.changed_after) {
+    // Owed only what changed after a frame (nothing pending from before):
+    // the same as any other subscriber owed the same frames.
+    if (TakeSharedFold(s, now)) return TakePart(s);
+    const std::optional<FoldKey> key =
+        s.pending.empty() ? std::optional<FoldKey>(KeyOf(s)) : std::nullopt;
+    if (CatchUpFromState(s)) {
+      MakePendingParts(s, now);
+      // Seldom used, and as big as a second's changes: given back.
+      s.pending.Release();
+      if (key) shared_folds_.try_emplace(*key, s.parts.begin(), s.parts.end());
+      return TakePart(s);
+    }
   }
   if (!s.snapshot && !s.resync) {
     MakePendingParts(s, now);
@@ -793,21 +924,35 @@ std::shared_ptr<const Outgoing> Replicator::Take(SubscriptionId id,
   }
 }
 
-Replicator::FoldKey Replicator::KeyOf(const Subscription& s) {
-  return {s.ready.front()->header().frame, s.ready_frames,
-          s.frames_with_changes, s.options.compact_precision,
+Replicator::FoldKey Replicator::KeyOf(const Subscription& s) const {
+  if (s.changed_after) {
+    return {*s.changed_after + 1,        frame_ - *s.changed_after,
+            /*from_state=*/true,         s.frames_with_changes,
+            s.options.compact_precision, s.options.part_budget_bytes};
+  }
+  return {s.ready.front()->header().frame,
+          s.ready_frames,
+          /*from_state=*/false,
+          s.frames_with_changes,
+          s.options.compact_precision,
           s.options.part_budget_bytes};
 }
 
 bool Replicator::TakeSharedFold(Subscription& s, absl::Time now) {
+  // One owed more than the frames (pending from before) shares nothing.
+  if (s.changed_after && !s.pending.empty()) return false;
   const auto it = shared_folds_.find(KeyOf(s));
   if (it == shared_folds_.end()) return false;
-  // What Fold() and MakePendingParts() would have done, but the message.
-  s.frames_skipped += s.frames_with_changes + s.ready_frames - 1;
+  // What Fold() or CatchUpFromState(), and MakePendingParts(), would have
+  // done, but the message.
+  const uint64_t frames = s.frames_with_changes + s.ready_frames;
+  s.frames_skipped += frames > 0 ? frames - 1 : 0;
   s.frames_with_changes = 0;
   s.ready.clear();
   s.ready_frames = 0;
   s.ready_entities = 0;
+  s.changed_after.reset();
+  s.changed_entities = 0;
   s.parts.assign(it->second.begin(), it->second.end());
   HoldBack(s, now);
   return true;
@@ -844,9 +989,20 @@ void Replicator::MakePendingParts(Subscription& s, absl::Time now) {
   for (Slot slot : SlotsByDepth(reparented)) {
     writer.Reparented(state_.entity(slot), state_.parent_entity(slot));
   }
-  for (EntityId e : moved) {
-    if (const Slot slot = state_.Find(e); slot != PublishedState::kNoSlot) {
-      writer.Moved(e, state_.world(slot));
+  // The matrices are scattered over the state (the events come in hash
+  // order): their slots found first, each row is fetched ahead of its copy.
+  std::vector<Slot> moved_slots(moved.size());
+  for (size_t k = 0; k < moved.size(); ++k) {
+    moved_slots[k] = state_.Find(moved[k]);
+  }
+  for (size_t k = 0; k < moved.size(); ++k) {
+    constexpr size_t kAhead = internal::kPrefetchAhead;
+    if (k + kAhead < moved.size() &&
+        moved_slots[k + kAhead] != PublishedState::kNoSlot) {
+      __builtin_prefetch(&state_.world(moved_slots[k + kAhead]));
+    }
+    if (moved_slots[k] != PublishedState::kNoSlot) {
+      writer.Moved(moved[k], state_.world(moved_slots[k]));
     }
   }
   const uint64_t skipped =
@@ -910,8 +1066,8 @@ std::vector<SubscriberStats> Replicator::Stats() const {
     const size_t stale = s->snapshot ? s->snapshot->stale_count : 0;
     // Kept frames count beyond the first, the message it would send next.
     const size_t kept = s->ready_frames > 1 ? s->ready_entities : 0;
-    out.push_back({id, s->pending.size() + kept + stale, s->last_frame_sent,
-                   s->frames_skipped});
+    out.push_back({id, s->pending.size() + kept + s->changed_entities + stale,
+                   s->last_frame_sent, s->frames_skipped});
   }
   std::sort(out.begin(), out.end(),
             [](const auto& a, const auto& b) { return a.id < b.id; });

@@ -10,6 +10,13 @@
 // size (never by how far behind it is), and it never slows publishing or
 // other subscribers. Every message carries values from exactly one frame.
 //
+// Caught-up subscribers instead keep each frame's shared message, O(1) a
+// frame. A rate-limited one owed more frames than that holds (a status page
+// at 1 Hz) stops following frames: when its message is due, what changed
+// since the frame it was last sent is found from the published state's
+// stamps and a log of the destroyed (CatchUpFromState), O(slots / 64 +
+// entities changed) once a message rather than O(moved) every frame.
+//
 // A subscriber's snapshot (on joining, or on a resync) is streamed a bounded
 // chunk per message, made when the stream asks for it, from the published
 // state as it is then; frames published meanwhile mark what they
@@ -222,7 +229,8 @@ class Replicator {
     // kept (shared with the other subscribers: O(1) each a frame), not
     // folded into `pending` frame by frame, until it reads again, or they
     // would hold more than max_pending entities (it resyncs) or more than
-    // the world (they fold into `pending`, which the world bounds).
+    // the world (they fold into `pending`, which the world bounds; or, for
+    // a rate-limited one, are dropped for `changed_after`).
     std::vector<std::shared_ptr<const Outgoing>> ready;
     size_t ready_frames = 0;
     size_t ready_entities = 0;
@@ -275,9 +283,20 @@ class Replicator {
       ready_entities = 0;
       pending.Release();
       ReleaseHeld();
+      changed_after.reset();
+      changed_entities = 0;
       resync = true;
     }
     absl::Time next_allowed = absl::InfinitePast();
+    // Set for a rate-limited subscriber that stopped keeping frames (see
+    // `ready`): besides `pending`, it is owed whatever frames after this one
+    // changed, found from the published state when its next message is due
+    // (CatchUpFromState), so until then a frame costs it O(1). Cleared by
+    // Resync() and by the catch-up.
+    std::optional<uint64_t> changed_after;
+    // Entities the frames after changed_after listed, repeats counted: what
+    // Stats() reports it owes, as it does for kept frames.
+    size_t changed_entities = 0;
     // Set while its snapshot streams; pending stays empty then.
     std::unique_ptr<StreamedSnapshot> snapshot;
   };
@@ -405,6 +424,28 @@ class Replicator {
                       Slot slot) const;
   // Turns untaken shared parts back into pending events.
   void Fold(Subscription& s) const;
+  // Whether the subscriber, when not served a frame, is owed what changed
+  // from the published state (Subscription::changed_after) rather than
+  // noting each frame: a rate-limited one of the whole world, unless it
+  // filters echoes (which the state does not record).
+  static bool CatchesUpFromState(const Subscription& s) {
+    return s.options.max_rate_hz > 0 && s.whole_world &&
+           s.options.no_echo_client_id.empty();
+  }
+  // Not served this frame: the subscriber stops keeping frames or noting
+  // them, and is owed what changed after the frame it was last sent, if
+  // the destroyed log reaches back to it. O(its kept parts).
+  bool StartCatchingUpFromState(Subscription& s, uint64_t frame);
+  // Notes into `pending` what changed after s.changed_after: the destroyed
+  // log's entities it had, and the state's stamps (PublishedState::
+  // ForEachChangedSince), O(slots / 64 + entities changed), under the lock
+  // when its message is due. Or, when that is more than max_pending, or the
+  // log no longer reaches back to it, resyncs it. Returns whether it caught
+  // up.
+  bool CatchUpFromState(Subscription& s);
+  // Logs the frame's destroyed entities, and trims the log to what the
+  // subscribers that catch up from the state may still need.
+  void LogDestroyed(const FrameChanges& changes);
   // Next() and NextIfMade().
   std::shared_ptr<const Outgoing> Take(SubscriptionId id, absl::Time now,
                                        bool make, bool* must_make);
@@ -438,18 +479,19 @@ class Replicator {
   struct FoldKey {
     uint64_t first_frame;
     size_t frames;
+    bool from_state;  // Caught up from the state, frames since counted.
     uint64_t frames_with_changes;
     float precision;
     size_t part_budget_bytes;
     friend bool operator==(const FoldKey&, const FoldKey&) = default;
     template <typename H>
     friend H AbslHashValue(H h, const FoldKey& k) {
-      return H::combine(std::move(h), k.first_frame, k.frames,
+      return H::combine(std::move(h), k.first_frame, k.frames, k.from_state,
                         k.frames_with_changes, k.precision,
                         k.part_budget_bytes);
     }
   };
-  static FoldKey KeyOf(const Subscription& s);
+  FoldKey KeyOf(const Subscription& s) const;
   // Commits the subscriber to the parts a fold of the same kept frames made
   // this frame, if one did: O(parts), not O(entities).
   bool TakeSharedFold(Subscription& s, absl::Time now);
@@ -480,6 +522,20 @@ class Replicator {
   // each). Kept between frames, so marking is not O(slots).
   SlotBits moved_slots_;
   std::vector<uint32_t> moved_index_by_slot_;
+  // The entities frames destroyed, in frame order, while any subscriber
+  // may catch up from the state (CatchesUpFromState): each with the frame
+  // that destroyed it and the one that created it, so a catch-up after
+  // frame f sends the destruction of what it had, created by f. Holds every
+  // destruction after `destroyed_log_after_`; trimmed to what those
+  // subscribers may need, and to max_pending entries (a subscriber owed
+  // more resyncs).
+  struct DestroyedEntity {
+    uint64_t frame;
+    uint64_t created;
+    EntityId entity;
+  };
+  std::deque<DestroyedEntity> destroyed_log_;
+  uint64_t destroyed_log_after_ = 0;
   // How many of subs_ filter echoes, changed with it.
   std::atomic<size_t> echo_filtered_{0};
 };

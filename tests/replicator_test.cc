@@ -1285,6 +1285,152 @@ TEST(ReplicatorRateTest, SubscribersDueTogetherShareOneFold) {
     ExpectCompactMatch(subs[k].end.state, truth, kPrecision);
 }
 
+// Subscribers slower than their kept frames allow (a status page at 1 Hz)
+// stop following frames one by one: when due, each is sent what changed
+// from the published state. Through moves, re-parenting, and children
+// destroyed and created again under the same id (in the same frame, or
+// later, seen or not), every message leaves each with the world as
+// published at its frame: exactly (raw), or within the encoding's bounds
+// (compact, sent whole). One whose stream takes a part a frame is owed
+// frames while its message is still going out. A burst of destruction past
+// max_pending resyncs them, as any laggard.
+TEST(ReplicatorRateTest, SlowSubscribersCatchUpFromThePublishedState) {
+  World world;
+  FrameChanges changes;
+  // Kept frames hold at most 500 entities: about 24 frames of these.
+  constexpr size_t kMaxPending = 500;
+  Replicator replicator(kMaxPending);
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> u(-1, 1);
+  constexpr EntityId kRoots = 1000;
+  absl::Time now = absl::UnixEpoch() + absl::Hours(1);
+  const absl::Duration frame_period = absl::Nanoseconds(16'666'667);
+  PublishRootsWithAChildEach(
+      kRoots, [] { return At(1); }, world, changes, replicator, now);
+  constexpr float kPrecision = 0x1p-10f;
+  struct Subscriber {
+    double hz;
+    float precision;
+    int first_frame;       // When it subscribes.
+    bool trickle = false;  // Small parts, taken one a frame.
+    Replicator::SubscriptionId id = 0;
+    CompactReceiver end;
+    int messages = 0;
+    int snapshots = 0;
+    int frames_in_parts = 0;  // Frames that ended with a message unfinished.
+  };
+  // Two raw ones at 1 Hz in different phases, a compact one, one at 3 Hz,
+  // whose kept frames stay within the bound (as before), and a trickle.
+  std::vector<Subscriber> subs = {{1, 0, 0},
+                                  {1, 0, 17},
+                                  {1, kPrecision, 5},
+                                  {3, 0, 0},
+                                  {1, 0, 9, /*trickle=*/true}};
+  // The world as published at each frame lately, for a message that ends
+  // frames after it was made.
+  std::map<uint64_t, State> truths;
+  // Moves among 200 roots and their children, so a second's distinct
+  // changes stay under max_pending.
+  const auto random_movable = [&] {
+    const EntityId root = 1 + rng() % 200;
+    return rng() % 2 == 0 ? root : root + kRoots;
+  };
+  const auto random_child = [&] { return kRoots + 1 + rng() % kRoots; };
+  const auto random_root = [&] { return 1 + rng() % kRoots; };
+  for (int f = 0; f < 900; ++f) {
+    std::vector<SetLocalOp> moves;
+    for (int k = 0; k < 20; ++k) {
+      const EntityId e = random_movable();
+      if (world.Has(e)) moves.push_back({e, At(u(rng) * 100)});
+    }
+    ASSERT_TRUE(world.SetLocals(moves).ok());
+    const EntityId child = random_child();
+    if (f >= 600 && f < 605) {
+      // 750 children destroyed in five frames, back in the next five.
+      for (EntityId c = kRoots + 1 + 150 * (f - 600);
+           c <= kRoots + 150 * (f - 599); ++c) {
+        if (world.Has(c)) {
+          ASSERT_TRUE(world.Destroy(c).ok());
+        }
+      }
+    } else if (f >= 605 && f < 610) {
+      for (EntityId c = kRoots + 1 + 150 * (f - 605);
+           c <= kRoots + 150 * (f - 604); ++c) {
+        if (!world.Has(c)) {
+          ASSERT_TRUE(world.Create(c, c - kRoots, At(3)).ok());
+        }
+      }
+    } else if (f % 3 == 0 && world.Has(child)) {
+      ASSERT_TRUE(world.Destroy(child).ok());
+      if (f % 2 == 0) {  // And back at once, elsewhere.
+        ASSERT_TRUE(world.Create(child, random_root(), At(2)).ok());
+      }
+    } else if (f % 3 == 1 && !world.Has(child)) {
+      ASSERT_TRUE(world.Create(child, random_root(), At(2)).ok());
+    } else if (world.Has(child)) {
+      ASSERT_TRUE(world.Link(child, random_root()).ok());
+    }
+    // An id that comes and goes within a second: created, destroyed,
+    // created again, destroyed.
+    const EntityId passing = 2 * kRoots + 1 + (f / 10) % 100;
+    if (f % 10 == 0 || f % 10 == 5) {
+      ASSERT_TRUE(world.Create(passing, random_root(), At(4)).ok());
+    } else if (f % 10 == 3 || f % 10 == 8) {
+      ASSERT_TRUE(world.Destroy(passing).ok());
+    }
+    now += frame_period;
+    world.EndFrame(&changes);
+    replicator.Publish(changes, now);
+    truths[changes.frame] = Snapshot(world);
+    if (truths.size() > 100) truths.erase(truths.begin());
+    for (Subscriber& s : subs) {
+      if (f == s.first_frame) {
+        SubscriptionOptions options;
+        options.max_rate_hz = s.hz;
+        options.compact_precision = s.precision;
+        if (s.trickle) options.part_budget_bytes = 2048;
+        s.id = replicator.Subscribe(options, std::make_shared<CountingSink>());
+      }
+      if (f < s.first_frame) continue;
+      bool ended = false;
+      while (auto out = replicator.Next(s.id, now)) {
+        const v1::FrameUpdate& message = out->message();
+        if (message.snapshot() && message.part() == 0) ++s.snapshots;
+        s.end.Take(*out, /*own=*/out->header().frames_skipped > 0);
+        if (!message.last_part()) {
+          if (s.trickle) break;
+          continue;
+        }
+        ended = true;
+        ++s.messages;
+        ASSERT_TRUE(truths.contains(message.frame())) << message.frame();
+        const State& truth = truths.at(message.frame());
+        if (s.precision == 0) {
+          ASSERT_EQ(s.end.state, truth)
+              << "subscriber " << s.id << ", frame " << f;
+        } else {
+          ExpectCompactMatch(s.end.state, truth, s.precision);
+          if (HasFailure()) FAIL() << "frame " << f;
+        }
+        if (s.trickle) break;
+      }
+      if (s.trickle && !ended) ++s.frames_in_parts;
+    }
+  }
+  for (const Subscriber& s : subs) {
+    // One each 60 / hz frames, and after each snapshot one more at once
+    // (its deltas start with the next frame).
+    // (A trickle's messages take frames to go out: fewer.)
+    const double expected = (900 - s.first_frame) * s.hz / 60 + s.snapshots;
+    EXPECT_NEAR(s.messages, expected, s.trickle ? 5 : 2) << s.id;
+    // Owed the burst (more than max_pending), each resynced: once for the
+    // destroyed, perhaps again for the created.
+    EXPECT_GE(s.snapshots, 2) << s.id;
+    EXPECT_LE(s.snapshots, 3) << s.id;
+  }
+  EXPECT_GT(subs[4].frames_in_parts, 100);
+}
+
 // Publishing, consuming, subscribing and leaving, all at once. Every consumer
 // ends with the exact final state.
 TEST(ReplicatorThreadsTest, ConcurrentPublishConsumeAndChurn) {

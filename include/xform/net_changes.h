@@ -53,6 +53,9 @@ class NetChanges {
   Map::const_iterator begin() const { return net_.begin(); }
   Map::const_iterator end() const { return net_.end(); }
 
+  // Makes room for `n` entities in all, so that noting that many does not
+  // regrow the table on the way.
+  void Reserve(size_t n) { net_.reserve(n); }
   // Forgets everything, keeping the memory for the next round.
   void clear() { net_.clear(); }
   // Forgets everything and gives the memory back.
