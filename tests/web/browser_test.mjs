@@ -13,7 +13,6 @@ import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { createServer } from 'node:net';
 
 const args = Object.fromEntries(process.argv.slice(2).map((a) => {
   const [key, ...value] = a.replace(/^--/, '').split('=');
@@ -44,16 +43,6 @@ function check(condition, what, detail = '') {
   console.log(`ok: ${what}${detail ? ` (${detail})` : ''}`);
 }
 
-async function freePort() {
-  return new Promise((resolve) => {
-    const server = createServer();
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address();
-      server.close(() => resolve(port));
-    });
-  });
-}
-
 function start(binary, flags, name) {
   const child = spawn(binary, flags, { stdio: ['ignore', 'inherit', 'pipe'] });
   let log = '';
@@ -77,20 +66,29 @@ async function waitFor(what, predicate, timeoutMs = 15000) {
   }
 }
 
-const grpcPort = await freePort();
-const webPort = await freePort();
-const server = `--server=127.0.0.1:${grpcPort}`;
-const xformdFlags = [`--listen=127.0.0.1:${grpcPort}`, `--data_dir=${dataDir}`,
-  '--fsync=always', '--demo'];
+// Each listens on a port of the kernel's choosing (port 0), which it logs:
+// a port found free beforehand may be taken by then.
+function loggedPort(child, pattern) {
+  const match = child.log().match(pattern);
+  return match ? Number(match[1]) : 0;
+}
+const xformdFlags = (port) => [`--listen=127.0.0.1:${port}`,
+  `--data_dir=${dataDir}`, '--fsync=always', '--demo'];
+let server = '';
 function xformctl(...command) {
   return execFileSync(args.xformctl, [server, ...command], { encoding: 'utf8' });
 }
 
 try {
-  let xformd = start(args.xformd, xformdFlags, 'xformd');
+  let xformd = start(args.xformd, xformdFlags(0), 'xformd');
   await waitFor('xformd serves', () => xformd.log().includes('xformd serving'));
-  start(args.xform_web, [server, `--listen=127.0.0.1:${webPort}`,
+  const grpcPort = loggedPort(xformd, /xformd serving on \S+ \(port (\d+)/);
+  check(grpcPort > 0, 'xformd logs its port', `${grpcPort}`);
+  server = `--server=127.0.0.1:${grpcPort}`;
+  const web = start(args.xform_web, [server, '--listen=127.0.0.1:0',
     `--web_root=${args.web_root}`], 'xform-web');
+  const webPort = await waitFor('xform-web logs its port',
+    () => loggedPort(web, /xform-web: serving \S+ \(port (\d+)/));
   const url = `http://127.0.0.1:${webPort}/`;
   await waitFor('xform-web serves', async () => {
     try { return (await fetch(`${url}api/worlds`)).ok; } catch { return false; }
@@ -181,7 +179,9 @@ try {
   xformd.kill('SIGKILL');
   await waitFor('the page shows reconnecting', async () =>
     (await page.textContent('#status')).startsWith('reconnecting'));
-  xformd = start(args.xformd, xformdFlags, 'xformd');
+  // Back on the same port, which xform-web dials: free but for the
+  // moment between the kill and this.
+  xformd = start(args.xformd, xformdFlags(grpcPort), 'xformd');
   await waitFor('xformd serves again', () => xformd.log().includes('xformd serving'));
   xformctl('entities', 'set', 'family', '1', '--position=-2,0,0', '--scale=1.2,1.2,1.2', '--end_frame');
   await waitFor('the page is live again, with the change made after', async () =>
