@@ -1183,6 +1183,26 @@ TEST(ReplicatorCompactTest, EchoFiltersLaggingOnTooMuchStopSharing) {
   EXPECT_NE(subs.raw_end.state, Snapshot(world));
 }
 
+// A world of roots 1 to `roots`, root r with one child, r + roots, at At(1),
+// published as its replicator's first frame on a simulated clock.
+// Publish() closes and publishes the next frame 1/60 s later.
+struct ClockedWorld {
+  explicit ClockedWorld(EntityId roots, size_t max_pending = 65'536)
+      : replicator(max_pending) {
+    PublishRootsWithAChildEach(
+        roots, [] { return At(1); }, world, changes, replicator, now);
+  }
+  void Publish() {
+    now += absl::Nanoseconds(16'666'667);
+    world.EndFrame(&changes);
+    replicator.Publish(changes, now);
+  }
+  World world;
+  FrameChanges changes;
+  Replicator replicator;
+  absl::Time now = absl::UnixEpoch() + absl::Hours(1);
+};
+
 // Rate-limited subscribers keep each frame's shared parts until their next
 // message is due, and are not woken before: a frame costs them O(1) each,
 // not O(moved). Those due in the same frame keep the same frames, so their
@@ -1190,18 +1210,12 @@ TEST(ReplicatorCompactTest, EchoFiltersLaggingOnTooMuchStopSharing) {
 // compact within its bounds), through moves, re-parenting, and entities
 // destroyed and created again.
 TEST(ReplicatorRateTest, SubscribersDueTogetherShareOneFold) {
-  World world;
-  FrameChanges changes;
-  Replicator replicator;
-  std::mt19937 rng(11);
-  std::uniform_real_distribution<float> u(-1, 1);
   // Roots 1-1000, root r's child r + 1000: the frames a subscriber keeps
   // (six, of about 45 moves each) hold less than the world, which bounds them.
   constexpr EntityId kRoots = 1000;
-  absl::Time now = absl::UnixEpoch() + absl::Hours(1);
-  const absl::Duration frame_period = absl::Nanoseconds(16'666'667);
-  PublishRootsWithAChildEach(
-      kRoots, [] { return At(1); }, world, changes, replicator, now);
+  ClockedWorld w(kRoots);
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1, 1);
 
   constexpr float kPrecision = 0x1p-10f;
   SubscriptionOptions raw, compact;
@@ -1220,10 +1234,10 @@ TEST(ReplicatorRateTest, SubscribersDueTogetherShareOneFold) {
   std::vector<Subscriber> subs(5);
   for (size_t k = 0; k < subs.size(); ++k) {
     subs[k].id =
-        replicator.Subscribe(k == 2 || k == 3 ? compact : raw, subs[k].sink);
+        w.replicator.Subscribe(k == 2 || k == 3 ? compact : raw, subs[k].sink);
   }
   const auto drain = [&](Subscriber& s) {
-    while (auto out = replicator.Next(s.id, now)) {
+    while (auto out = w.replicator.Next(s.id, w.now)) {
       if (out->header().frames_skipped > 0) s.folds.push_back(out);
       s.end.Take(*out, /*own=*/false);
       ++s.messages;
@@ -1234,20 +1248,18 @@ TEST(ReplicatorRateTest, SubscribersDueTogetherShareOneFold) {
     std::vector<SetLocalOp> moves;
     for (int k = 0; k < 30; ++k) {
       const EntityId e = 1 + rng() % (2 * kRoots);
-      if (world.Has(e)) moves.push_back({e, At(u(rng) * 100)});
+      if (w.world.Has(e)) moves.push_back({e, At(u(rng) * 100)});
     }
-    ASSERT_TRUE(world.SetLocals(moves).ok());
+    ASSERT_TRUE(w.world.SetLocals(moves).ok());
     const EntityId child = kRoots + 1 + rng() % kRoots;
-    if (f % 5 == 0 && world.Has(child)) {
-      ASSERT_TRUE(world.Destroy(child).ok());
-    } else if (f % 5 == 2 && !world.Has(child)) {
-      ASSERT_TRUE(world.Create(child, 1 + rng() % kRoots, At(2)).ok());
-    } else if (f % 7 == 0 && world.Has(child)) {
-      ASSERT_TRUE(world.Link(child, 1 + rng() % kRoots).ok());
+    if (f % 5 == 0 && w.world.Has(child)) {
+      ASSERT_TRUE(w.world.Destroy(child).ok());
+    } else if (f % 5 == 2 && !w.world.Has(child)) {
+      ASSERT_TRUE(w.world.Create(child, 1 + rng() % kRoots, At(2)).ok());
+    } else if (f % 7 == 0 && w.world.Has(child)) {
+      ASSERT_TRUE(w.world.Link(child, 1 + rng() % kRoots).ok());
     }
-    now += frame_period;
-    world.EndFrame(&changes);
-    replicator.Publish(changes, now);
+    w.Publish();
     if (f == 30) {
       for (const Subscriber& s : subs) woken_before += s.sink->wakes;
     }
@@ -1277,9 +1289,9 @@ TEST(ReplicatorRateTest, SubscribersDueTogetherShareOneFold) {
     EXPECT_EQ(std::count(subs[0].folds.begin(), subs[0].folds.end(), fold), 0)
         << "e, due in other frames, was sent a's fold";
   }
-  now += absl::Seconds(1);
+  w.now += absl::Seconds(1);
   for (Subscriber& s : subs) drain(s);
-  const State truth = Snapshot(world);
+  const State truth = Snapshot(w.world);
   for (size_t k : {0, 1, 4}) EXPECT_EQ(subs[k].end.state, truth) << k;
   for (size_t k : {2, 3})
     ExpectCompactMatch(subs[k].end.state, truth, kPrecision);
@@ -1295,18 +1307,11 @@ TEST(ReplicatorRateTest, SubscribersDueTogetherShareOneFold) {
 // frames while its message is still going out. A burst of destruction past
 // max_pending resyncs them, as any laggard.
 TEST(ReplicatorRateTest, SlowSubscribersCatchUpFromThePublishedState) {
-  World world;
-  FrameChanges changes;
+  constexpr EntityId kRoots = 1000;
   // Kept frames hold at most 500 entities: about 24 frames of these.
-  constexpr size_t kMaxPending = 500;
-  Replicator replicator(kMaxPending);
+  ClockedWorld w(kRoots, /*max_pending=*/500);
   std::mt19937 rng(17);
   std::uniform_real_distribution<float> u(-1, 1);
-  constexpr EntityId kRoots = 1000;
-  absl::Time now = absl::UnixEpoch() + absl::Hours(1);
-  const absl::Duration frame_period = absl::Nanoseconds(16'666'667);
-  PublishRootsWithAChildEach(
-      kRoots, [] { return At(1); }, world, changes, replicator, now);
   constexpr float kPrecision = 0x1p-10f;
   struct Subscriber {
     double hz;
@@ -1341,47 +1346,45 @@ TEST(ReplicatorRateTest, SlowSubscribersCatchUpFromThePublishedState) {
     std::vector<SetLocalOp> moves;
     for (int k = 0; k < 20; ++k) {
       const EntityId e = random_movable();
-      if (world.Has(e)) moves.push_back({e, At(u(rng) * 100)});
+      if (w.world.Has(e)) moves.push_back({e, At(u(rng) * 100)});
     }
-    ASSERT_TRUE(world.SetLocals(moves).ok());
+    ASSERT_TRUE(w.world.SetLocals(moves).ok());
     const EntityId child = random_child();
     if (f >= 600 && f < 605) {
       // 750 children destroyed in five frames, back in the next five.
       for (EntityId c = kRoots + 1 + 150 * (f - 600);
            c <= kRoots + 150 * (f - 599); ++c) {
-        if (world.Has(c)) {
-          ASSERT_TRUE(world.Destroy(c).ok());
+        if (w.world.Has(c)) {
+          ASSERT_TRUE(w.world.Destroy(c).ok());
         }
       }
     } else if (f >= 605 && f < 610) {
       for (EntityId c = kRoots + 1 + 150 * (f - 605);
            c <= kRoots + 150 * (f - 604); ++c) {
-        if (!world.Has(c)) {
-          ASSERT_TRUE(world.Create(c, c - kRoots, At(3)).ok());
+        if (!w.world.Has(c)) {
+          ASSERT_TRUE(w.world.Create(c, c - kRoots, At(3)).ok());
         }
       }
-    } else if (f % 3 == 0 && world.Has(child)) {
-      ASSERT_TRUE(world.Destroy(child).ok());
+    } else if (f % 3 == 0 && w.world.Has(child)) {
+      ASSERT_TRUE(w.world.Destroy(child).ok());
       if (f % 2 == 0) {  // And back at once, elsewhere.
-        ASSERT_TRUE(world.Create(child, random_root(), At(2)).ok());
+        ASSERT_TRUE(w.world.Create(child, random_root(), At(2)).ok());
       }
-    } else if (f % 3 == 1 && !world.Has(child)) {
-      ASSERT_TRUE(world.Create(child, random_root(), At(2)).ok());
-    } else if (world.Has(child)) {
-      ASSERT_TRUE(world.Link(child, random_root()).ok());
+    } else if (f % 3 == 1 && !w.world.Has(child)) {
+      ASSERT_TRUE(w.world.Create(child, random_root(), At(2)).ok());
+    } else if (w.world.Has(child)) {
+      ASSERT_TRUE(w.world.Link(child, random_root()).ok());
     }
     // An id that comes and goes within a second: created, destroyed,
     // created again, destroyed.
     const EntityId passing = 2 * kRoots + 1 + (f / 10) % 100;
     if (f % 10 == 0 || f % 10 == 5) {
-      ASSERT_TRUE(world.Create(passing, random_root(), At(4)).ok());
+      ASSERT_TRUE(w.world.Create(passing, random_root(), At(4)).ok());
     } else if (f % 10 == 3 || f % 10 == 8) {
-      ASSERT_TRUE(world.Destroy(passing).ok());
+      ASSERT_TRUE(w.world.Destroy(passing).ok());
     }
-    now += frame_period;
-    world.EndFrame(&changes);
-    replicator.Publish(changes, now);
-    truths[changes.frame] = Snapshot(world);
+    w.Publish();
+    truths[w.changes.frame] = Snapshot(w.world);
     if (truths.size() > 100) truths.erase(truths.begin());
     for (Subscriber& s : subs) {
       if (f == s.first_frame) {
@@ -1389,11 +1392,12 @@ TEST(ReplicatorRateTest, SlowSubscribersCatchUpFromThePublishedState) {
         options.max_rate_hz = s.hz;
         options.compact_precision = s.precision;
         if (s.trickle) options.part_budget_bytes = 2048;
-        s.id = replicator.Subscribe(options, std::make_shared<CountingSink>());
+        s.id =
+            w.replicator.Subscribe(options, std::make_shared<CountingSink>());
       }
       if (f < s.first_frame) continue;
       bool ended = false;
-      while (auto out = replicator.Next(s.id, now)) {
+      while (auto out = w.replicator.Next(s.id, w.now)) {
         const v1::FrameUpdate& message = out->message();
         if (message.snapshot() && message.part() == 0) ++s.snapshots;
         s.end.Take(*out, /*own=*/out->header().frames_skipped > 0);
