@@ -3,8 +3,8 @@
 #   - churn: xform-load writing a 100k-entity scene world at 60 Hz with four
 #     healthy subscribers and one that stalls, reporting their latency;
 #   - stalled subscribers: three `xformctl watch` whose output nobody reads
-#     (one rate-limited), four rate-limited ones that read, and four compact
-#     ones of a subtree each that read;
+#     (one rate-limited), four rate-limited ones that read, two at 1 Hz that
+#     read, and four compact ones of a subtree each that read;
 #   - deep chains, join storms, fuzzed, oversized and expanding requests:
 #     tools/soak_hostile.py.
 # Samples xformd's RSS every 10 s, and at the end prints the healthy
@@ -54,6 +54,12 @@ done
 for k in 1 2 3 4; do
   "$build/tools/xformctl" --server="$address" watch soak --rate_hz=10 \
     >/dev/null 2>&1 &
+done
+# Status pages at 1 Hz, raw and compact: each is owed more than its kept
+# frames hold, and is sent what changed from the published state when due.
+for encoding in raw compact; do
+  "$build/tools/xformctl" --server="$address" watch soak --rate_hz=1 \
+    --encoding="$encoding" >/dev/null 2>&1 &
 done
 # Tools that read one subtree each, compact: enough of them that a frame's
 # moves are found by walking their bits against the moved slots.
