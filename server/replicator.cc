@@ -886,8 +886,8 @@ std::shared_ptr<const Outgoing> Replicator::Take(SubscriptionId id,
     return nullptr;
   }
   if (!s.snapshot && !s.resync && s.changed_after) {
-    // Owed only what changed after a frame (nothing pending from before):
-    // the same as any other subscriber owed the same frames.
+    // Owed what changed after a frame: the same message as any other
+    // subscriber owed just those frames (none pending from before).
     if (TakeSharedFold(s, now)) return TakePart(s);
     const std::optional<FoldKey> key =
         s.pending.empty() ? std::optional<FoldKey>(KeyOf(s)) : std::nullopt;
@@ -925,14 +925,14 @@ std::shared_ptr<const Outgoing> Replicator::Take(SubscriptionId id,
 }
 
 Replicator::FoldKey Replicator::KeyOf(const Subscription& s) const {
-  if (s.changed_after) {
-    return {*s.changed_after + 1,        frame_ - *s.changed_after,
-            /*from_state=*/true,         s.frames_with_changes,
-            s.options.compact_precision, s.options.part_budget_bytes};
-  }
-  return {s.ready.front()->header().frame,
-          s.ready_frames,
-          /*from_state=*/false,
+  // Owed the frames after changed_after, or the kept ones.
+  const bool from_state = s.changed_after.has_value();
+  const uint64_t first =
+      from_state ? *s.changed_after + 1 : s.ready.front()->header().frame;
+  const size_t frames = from_state ? frame_ - *s.changed_after : s.ready_frames;
+  return {first,
+          frames,
+          from_state,
           s.frames_with_changes,
           s.options.compact_precision,
           s.options.part_budget_bytes};
