@@ -207,6 +207,47 @@ void BM_PublishedStateFrame(benchmark::State& state) {
 }
 BENCHMARK(BM_PublishedStateFrame)->Arg(100'000)->Arg(1'000'000);
 
+// What a slow subscriber's catch-up pays to find what changed since its
+// last message (Replicator::CatchUpFromState makes two such passes, under
+// the lock): a world of arg entities loaded at frame 1, then a frame moving
+// the second arg's number of them, scattered; timed, the walk of what
+// changed after frame 1.
+void BM_PublishedStateChangedSince(benchmark::State& state) {
+  const auto n = static_cast<EntityId>(state.range(0));
+  const auto moves = static_cast<size_t>(state.range(1));
+  PublishedState published;
+  FrameChanges load;
+  load.frame = 1;
+  for (EntityId e = 1; e <= n; ++e) {
+    load.created.push_back(e);
+    load.created_parent.push_back(kNoEntity);
+    load.moved.push_back(e);
+    load.moved_world.insert(load.moved_world.end(), 12, 1.0f);
+  }
+  published.TakeIn(load);
+  FrameChanges frame;
+  frame.frame = 2;
+  std::mt19937_64 rng(1);
+  for (size_t k = 0; k < moves; ++k) {
+    frame.moved.push_back(1 + rng() % n);
+    frame.moved_world.insert(frame.moved_world.end(), 12, 2.0f);
+  }
+  published.TakeIn(frame);
+  size_t found = 0;
+  for (auto _ : state) {
+    found = 0;
+    published.ForEachChangedSince(1, [&](PublishedState::Slot) {
+      ++found;
+      return true;
+    });
+    benchmark::DoNotOptimize(found);
+  }
+  state.counters["found"] = static_cast<double>(found);
+}
+BENCHMARK(BM_PublishedStateChangedSince)
+    ->ArgsProduct({{100'000, 1'000'000}, {0, 100, 10'000}})
+    ->Unit(benchmark::kMicrosecond);
+
 // xform-load's scene workload (a 100k scene, 5,000 leaves stepped a frame):
 // the scene (`ops`) published as its first frame, and `count` frames after it
 // made beforehand, stepping leaves back and forth. The frames' numbers are

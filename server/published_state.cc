@@ -37,7 +37,7 @@ PublishedState::Slot PublishedState::NewSlot(EntityId e) {
     depth_.push_back(0);
     world_.emplace_back();
     structure_stamps_.emplace_back();
-    if (s % 64 == 0) block_stamps_.push_back(0);
+    if (s % kSlotsPerBlock == 0) block_stamps_.push_back(0);
   }
   parent_[s] = first_child_[s] = next_sibling_[s] = prev_sibling_[s] = kNoSlot;
   depth_[s] = 0;
@@ -72,7 +72,7 @@ void PublishedState::Stamp(Slot s, uint64_t frame, bool created, bool parented,
   if (created) structure_stamps_[s].created = frame;
   if (parented) structure_stamps_[s].parented = frame;
   if (moved) world_[s].moved = frame;
-  block_stamps_[s / 64] = frame;
+  block_stamps_[s / kSlotsPerBlock] = frame;
 }
 
 void PublishedState::TakeInWhole(const World& world, uint64_t frame) {
@@ -87,7 +87,7 @@ void PublishedState::TakeInWhole(const World& world, uint64_t frame) {
   depth_.resize(n);
   world_.assign(n, {Matrix3x4(), frame});
   structure_stamps_.assign(n, {frame, frame});
-  block_stamps_.assign((n + 63) / 64, frame);
+  block_stamps_.assign((n + kSlotsPerBlock - 1) / kSlotsPerBlock, frame);
   world.ForEachInstance(
       [&](uint32_t i, EntityId e, uint32_t parent, const Matrix3x4& matrix) {
         entity_[i] = e;

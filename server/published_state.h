@@ -27,7 +27,7 @@
 //   ForEachInSubtree   O(subtree): follows the children links, no allocation
 //   VisitSubtree       O(slots visited)
 //   LiveSlots          O(slots / 64 + free slots)
-//   ForEachChangedSince(f)  O(slots / 64 + 64 * blocks of 64 slots changed
+//   ForEachChangedSince(f)  O(slots / 8 + 8 * blocks of 8 slots changed
 //                      after f)
 // Memory: about 130 bytes per slot ever used at once.
 //
@@ -157,8 +157,14 @@ class PublishedState {
     uint64_t parented = 0;
   };
   internal::Column<StructureStamps> structure_stamps_;
-  // By block of 64 slots, the latest frame that stamped any of them: a
-  // search for what changed skips a block unchanged since, a word's read.
+  // By block of kSlotsPerBlock slots, the latest frame that stamped any of
+  // them: a search for what changed skips a block unchanged since, a
+  // word's read. Small blocks, so that a few changes scattered over a big
+  // world do not make it read many rows that did not change (each slot's
+  // moved stamp is in its 64-byte row): with blocks of 64, a walk over 10k
+  // changes among 1M slots took 3.2 ms; with 8, see
+  // BM_PublishedStateChangedSince.
+  static constexpr size_t kSlotsPerBlock = 8;
   std::vector<uint64_t> block_stamps_;
   uint64_t structure_epoch_ = 0;
 };
@@ -167,9 +173,9 @@ template <typename F>
 void PublishedState::ForEachChangedSince(uint64_t frame, F&& f) const {
   for (size_t block = 0; block < block_stamps_.size(); ++block) {
     if (block_stamps_[block] <= frame) continue;
-    const Slot end =
-        std::min<Slot>(slot_end(), static_cast<Slot>(64 * (block + 1)));
-    for (Slot s = static_cast<Slot>(64 * block); s < end; ++s) {
+    const Slot end = std::min<Slot>(
+        slot_end(), static_cast<Slot>(kSlotsPerBlock * (block + 1)));
+    for (Slot s = static_cast<Slot>(kSlotsPerBlock * block); s < end; ++s) {
       if (entity_[s] == kNoEntity) continue;
       const StructureStamps& structure = structure_stamps_[s];
       if (std::max({structure.created, structure.parented, world_[s].moved}) <=
