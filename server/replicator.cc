@@ -74,46 +74,44 @@ bool Replicator::StartCatchingUpFromState(Subscription& s, uint64_t frame) {
 
 bool Replicator::CatchUpFromState(Subscription& s) {
   const uint64_t after = *s.changed_after;
+  // The entities the frames since listed, repeats counted: at least as many
+  // as will be noted, so the table is sized once (up to the bound).
+  const size_t listed = s.changed_entities;
   s.changed_after.reset();
   s.changed_entities = 0;
   if (after < destroyed_log_after_) {
     s.Resync();  // Its destructions were dropped from the log.
     return false;
   }
-  // Counted first, so that the events go into a table sized once.
-  size_t changed = 0;
-  state_.ForEachChangedSince(after,
-                             [&](Slot) { return ++changed <= max_pending_; });
-  const auto first = std::partition_point(
-      destroyed_log_.begin(), destroyed_log_.end(),
-      [after](const DestroyedEntity& d) { return d.frame <= after; });
-  const auto destroyed = static_cast<size_t>(destroyed_log_.end() - first);
-  if (changed + destroyed > max_pending_) {
-    s.Resync();  // Owed more than a laggard may be: its view whole.
-    return false;
-  }
   // Noted directly (not a frame's changes, and nothing of what it holds
   // is known: a compact one's moves are sent whole, as for an entity
   // missing from `held`).
-  s.pending.Reserve(s.pending.size() + changed + destroyed);
+  s.pending.Reserve(s.pending.size() + std::min(listed, max_pending_ + 1));
+  const auto first = std::partition_point(
+      destroyed_log_.begin(), destroyed_log_.end(),
+      [after](const DestroyedEntity& d) { return d.frame <= after; });
   for (auto it = first; it != destroyed_log_.end(); ++it) {
     if (it->created <= after) s.pending.Note(it->entity, kDestroyed);
   }
   // What it lacks is the entity as published now: created (with its parent
-  // and matrix), or re-parented, moved.
-  state_.ForEachChangedSince(after, [&](Slot slot) {
-    const PublishedState::Stamps stamps = state_.stamps(slot);
-    const EntityId e = state_.entity(slot);
-    if (stamps.created > after) {
-      s.pending.Note(e, kCreated);
-    } else {
-      if (stamps.parented > after) s.pending.Note(e, kReparented);
-      if (stamps.moved > after) s.pending.Note(e, kMoved);
-    }
-    return true;
-  });
-  if (s.pending.size() > max_pending_) {
-    s.Resync();
+  // and matrix), or re-parented, moved. Past max_pending, no further.
+  bool within = s.pending.size() <= max_pending_;
+  if (within) {
+    state_.ForEachChangedSince(after, [&](Slot slot) {
+      const PublishedState::Stamps stamps = state_.stamps(slot);
+      const EntityId e = state_.entity(slot);
+      if (stamps.created > after) {
+        s.pending.Note(e, kCreated);
+      } else {
+        if (stamps.parented > after) s.pending.Note(e, kReparented);
+        if (stamps.moved > after) s.pending.Note(e, kMoved);
+      }
+      within = s.pending.size() <= max_pending_;
+      return within;
+    });
+  }
+  if (!within) {
+    s.Resync();  // Owed more than a laggard may be: its view whole.
     return false;
   }
   return true;
