@@ -14,7 +14,7 @@
 // frame. A rate-limited one owed more frames than that holds (a status page
 // at 1 Hz) stops following frames: when its message is due, what changed
 // since the frame it was last sent is found from the published state's
-// stamps and a log of the destroyed (CatchUpFromState), O(slots / 64 +
+// stamps and a log of the destroyed (CatchUpFromState), O(slots / 8 +
 // entities changed) once a message rather than O(moved) every frame.
 //
 // A subscriber's snapshot (on joining, or on a resync) is streamed a bounded
@@ -438,7 +438,7 @@ class Replicator {
   bool StartCatchingUpFromState(Subscription& s, uint64_t frame);
   // Notes into `pending` what changed after s.changed_after: the destroyed
   // log's entities it had, and the state's stamps (PublishedState::
-  // ForEachChangedSince), O(slots / 64 + entities changed), under the lock
+  // ForEachChangedSince), O(slots / 8 + entities changed), under the lock
   // when its message is due. Or, when that is more than max_pending, or the
   // log no longer reaches back to it, resyncs it. Returns whether it caught
   // up.
