@@ -16,6 +16,9 @@
 // (here rate-limited to 10 a second, on a 60 Hz world) costs the server,
 // and what its messages weigh.
 //
+// BM_StalledSubscriberCatchesUp: what a full-rate subscriber that stopped
+// reading is sent, and what that costs, when it reads again.
+//
 // BM_RateLimitedSubscribers, BM_FilteredSubscribers,
 // BM_EchoFilteringSubscribers: what many subscribers of each kind cost
 // each frame's publication, and the server in all.
@@ -34,6 +37,7 @@
 #include "server/published_state.h"
 #include "server/replicator.h"
 #include "tools/scenes.h"
+#include "xform/v1/compact_moves.h"
 #include "xform/world.h"
 
 namespace xform::server {
@@ -366,6 +370,26 @@ class FrameLoop {
     }
     return messages;
   }
+  // What the `k`th subscriber has been sent, all of it taken now.
+  struct Sent {
+    size_t messages = 0;
+    size_t entities = 0;  // Matrices: moved, raw or compact.
+    size_t bytes = 0;
+  };
+  Sent Drain(size_t k) {
+    Sent sent;
+    while (auto out = replicator_.Next(ids_[k], now_)) {
+      const v1::FrameUpdate& u = out->message();
+      ++sent.messages;
+      sent.bytes += out->encoded().size();
+      sent.entities += static_cast<size_t>(u.moved_size());
+      if (!u.compact_moved().empty()) {
+        v1::CompactMovesParser parser(u);
+        if (parser.Start().ok()) sent.entities += parser.count();
+      }
+    }
+    return sent;
+  }
   // Times a frame an iteration: its publication and the messages then due.
   // `publish_ms`: the publication alone, which holds the replicator's lock
   // for whatever it does, so every subscriber's Next() waits for it;
@@ -416,6 +440,34 @@ void BM_RateLimitedSubscribers(benchmark::State& state) {
 }
 BENCHMARK(BM_RateLimitedSubscribers)
     ->ArgsProduct({{1, 16, 64, 256}, {0, 1}, {10, 1}})
+    ->Unit(benchmark::kMillisecond);
+
+// A subscriber at full rate that stops reading for arg frames, then reads:
+// what it is sent to be current again (its bytes, and the matrices in them:
+// `entities`), and what making that costs (the reported time, all of it
+// made at once, though a snapshot's parts are made as its stream asks).
+// Raw (second argument 0) or compact at 1 mm (1).
+void BM_StalledSubscriberCatchesUp(benchmark::State& state) {
+  const auto stall_frames = static_cast<size_t>(state.range(0));
+  FrameLoop loop;
+  if (!loop.ok()) state.SkipWithError("scene");
+  SubscriptionOptions options;
+  if (state.range(1) == 1) options.compact_precision = 1e-3f;
+  loop.Subscribe(options);
+  loop.Drain(0);
+  FrameLoop::Sent sent;
+  for (auto _ : state) {
+    state.PauseTiming();
+    for (size_t f = 0; f < stall_frames; ++f) loop.PublishNext();
+    state.ResumeTiming();
+    sent = loop.Drain(0);
+  }
+  state.counters["messages"] = static_cast<double>(sent.messages);
+  state.counters["entities"] = static_cast<double>(sent.entities);
+  state.counters["MB"] = static_cast<double>(sent.bytes) / 1e6;
+}
+BENCHMARK(BM_StalledSubscriberCatchesUp)
+    ->ArgsProduct({{30, 120}, {0, 1}})
     ->Unit(benchmark::kMillisecond);
 
 // Many subscribers with small filtered views (a tool watching one arm, a
