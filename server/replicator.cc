@@ -123,7 +123,7 @@ void Replicator::LogDestroyed(const FrameChanges& changes) {
   bool any = false;
   uint64_t needed_after = changes.frame;
   for (const auto& [id, s] : subs_) {
-    if (!CatchesUpFromState(*s)) continue;
+    if (!MayCatchUpFromState(*s)) continue;
     any = true;
     // One starting at this frame needs its destructions on, added below.
     uint64_t after = changes.frame;
@@ -295,7 +295,16 @@ absl::flat_hash_set<Replicator::SubscriptionId> Replicator::ServeCaughtUp(
         continue;
     } else if (s->ready_frames > 0) {
       if (s->ready_entities + entities > max_pending_) {
-        // Stopped reading: its view whole when it reads again.
+        // Stopped reading, or reads slower than the world changes. Owed
+        // what changed since its last message, found from the published
+        // state when it reads again, if it may be (FoldIntoWholeWorld takes
+        // this frame in): O(1) a frame meanwhile, and then a message of the
+        // entities changed, however many frames listed them (or, past
+        // max_pending of those, its view whole). Else its view whole.
+        if (MayCatchUpFromState(*s) &&
+            StartCatchingUpFromState(*s, changes.frame)) {
+          continue;
+        }
         s->Resync();
         s->noted = true;
         served.insert(id);
@@ -451,8 +460,9 @@ void Replicator::FoldIntoWholeWorld(
       s->noted = true;
       continue;
     }
-    if (CatchesUpFromState(*s) && !s->snapshot &&
-        (s->changed_after || StartCatchingUpFromState(*s, changes.frame))) {
+    if (MayCatchUpFromState(*s) && !s->snapshot &&
+        (s->changed_after || (CatchesUpFromState(*s) &&
+                              StartCatchingUpFromState(*s, changes.frame)))) {
       // What the frame changed is found from the state when it is due.
       s->noted = true;
       s->changed_entities += entities;
@@ -1064,7 +1074,10 @@ std::vector<SubscriberStats> Replicator::Stats() const {
     const size_t stale = s->snapshot ? s->snapshot->stale_count : 0;
     // Kept frames count beyond the first, the message it would send next.
     const size_t kept = s->ready_frames > 1 ? s->ready_entities : 0;
-    out.push_back({id, s->pending.size() + kept + s->changed_entities + stale,
+    // Owed from the state: what the frames listed, up to what there is.
+    const size_t owed =
+        std::min(s->changed_entities, state_.size() + destroyed_log_.size());
+    out.push_back({id, s->pending.size() + kept + owed + stale,
                    s->last_frame_sent, s->frames_skipped});
   }
   std::sort(out.begin(), out.end(),

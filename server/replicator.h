@@ -11,11 +11,12 @@
 // other subscribers. Every message carries values from exactly one frame.
 //
 // Caught-up subscribers instead keep each frame's shared message, O(1) a
-// frame. A rate-limited one owed more frames than that holds (a status page
-// at 1 Hz) stops following frames: when its message is due, what changed
-// since the frame it was last sent is found from the published state's
-// stamps and a log of the destroyed (CatchUpFromState), O(slots / 8 +
-// entities changed) once a message rather than O(moved) every frame.
+// frame. One of the whole world owed more frames than that holds stops
+// following frames: a rate-limited one (a status page at 1 Hz), or one that
+// stopped reading. When its message is due, what changed since the frame it
+// was last sent is found from the published state's stamps and a log of the
+// destroyed (CatchUpFromState), O(slots / 8 + entities changed) once a
+// message rather than O(moved) every frame.
 //
 // A subscriber's snapshot (on joining, or on a resync) is streamed a bounded
 // chunk per message, made when the stream asks for it, from the published
@@ -117,7 +118,9 @@ struct SubscriptionOptions {
 
 struct SubscriberStats {
   uint64_t id = 0;
-  size_t pending = 0;  // Entities with changes not yet sent.
+  // Entities with changes not yet sent: at most, where frames are kept or
+  // owed from the published state (their entities counted once a frame).
+  size_t pending = 0;
   uint64_t last_frame_sent = 0;
   uint64_t frames_skipped = 0;  // Over the subscription's life.
 };
@@ -129,7 +132,9 @@ class Replicator {
   // A subscriber with more than `max_pending` entities' changes folded and
   // unsent (it stopped reading, or reads far slower than the world changes)
   // drops them and is resent its view whole, as a snapshot, when it reads
-  // again: a laggard costs O(max_pending), never O(world). A streamed
+  // again: a laggard costs O(max_pending), never O(world). (One of the whole
+  // world is first owed what changed from the published state, and resent
+  // its view only if that is more than max_pending entities.) A streamed
   // snapshot makes at most max_pending entities' parts ahead of its stream,
   // or, to end while the world changes faster than it streams, what changed
   // behind its scan, within `burst_budget` (none: never more).
@@ -228,9 +233,10 @@ class Replicator {
     // subscriber is caught up but for them. Frames it has not started on are
     // kept (shared with the other subscribers: O(1) each a frame), not
     // folded into `pending` frame by frame, until it reads again, or they
-    // would hold more than max_pending entities (it resyncs) or more than
-    // the world (they fold into `pending`, which the world bounds; or, for
-    // a rate-limited one, are dropped for `changed_after`).
+    // would hold more than max_pending entities (dropped for
+    // `changed_after`, where MayCatchUpFromState; else it resyncs) or more
+    // than the world (they fold into `pending`, which the world bounds; or,
+    // for a rate-limited one, are dropped for `changed_after`).
     std::vector<std::shared_ptr<const Outgoing>> ready;
     size_t ready_frames = 0;
     size_t ready_entities = 0;
@@ -288,9 +294,9 @@ class Replicator {
       resync = true;
     }
     absl::Time next_allowed = absl::InfinitePast();
-    // Set for a rate-limited subscriber that stopped keeping frames (see
-    // `ready`): besides `pending`, it is owed whatever frames after this one
-    // changed, found from the published state when its next message is due
+    // Set for a subscriber that stopped keeping frames (see `ready`):
+    // besides `pending`, it is owed whatever frames after this one changed,
+    // found from the published state when its next message is due
     // (CatchUpFromState), so until then a frame costs it O(1). Cleared by
     // Resync() and by the catch-up.
     std::optional<uint64_t> changed_after;
@@ -424,17 +430,22 @@ class Replicator {
                       Slot slot) const;
   // Turns untaken shared parts back into pending events.
   void Fold(Subscription& s) const;
-  // Whether the subscriber, when not served a frame, is owed what changed
-  // from the published state (Subscription::changed_after) rather than
-  // noting each frame: a rate-limited one of the whole world, unless it
-  // filters echoes (which the state does not record).
-  static bool CatchesUpFromState(const Subscription& s) {
-    return s.options.max_rate_hz > 0 && s.whole_world &&
-           s.options.no_echo_client_id.empty();
+  // Whether the subscriber may be owed what changed from the published
+  // state (Subscription::changed_after) rather than kept or noted frames:
+  // one of the whole world, unless it filters echoes (which the state does
+  // not record). The destroyed log is kept for these.
+  static bool MayCatchUpFromState(const Subscription& s) {
+    return s.whole_world && s.options.no_echo_client_id.empty();
   }
-  // Not served this frame: the subscriber stops keeping frames or noting
-  // them, and is owed what changed after the frame it was last sent, if
-  // the destroyed log reaches back to it. O(its kept parts).
+  // Whether it does so at any frame it is not served: a rate-limited one.
+  // (One at full rate does once its kept frames would hold more than
+  // max_pending: ServeCaughtUp.)
+  static bool CatchesUpFromState(const Subscription& s) {
+    return s.options.max_rate_hz > 0 && MayCatchUpFromState(s);
+  }
+  // The subscriber stops keeping frames or noting them, and is owed what
+  // changed after the frame it was last sent, if the destroyed log reaches
+  // back to it (else false, and nothing changes). O(its kept parts).
   bool StartCatchingUpFromState(Subscription& s, uint64_t frame);
   // Notes into `pending` what changed after s.changed_after: the destroyed
   // log's entities it had, and the state's stamps (PublishedState::
@@ -523,7 +534,7 @@ class Replicator {
   SlotBits moved_slots_;
   std::vector<uint32_t> moved_index_by_slot_;
   // The entities frames destroyed, in frame order, while any subscriber
-  // may catch up from the state (CatchesUpFromState): each with the frame
+  // may catch up from the state (MayCatchUpFromState): each with the frame
   // that destroyed it and the one that created it, so a catch-up after
   // frame f sends the destruction of what it had, created by f. Holds every
   // destruction after `destroyed_log_after_`; trimmed to what those

@@ -836,7 +836,7 @@ TEST_F(ReplicatorTest, FramesSkippedCountsOnlyFramesThatChangedTheView) {
 }
 
 // A subscriber that stops reading holds at most max_pending changes; when it
-// reads again it is resent its view whole, and converges exactly.
+// reads again owing more, it is resent its view whole, and converges exactly.
 TEST(ReplicatorLagTest, ALaggardCostsBoundedMemoryAndResyncs) {
   World world;
   FrameChanges changes;
@@ -870,8 +870,11 @@ TEST(ReplicatorLagTest, ALaggardCostsBoundedMemoryAndResyncs) {
     }
     world.EndFrame(&changes);
     replicator.Publish(changes, absl::Now());
+    // The view notes each frame, within max_pending. The whole world's
+    // subscriber notes nothing: it is owed what changed from the state,
+    // entities the frames listed that it reports, at most the world's.
     for (const SubscriberStats& stats : replicator.Stats()) {
-      EXPECT_LE(stats.pending, 1000u);
+      EXPECT_LE(stats.pending, stats.id == whole ? 10'000u : 1000u);
     }
   }
   v1::FrameUpdate last;
@@ -957,6 +960,79 @@ void PublishRootsWithAChildEach(EntityId roots, Pose pose, World& world,
   ASSERT_TRUE(world.CreateMany(scene).ok());
   world.EndFrame(&changes);
   replicator.Publish(changes, time);
+}
+
+// A full-rate subscriber that stops reading, on a world whose moves keep to a
+// few entities, owes those few however long it stalls: when it reads again
+// it is sent them (and what was destroyed, created and re-parented
+// meanwhile), found from the published state, not its view whole. Meanwhile
+// a frame costs it nothing per entity.
+TEST(ReplicatorLagTest, AStalledSubscriberOwedFewEntitiesIsSentThoseAlone) {
+  constexpr float kPrecision = 0x1p-10f;
+  World world;
+  FrameChanges changes;
+  Replicator replicator(/*max_pending=*/1000);
+  // 100 roots of 99 leaves each.
+  std::vector<CreateOp> scene;
+  for (EntityId e = 1; e <= 10'000; ++e) {
+    scene.push_back({e, e % 100 == 1 ? 0 : (e - 1) / 100 * 100 + 1, At(1)});
+  }
+  ASSERT_TRUE(world.CreateMany(scene).ok());
+  world.EndFrame(&changes);
+  replicator.Publish(changes, absl::Now());
+  SubscriptionOptions compact;
+  compact.compact_precision = kPrecision;
+  const auto raw = replicator.Subscribe({}, std::make_shared<CountingSink>());
+  const auto packed =
+      replicator.Subscribe(compact, std::make_shared<CountingSink>());
+  State raw_end;
+  CompactReceiver packed_end;
+  Drain(replicator, raw, &raw_end);
+  packed_end.Drain(replicator, packed, /*own=*/false);
+  // 40 frames, each moving the same 300 leaves: 12,000 entities listed, far
+  // past max_pending, but 300 distinct. Besides: a leaf destroyed, one
+  // created, one re-parented, and an id destroyed and created again.
+  for (int f = 0; f < 40; ++f) {
+    std::vector<SetLocalOp> moves;
+    for (EntityId e = 2; e <= 304; ++e) {
+      if (e % 100 != 1) moves.push_back({e, At(static_cast<float>(f) + 0.3f)});
+    }
+    ASSERT_TRUE(world.SetLocals(moves).ok());
+    if (f == 10) {
+      ASSERT_TRUE(world.Destroy(5'002).ok());
+    }
+    if (f == 20) {
+      ASSERT_TRUE(world.Create(20'000, 201, At(7)).ok());
+    }
+    if (f == 25) {
+      ASSERT_TRUE(world.Link(6'003, 1).ok());
+    }
+    if (f == 30) {
+      ASSERT_TRUE(world.Destroy(7'004).ok());
+    }
+    if (f == 35) {
+      ASSERT_TRUE(world.Create(7'004, 9'901, At(3)).ok());
+    }
+    world.EndFrame(&changes);
+    replicator.Publish(changes, absl::Now());
+  }
+  v1::FrameUpdate last;
+  EXPECT_EQ(Drain(replicator, raw, &raw_end, &last), 1);
+  EXPECT_FALSE(last.snapshot());
+  EXPECT_EQ(last.frames_skipped(), 39u);
+  // The 300 moved; the one created, its matrix among the moved; the
+  // destroyed one; and two re-parented and moved: the one linked elsewhere,
+  // and the id destroyed and created again, which to the subscriber is its
+  // entity under another parent.
+  EXPECT_EQ(last.created_size(), 1);
+  EXPECT_EQ(last.destroyed_size(), 1);
+  EXPECT_EQ(last.reparented_size(), 2);
+  EXPECT_EQ(last.moved_size(), 303);
+  EXPECT_EQ(raw_end, Snapshot(world));
+  // The compact one's entries whole: what it holds of them is not known.
+  packed_end.Drain(replicator, packed, /*own=*/false);
+  EXPECT_EQ(packed_end.own_wholes, 303);
+  ExpectCompactMatch(packed_end.state, Snapshot(world), kPrecision);
 }
 
 // Compact subscribers that are sent their own messages (one that falls
