@@ -58,8 +58,8 @@ void Replicator::Fold(Subscription& s) const {
 }
 
 bool Replicator::StartCatchingUpFromState(Subscription& s, uint64_t frame) {
-  // It was last sent the frame before its first kept one; keeping none,
-  // it is owed (besides its pending events) what this frame changes on.
+  // It was last sent the frame before its first kept one; keeping none
+  // (and with nothing pending), what this frame changes on.
   const uint64_t after =
       s.ready.empty() ? frame - 1 : s.ready.front()->header().frame - 1;
   if (after < destroyed_log_after_) return false;
@@ -72,41 +72,54 @@ bool Replicator::StartCatchingUpFromState(Subscription& s, uint64_t frame) {
   return true;
 }
 
-bool Replicator::CatchUpFromState(Subscription& s) {
+bool Replicator::CatchUpFromState(Subscription& s, absl::Time now) {
   const uint64_t after = *s.changed_after;
   // The entities the frames since listed, repeats counted: at least as many
-  // as will be noted, so the table is sized once (up to the bound).
-  const size_t listed = s.changed_entities;
+  // as will be sent, so their list is sized once (up to the bound).
+  const size_t listed = std::min(s.changed_entities, max_pending_ + 1);
   s.changed_after.reset();
   s.changed_entities = 0;
   if (after < destroyed_log_after_) {
     s.Resync();  // Its destructions were dropped from the log.
     return false;
   }
-  // Noted directly (not a frame's changes, and nothing of what it holds
-  // is known: a compact one's moves are sent whole, as for an entity
-  // missing from `held`).
-  s.pending.Reserve(s.pending.size() + std::min(listed, max_pending_ + 1));
   const auto first = std::partition_point(
       destroyed_log_.begin(), destroyed_log_.end(),
       [after](const DestroyedEntity& d) { return d.frame <= after; });
-  for (auto it = first; it != destroyed_log_.end(); ++it) {
-    if (it->created <= after) s.pending.Note(it->entity, kDestroyed);
-  }
   // What it lacks is the entity as published now: created (with its parent
-  // and matrix), or re-parented, moved. Past max_pending, no further.
-  bool within = s.pending.size() <= max_pending_;
+  // and matrix), or re-parented, moved; past max_pending, no further. Its
+  // `pending` is empty (see Subscription::changed_after): the slots are
+  // listed as found, with no table. Each entity comes once: the walk finds
+  // each slot once, and the log holds at most one destruction of what it
+  // had (a later one is of an entity created since).
+  OwedSlots owed;
+  // Its entities destroyed and created again: to it, re-parented and moved.
+  absl::flat_hash_set<Slot> again;
+  for (auto it = first; it != destroyed_log_.end(); ++it) {
+    if (it->created > after) continue;
+    const Slot slot = state_.Find(it->entity);
+    if (slot == PublishedState::kNoSlot) {
+      owed.destroyed.push_back(it->entity);
+    } else {
+      again.insert(slot);
+    }
+  }
+  size_t entities = owed.destroyed.size();
+  bool within = entities <= max_pending_;
   if (within) {
+    owed.moved.reserve(listed);
     state_.ForEachChangedSince(after, [&](Slot slot) {
       const PublishedState::Stamps stamps = state_.stamps(slot);
-      const EntityId e = state_.entity(slot);
-      if (stamps.created > after) {
-        s.pending.Note(e, kCreated);
+      const bool created_again = !again.empty() && again.contains(slot);
+      if (stamps.created > after && !created_again) {
+        owed.entered.push_back(slot);
       } else {
-        if (stamps.parented > after) s.pending.Note(e, kReparented);
-        if (stamps.moved > after) s.pending.Note(e, kMoved);
+        if (stamps.parented > after || created_again) {
+          owed.reparented.push_back(slot);
+        }
+        if (stamps.moved > after || created_again) owed.moved.push_back(slot);
       }
-      within = s.pending.size() <= max_pending_;
+      within = ++entities <= max_pending_;
       return within;
     });
   }
@@ -114,6 +127,9 @@ bool Replicator::CatchUpFromState(Subscription& s) {
     s.Resync();  // Owed more than a laggard may be: its view whole.
     return false;
   }
+  SortByDepth(owed.entered);
+  SortByDepth(owed.reparented);
+  MakeParts(s, now, owed);
   return true;
 }
 
@@ -460,8 +476,10 @@ void Replicator::FoldIntoWholeWorld(
       s->noted = true;
       continue;
     }
+    // (Not one with events pending from before: it notes frames until its
+    // next message sends them.)
     if (MayCatchUpFromState(*s) && !s->snapshot &&
-        (s->changed_after || (CatchesUpFromState(*s) &&
+        (s->changed_after || (CatchesUpFromState(*s) && s->pending.empty() &&
                               StartCatchingUpFromState(*s, changes.frame)))) {
       // What the frame changed is found from the state when it is due.
       s->noted = true;
@@ -793,22 +811,25 @@ Replicator::SubscriptionId Replicator::Subscribe(
 
 std::vector<Replicator::Slot> Replicator::SlotsByDepth(
     absl::Span<const EntityId> entities) const {
-  // Depths looked up once each, not once per comparison.
-  std::vector<std::pair<uint32_t, Slot>> by_depth;
-  by_depth.reserve(entities.size());
+  std::vector<Slot> slots;
+  slots.reserve(entities.size());
   for (EntityId e : entities) {
     const Slot slot = state_.Find(e);
-    if (slot != PublishedState::kNoSlot) {
-      by_depth.emplace_back(state_.depth(slot), slot);
-    }
+    if (slot != PublishedState::kNoSlot) slots.push_back(slot);
   }
+  SortByDepth(slots);
+  return slots;
+}
+
+void Replicator::SortByDepth(std::vector<Slot>& slots) const {
+  // Depths looked up once each, not once per comparison.
+  std::vector<std::pair<uint32_t, Slot>> by_depth;
+  by_depth.reserve(slots.size());
+  for (Slot slot : slots) by_depth.emplace_back(state_.depth(slot), slot);
   std::stable_sort(
       by_depth.begin(), by_depth.end(),
       [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::vector<Slot> slots;
-  slots.reserve(by_depth.size());
-  for (const auto& [depth, slot] : by_depth) slots.push_back(slot);
-  return slots;
+  for (size_t k = 0; k < slots.size(); ++k) slots[k] = by_depth[k].second;
 }
 
 void Replicator::Unsubscribe(SubscriptionId id) {
@@ -895,15 +916,11 @@ std::shared_ptr<const Outgoing> Replicator::Take(SubscriptionId id,
   }
   if (!s.snapshot && !s.resync && s.changed_after) {
     // Owed what changed after a frame: the same message as any other
-    // subscriber owed just those frames (none pending from before).
+    // subscriber owed those frames.
     if (TakeSharedFold(s, now)) return TakePart(s);
-    const std::optional<FoldKey> key =
-        s.pending.empty() ? std::optional<FoldKey>(KeyOf(s)) : std::nullopt;
-    if (CatchUpFromState(s)) {
-      MakePendingParts(s, now);
-      // Seldom used, and as big as a second's changes: given back.
-      s.pending.Release();
-      if (key) shared_folds_.try_emplace(*key, s.parts.begin(), s.parts.end());
+    const FoldKey key = KeyOf(s);
+    if (CatchUpFromState(s, now)) {
+      shared_folds_.try_emplace(key, s.parts.begin(), s.parts.end());
       return TakePart(s);
     }
   }
@@ -947,8 +964,6 @@ Replicator::FoldKey Replicator::KeyOf(const Subscription& s) const {
 }
 
 bool Replicator::TakeSharedFold(Subscription& s, absl::Time now) {
-  // One owed more than the frames (pending from before) shares nothing.
-  if (s.changed_after && !s.pending.empty()) return false;
   const auto it = shared_folds_.find(KeyOf(s));
   if (it == shared_folds_.end()) return false;
   // What Fold() or CatchUpFromState(), and MakePendingParts(), would have
@@ -973,8 +988,7 @@ void Replicator::HoldBack(Subscription& s, absl::Time now) {
 }
 
 void Replicator::MakePendingParts(Subscription& s, absl::Time now) {
-  // Everything pending, from the latest published state, in the order the
-  // proto promises across parts.
+  // Everything pending, from the latest published state.
   std::vector<EntityId> destroyed, entered, reparented, moved;
   for (const auto& [e, flags] : s.pending) {
     if (flags & kDestroyed) {
@@ -987,31 +1001,40 @@ void Replicator::MakePendingParts(Subscription& s, absl::Time now) {
     }
   }
   s.pending.clear();
+  OwedSlots owed;
+  owed.destroyed = std::move(destroyed);
+  owed.entered = SlotsByDepth(entered);
+  owed.reparented = SlotsByDepth(reparented);
+  owed.moved.reserve(moved.size());
+  for (EntityId e : moved) {
+    const Slot slot = state_.Find(e);
+    if (slot != PublishedState::kNoSlot) owed.moved.push_back(slot);
+  }
+  MakeParts(s, now, owed);
+}
+
+void Replicator::MakeParts(Subscription& s, absl::Time now,
+                           const OwedSlots& owed) {
+  // In the order the proto promises across parts.
   v1::FrameUpdateWriter writer(frame_, frame_time_, s.options.part_budget_bytes,
                                /*snapshot=*/false);
-  writer.Destroyed(destroyed);
-  for (Slot slot : SlotsByDepth(entered)) {
+  writer.Destroyed(owed.destroyed);
+  for (Slot slot : owed.entered) {
     writer.Created(state_.entity(slot), state_.parent_entity(slot),
                    state_.world(slot));
   }
-  for (Slot slot : SlotsByDepth(reparented)) {
+  for (Slot slot : owed.reparented) {
     writer.Reparented(state_.entity(slot), state_.parent_entity(slot));
   }
-  // The matrices are scattered over the state (the events come in hash
-  // order): their slots found first, each row is fetched ahead of its copy.
-  std::vector<Slot> moved_slots(moved.size());
-  for (size_t k = 0; k < moved.size(); ++k) {
-    moved_slots[k] = state_.Find(moved[k]);
-  }
+  // The matrices may be scattered over the state (pending events come in
+  // hash order): each row is fetched ahead of its copy.
+  const std::vector<Slot>& moved = owed.moved;
   for (size_t k = 0; k < moved.size(); ++k) {
     constexpr size_t kAhead = internal::kPrefetchAhead;
-    if (k + kAhead < moved.size() &&
-        moved_slots[k + kAhead] != PublishedState::kNoSlot) {
-      __builtin_prefetch(&state_.world(moved_slots[k + kAhead]));
+    if (k + kAhead < moved.size()) {
+      __builtin_prefetch(&state_.world(moved[k + kAhead]));
     }
-    if (moved_slots[k] != PublishedState::kNoSlot) {
-      writer.Moved(moved[k], state_.world(moved_slots[k]));
-    }
+    writer.Moved(state_.entity(moved[k]), state_.world(moved[k]));
   }
   const uint64_t skipped =
       s.frames_with_changes > 0 ? s.frames_with_changes - 1 : 0;

@@ -294,11 +294,11 @@ class Replicator {
       resync = true;
     }
     absl::Time next_allowed = absl::InfinitePast();
-    // Set for a subscriber that stopped keeping frames (see `ready`):
-    // besides `pending`, it is owed whatever frames after this one changed,
-    // found from the published state when its next message is due
-    // (CatchUpFromState), so until then a frame costs it O(1). Cleared by
-    // Resync() and by the catch-up.
+    // Set for a subscriber that stopped keeping frames (see `ready`): it is
+    // owed whatever frames after this one changed, found from the published
+    // state when its next message is due (CatchUpFromState), so until then
+    // a frame costs it O(1). Set only while `pending` is empty, which stays
+    // so. Cleared by Resync() and by the catch-up.
     std::optional<uint64_t> changed_after;
     // Entities the frames after changed_after listed, repeats counted: what
     // Stats() reports it owes, as it does for kept frames.
@@ -443,17 +443,18 @@ class Replicator {
   static bool CatchesUpFromState(const Subscription& s) {
     return s.options.max_rate_hz > 0 && MayCatchUpFromState(s);
   }
-  // The subscriber stops keeping frames or noting them, and is owed what
-  // changed after the frame it was last sent, if the destroyed log reaches
-  // back to it (else false, and nothing changes). O(its kept parts).
+  // The subscriber, with nothing pending, stops keeping frames or noting
+  // them, and is owed what changed after the frame it was last sent, if the
+  // destroyed log reaches back to it (else false, and nothing changes).
+  // O(its kept parts).
   bool StartCatchingUpFromState(Subscription& s, uint64_t frame);
-  // Notes into `pending` what changed after s.changed_after: the destroyed
-  // log's entities it had, and the state's stamps (PublishedState::
-  // ForEachChangedSince), O(slots / 8 + entities changed), under the lock
-  // when its message is due. Or, when that is more than max_pending, or the
-  // log no longer reaches back to it, resyncs it. Returns whether it caught
-  // up.
-  bool CatchUpFromState(Subscription& s);
+  // Commits the subscriber to the parts of what changed after
+  // s.changed_after: the destroyed log's entities it had, and the state's
+  // stamps (PublishedState::ForEachChangedSince),
+  // O(slots / 8 + entities changed), under the lock when its message is
+  // due. Or, when that is more than max_pending, or the log no longer
+  // reaches back to it, resyncs it. Returns whether it caught up.
+  bool CatchUpFromState(Subscription& s, absl::Time now);
   // Logs the frame's destroyed entities, and trims the log to what the
   // subscribers that catch up from the state may still need.
   void LogDestroyed(const FrameChanges& changes);
@@ -482,6 +483,17 @@ class Replicator {
   // Everything pending, from the published state, as the parts committed
   // to.
   void MakePendingParts(Subscription& s, absl::Time now);
+  // What a subscriber's message sends, from the published state: the
+  // entities destroyed to it, then by slot those created to it and those
+  // re-parented (each parents first), and those moved.
+  struct OwedSlots {
+    std::vector<EntityId> destroyed;
+    std::vector<Slot> entered;
+    std::vector<Slot> reparented;
+    std::vector<Slot> moved;
+  };
+  // Commits the subscriber to the parts that send `owed`.
+  void MakeParts(Subscription& s, absl::Time now, const OwedSlots& owed);
   // A rate-limited subscriber's next message is due 1/max_rate_hz from now.
   static void HoldBack(Subscription& s, absl::Time now);
   // What a fold of a subscriber's kept frames depends on, beyond the
@@ -508,6 +520,8 @@ class Replicator {
   bool TakeSharedFold(Subscription& s, absl::Time now);
   // The live entities' slots, parents first: by depth in the published state.
   std::vector<Slot> SlotsByDepth(absl::Span<const EntityId> entities) const;
+  // The same, of slots, in place.
+  void SortByDepth(std::vector<Slot>& slots) const;
 
   // Guards everything below. A std::mutex rather than absl::Mutex: Debian's
   // Abseil is built without ThreadSanitizer annotations, so TSan cannot see
