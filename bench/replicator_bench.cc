@@ -18,6 +18,7 @@
 //
 // BM_StalledSubscriberCatchesUp: what a full-rate subscriber that stopped
 // reading is sent, and what that costs, when it reads again.
+// BM_StalledSubscribers: what such subscribers cost each frame meanwhile.
 //
 // BM_RateLimitedSubscribers, BM_FilteredSubscribers,
 // BM_EchoFilteringSubscribers: what many subscribers of each kind cost
@@ -337,7 +338,10 @@ BENCHMARK(BM_CompactFold)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
 // do within 5 ms), on a simulated clock that steps 1/60 s a frame.
 class FrameLoop {
  public:
-  FrameLoop() : scene_(12) { replicator_.Publish(scene_.first, now_); }
+  explicit FrameLoop(size_t max_pending = 65'536)
+      : scene_(12), replicator_(max_pending) {
+    replicator_.Publish(scene_.first, now_);
+  }
   bool ok() const { return scene_.ok; }
   const SteppedScene& scene() const { return scene_; }
 
@@ -468,6 +472,34 @@ void BM_StalledSubscriberCatchesUp(benchmark::State& state) {
 }
 BENCHMARK(BM_StalledSubscriberCatchesUp)
     ->ArgsProduct({{30, 120}, {0, 1}})
+    ->Unit(benchmark::kMillisecond);
+
+// What subscribers at full rate that stopped reading cost each frame's
+// publication while they stall: arg of them, raw, beside one that reads;
+// with max_pending the second argument (a world smaller than max_pending,
+// as the scene's 100,000 entities are than 2^20, is where they once noted
+// every frame).
+void BM_StalledSubscribers(benchmark::State& state) {
+  FrameLoop loop(static_cast<size_t>(state.range(1)));
+  if (!loop.ok()) state.SkipWithError("scene");
+  loop.Subscribe({});
+  for (int k = 0; k < state.range(0); ++k) loop.Subscribe({});
+  loop.TakeDue();
+  // Long enough for their kept frames to pass the world and max_pending.
+  for (int f = 0; f < 60; ++f) {
+    loop.PublishNext();
+    loop.Drain(0);
+  }
+  double publish_seconds = 0;
+  for (auto _ : state) {
+    publish_seconds += loop.PublishNext();
+    loop.Drain(0);
+  }
+  state.counters["publish_ms"] =
+      1e3 * publish_seconds / static_cast<double>(state.iterations());
+}
+BENCHMARK(BM_StalledSubscribers)
+    ->ArgsProduct({{1, 16, 64}, {65'536, 1 << 20}})
     ->Unit(benchmark::kMillisecond);
 
 // Many subscribers with small filtered views (a tool watching one arm, a

@@ -310,25 +310,27 @@ absl::flat_hash_set<Replicator::SubscriptionId> Replicator::ServeCaughtUp(
       if (s->ready_entities + entities > std::min(max_pending_, state_.size()))
         continue;
     } else if (s->ready_frames > 0) {
-      if (s->ready_entities + entities > max_pending_) {
+      const bool past_pending = s->ready_entities + entities > max_pending_;
+      const bool past_world = s->ready_entities + entities > state_.size();
+      if (past_pending || past_world) {
         // Stopped reading, or reads slower than the world changes. Owed
         // what changed since its last message, found from the published
         // state when it reads again, if it may be (FoldIntoWholeWorld takes
         // this frame in): O(1) a frame meanwhile, and then a message of the
         // entities changed, however many frames listed them (or, past
-        // max_pending of those, its view whole). Else its view whole.
-        if (MayCatchUpFromState(*s) &&
+        // max_pending of those, its view whole). A compact one past the
+        // world alone folds its frames into pending events instead, which
+        // the world bounds: its message is then coded as deltas, not whole.
+        if (MayCatchUpFromState(*s) && (past_pending || !TracksHeld(*s)) &&
             StartCatchingUpFromState(*s, changes.frame)) {
           continue;
         }
-        s->Resync();
+        if (!past_pending) continue;  // Folds, as above.
+        s->Resync();                  // Its view whole.
         s->noted = true;
         served.insert(id);
         continue;
       }
-      // Kept frames never hold more than the world: past that, they fold
-      // into pending events, which the world's size bounds.
-      if (s->ready_entities + entities > state_.size()) continue;
     }
     served.insert(id);
     if (shared.empty()) {
@@ -1097,9 +1099,10 @@ std::vector<SubscriberStats> Replicator::Stats() const {
     const size_t stale = s->snapshot ? s->snapshot->stale_count : 0;
     // Kept frames count beyond the first, the message it would send next.
     const size_t kept = s->ready_frames > 1 ? s->ready_entities : 0;
-    // Owed from the state: what the frames listed, up to what there is.
-    const size_t owed =
-        std::min(s->changed_entities, state_.size() + destroyed_log_.size());
+    // Owed from the state: what the frames listed, up to the live
+    // entities (the destroyed it had are not counted: finding them is
+    // O(log)).
+    const size_t owed = std::min(s->changed_entities, state_.size());
     out.push_back({id, s->pending.size() + kept + owed + stale,
                    s->last_frame_sent, s->frames_skipped});
   }

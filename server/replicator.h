@@ -118,8 +118,9 @@ struct SubscriptionOptions {
 
 struct SubscriberStats {
   uint64_t id = 0;
-  // Entities with changes not yet sent: at most, where frames are kept or
-  // owed from the published state (their entities counted once a frame).
+  // Entities with changes not yet sent: where frames are kept, their
+  // entities counted once a frame; where owed from the published state, up
+  // to the live entities.
   size_t pending = 0;
   uint64_t last_frame_sent = 0;
   uint64_t frames_skipped = 0;  // Over the subscription's life.

@@ -966,12 +966,14 @@ void PublishRootsWithAChildEach(EntityId roots, Pose pose, World& world,
 // few entities, owes those few however long it stalls: when it reads again
 // it is sent them (and what was destroyed, created and re-parented
 // meanwhile), found from the published state, not its view whole. Meanwhile
-// a frame costs it nothing per entity.
-TEST(ReplicatorLagTest, AStalledSubscriberOwedFewEntitiesIsSentThoseAlone) {
+// a frame costs it nothing per entity. So whether its kept frames pass
+// max_pending first, or (max_pending above the world's size) the world:
+// then a compact one folds them instead, and is sent deltas.
+void ExpectStalledSubscribersSentWhatChanged(size_t max_pending) {
   constexpr float kPrecision = 0x1p-10f;
   World world;
   FrameChanges changes;
-  Replicator replicator(/*max_pending=*/1000);
+  Replicator replicator(max_pending);
   // 100 roots of 99 leaves each.
   std::vector<CreateOp> scene;
   for (EntityId e = 1; e <= 10'000; ++e) {
@@ -989,9 +991,9 @@ TEST(ReplicatorLagTest, AStalledSubscriberOwedFewEntitiesIsSentThoseAlone) {
   CompactReceiver packed_end;
   Drain(replicator, raw, &raw_end);
   packed_end.Drain(replicator, packed, /*own=*/false);
-  // 40 frames, each moving the same 300 leaves: 12,000 entities listed, far
-  // past max_pending, but 300 distinct. Besides: a leaf destroyed, one
-  // created, one re-parented, and an id destroyed and created again.
+  // 40 frames, each moving the same 300 leaves: 12,000 entities listed, past
+  // max_pending or the world, but 300 distinct. Besides: a leaf destroyed,
+  // one created, one re-parented, and an id destroyed and created again.
   for (int f = 0; f < 40; ++f) {
     std::vector<SetLocalOp> moves;
     for (EntityId e = 2; e <= 304; ++e) {
@@ -1029,10 +1031,26 @@ TEST(ReplicatorLagTest, AStalledSubscriberOwedFewEntitiesIsSentThoseAlone) {
   EXPECT_EQ(last.reparented_size(), 2);
   EXPECT_EQ(last.moved_size(), 303);
   EXPECT_EQ(raw_end, Snapshot(world));
-  // The compact one's entries whole: what it holds of them is not known.
   packed_end.Drain(replicator, packed, /*own=*/false);
-  EXPECT_EQ(packed_end.own_wholes, 303);
+  if (max_pending < world.size()) {
+    // Its entries whole: what it holds of them is not known.
+    EXPECT_EQ(packed_end.own_wholes, 303);
+  } else {
+    // Folded: the moved coded against what it holds; the three it holds
+    // no pose of (created, or noted first as re-parented or destroyed)
+    // whole.
+    EXPECT_EQ(packed_end.own_deltas, 300);
+    EXPECT_EQ(packed_end.own_wholes, 3);
+  }
   ExpectCompactMatch(packed_end.state, Snapshot(world), kPrecision);
+}
+
+TEST(ReplicatorLagTest, AStalledSubscriberOwedFewEntitiesIsSentThoseAlone) {
+  ExpectStalledSubscribersSentWhatChanged(/*max_pending=*/1000);
+}
+
+TEST(ReplicatorLagTest, AStalledSubscriberOfASmallerWorldIsSentWhatChanged) {
+  ExpectStalledSubscribersSentWhatChanged(/*max_pending=*/1 << 20);
 }
 
 // Compact subscribers that are sent their own messages (one that falls
