@@ -475,15 +475,17 @@ BENCHMARK(BM_StalledSubscriberCatchesUp)
     ->Unit(benchmark::kMillisecond);
 
 // What subscribers at full rate that stopped reading cost each frame's
-// publication while they stall: arg of them, raw, beside one that reads;
-// with max_pending the second argument (a world smaller than max_pending,
-// as the scene's 100,000 entities are than 2^20, is where they once noted
-// every frame).
+// publication while they stall: arg of them beside one that reads; with
+// max_pending the second argument (a world smaller than max_pending, as the
+// scene's 100,000 entities are than 2^17, is where they once noted every
+// frame); raw (third argument 0) or compact at 1 mm (1).
 void BM_StalledSubscribers(benchmark::State& state) {
   FrameLoop loop(static_cast<size_t>(state.range(1)));
   if (!loop.ok()) state.SkipWithError("scene");
+  SubscriptionOptions stalled;
+  if (state.range(2) == 1) stalled.compact_precision = 1e-3f;
   loop.Subscribe({});
-  for (int k = 0; k < state.range(0); ++k) loop.Subscribe({});
+  for (int k = 0; k < state.range(0); ++k) loop.Subscribe(stalled);
   loop.TakeDue();
   // Long enough for their kept frames to pass the world and max_pending.
   for (int f = 0; f < 60; ++f) {
@@ -499,7 +501,7 @@ void BM_StalledSubscribers(benchmark::State& state) {
       1e3 * publish_seconds / static_cast<double>(state.iterations());
 }
 BENCHMARK(BM_StalledSubscribers)
-    ->ArgsProduct({{1, 16, 64}, {65'536, 1 << 20}})
+    ->ArgsProduct({{1, 16, 64}, {65'536, 1 << 17}, {0, 1}})
     ->Unit(benchmark::kMillisecond);
 
 // Many subscribers with small filtered views (a tool watching one arm, a

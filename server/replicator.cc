@@ -489,6 +489,10 @@ void Replicator::FoldIntoWholeWorld(
       continue;
     }
     Fold(*s);
+    // (A streaming snapshot's bits count nothing: a pass may take longer.)
+    if (!s->snapshot && frame_time_ >= s->next_allowed) {
+      s->overdue_entities += entities;
+    }
     const std::string& client = s->options.no_echo_client_id;
     for (size_t k = 0; k < destroyed.size(); ++k) {
       Note(*s, changes.destroyed[k], kDestroyed, destroyed[k]);
@@ -664,8 +668,9 @@ void Replicator::CloseFrame(const absl::flat_hash_set<SubscriptionId>& served,
       ++s->frames_with_changes;
       s->noted = false;
     }
-    if (s->pending.size() > max_pending_) {
-      s->Resync();  // Its kept frames were folded into pending.
+    if (s->pending.size() > max_pending_ ||
+        s->overdue_entities > max_pending_) {
+      s->Resync();  // Its kept frames were folded, or frames noted, past it.
     }
     if (s->resync) {
       wake.push_back(s->sink);
@@ -789,6 +794,7 @@ std::shared_ptr<const Outgoing> Replicator::TakePart(Subscription& s) {
     part = Outgoing::Compact(std::move(part), s.options.compact_precision);
   }
   if (part->header().last_part) s.last_frame_sent = part->header().frame;
+  s.overdue_entities = 0;
   return part;
 }
 

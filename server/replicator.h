@@ -279,6 +279,13 @@ class Replicator {
     // being published has, so far.
     uint64_t frames_with_changes = 0;
     bool noted = false;
+    // Entities the frames noted into `pending` while its message was due
+    // listed, repeats counted, since it last took a message. Past
+    // max_pending it resyncs: so one of the whole world that stopped
+    // reading and notes frames (a compact one past the world's size, one
+    // that filters echoes) notes O(max_pending) in all, then nothing, not
+    // O(moved) every frame while it stalls.
+    size_t overdue_entities = 0;
     // Fell too far behind: `pending` was dropped, and the next message is a
     // fresh snapshot of the view (which the Mirror diffs, as on a resync).
     bool resync = false;
@@ -292,6 +299,7 @@ class Replicator {
       ReleaseHeld();
       changed_after.reset();
       changed_entities = 0;
+      overdue_entities = 0;
       resync = true;
     }
     absl::Time next_allowed = absl::InfinitePast();

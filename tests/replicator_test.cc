@@ -1053,6 +1053,49 @@ TEST(ReplicatorLagTest, AStalledSubscriberOfASmallerWorldIsSentWhatChanged) {
   ExpectStalledSubscribersSentWhatChanged(/*max_pending=*/1 << 20);
 }
 
+// A compact subscriber of a world smaller than max_pending that stops
+// reading folds its kept frames once they pass the world's size (so that a
+// laggard that reads is sent deltas), then notes each frame: until the
+// frames noted list more than max_pending entities. Then it drops them and
+// resyncs, noting nothing more, so a stall costs O(max_pending), not
+// O(moved) every frame.
+TEST(ReplicatorLagTest, AStalledCompactSubscriberNotesAtMostMaxPending) {
+  World world;
+  FrameChanges changes;
+  Replicator replicator(/*max_pending=*/3000);
+  std::vector<CreateOp> scene;
+  for (EntityId e = 1; e <= 1000; ++e) scene.push_back({e, 0, At(1)});
+  ASSERT_TRUE(world.CreateMany(scene).ok());
+  world.EndFrame(&changes);
+  replicator.Publish(changes, absl::Now());
+  SubscriptionOptions compact;
+  compact.compact_precision = 0x1p-10f;
+  const auto id =
+      replicator.Subscribe(compact, std::make_shared<CountingSink>());
+  CompactReceiver end;
+  end.Drain(replicator, id, /*own=*/false);
+  // The same 300 a frame: past the world in 4 frames, then 10 more noted.
+  for (int f = 0; f < 40; ++f) {
+    std::vector<SetLocalOp> moves;
+    for (EntityId e = 1; e <= 300; ++e) {
+      moves.push_back({e, At(static_cast<float>(f) + 0.5f)});
+    }
+    ASSERT_TRUE(world.SetLocals(moves).ok());
+    world.EndFrame(&changes);
+    replicator.Publish(changes, absl::Now());
+    if (f == 6) {
+      EXPECT_EQ(replicator.Stats()[0].pending, 300u);  // Folded, noting.
+    }
+  }
+  EXPECT_EQ(replicator.Stats()[0].pending, 0u);  // Dropped.
+  const auto first = replicator.Next(id, absl::InfiniteFuture());
+  ASSERT_NE(first, nullptr);
+  EXPECT_TRUE(first->message().snapshot());
+  end.Take(*first, /*own=*/false);
+  end.Drain(replicator, id, /*own=*/false);
+  ExpectCompactMatch(end.state, Snapshot(world), 0x1p-10f);
+}
+
 // Compact subscribers that are sent their own messages (one that falls
 // behind, a filtered view) are sent deltas against what each holds, as the
 // shared frames are, through moves, re-parenting, and entities destroyed and
