@@ -974,7 +974,7 @@ Replicator::FoldKey Replicator::KeyOf(const Subscription& s) const {
 bool Replicator::TakeSharedFold(Subscription& s, absl::Time now) {
   const auto it = shared_folds_.find(KeyOf(s));
   if (it == shared_folds_.end()) return false;
-  // What Fold() or CatchUpFromState(), and MakePendingParts(), would have
+  // What Fold() and MakePendingParts(), or CatchUpFromState(), would have
   // done, but the message.
   const uint64_t frames = s.frames_with_changes + s.ready_frames;
   s.frames_skipped += frames > 0 ? frames - 1 : 0;

@@ -234,10 +234,11 @@ class Replicator {
     // subscriber is caught up but for them. Frames it has not started on are
     // kept (shared with the other subscribers: O(1) each a frame), not
     // folded into `pending` frame by frame, until it reads again, or they
-    // would hold more than max_pending entities (dropped for
-    // `changed_after`, where MayCatchUpFromState; else it resyncs) or more
-    // than the world (they fold into `pending`, which the world bounds; or,
-    // for a rate-limited one, are dropped for `changed_after`).
+    // would hold more than max_pending entities or the world. Then, where
+    // MayCatchUpFromState, they are dropped for `changed_after`, but for a
+    // compact one at full rate past the world alone: its fold into
+    // `pending` (which the world bounds) is coded as deltas. Else past
+    // max_pending it resyncs, and past the world they fold.
     std::vector<std::shared_ptr<const Outgoing>> ready;
     size_t ready_frames = 0;
     size_t ready_entities = 0;
