@@ -18,6 +18,8 @@
 //
 // BM_StalledSubscriberCatchesUp: what a full-rate subscriber that stopped
 // reading is sent, and what that costs, when it reads again.
+// BM_StalledSubscriberOwedPastMaxPending: the same, owed more than
+// max_pending entities: its view whole, or a snapshot that keeps it.
 // BM_StalledSubscribers: what such subscribers cost each frame meanwhile.
 //
 // BM_RateLimitedSubscribers, BM_FilteredSubscribers,
@@ -468,6 +470,33 @@ void BM_StalledSubscriberCatchesUp(benchmark::State& state) {
 }
 BENCHMARK(BM_StalledSubscriberCatchesUp)
     ->ArgsProduct({{30, 120}, {0, 1}})
+    ->Unit(benchmark::kMillisecond);
+
+// As BM_StalledSubscriberCatchesUp (30 frames), with max_pending 16,384:
+// what the 30,614 entities those frames changed are more than. Raw (first
+// argument 0) or compact at 1 mm (1); a subscriber that is resent its view
+// whole (second argument 0) or one that accepts a snapshot keeping it (1).
+void BM_StalledSubscriberOwedPastMaxPending(benchmark::State& state) {
+  FrameLoop loop(/*max_pending=*/16'384);
+  if (!loop.ok()) state.SkipWithError("scene");
+  SubscriptionOptions options;
+  if (state.range(0) == 1) options.compact_precision = 1e-3f;
+  options.accepts_kept_view_snapshots = state.range(1) == 1;
+  loop.Subscribe(options);
+  loop.Drain(0);
+  FrameLoop::Sent sent;
+  for (auto _ : state) {
+    state.PauseTiming();
+    for (int f = 0; f < 30; ++f) loop.PublishNext();
+    state.ResumeTiming();
+    sent = loop.Drain(0);
+  }
+  state.counters["messages"] = static_cast<double>(sent.messages);
+  state.counters["entities"] = static_cast<double>(sent.entities);
+  state.counters["MB"] = static_cast<double>(sent.bytes) / 1e6;
+}
+BENCHMARK(BM_StalledSubscriberOwedPastMaxPending)
+    ->ArgsProduct({{0, 1}, {0, 1}})
     ->Unit(benchmark::kMillisecond);
 
 // What subscribers at full rate that stopped reading cost each frame's

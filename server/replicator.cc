@@ -124,7 +124,14 @@ bool Replicator::CatchUpFromState(Subscription& s, absl::Time now) {
     });
   }
   if (!within) {
-    s.Resync();  // Owed more than a laggard may be: its view whole.
+    // Owed more than a laggard may be: what changed, streamed, if it keeps
+    // its view through a snapshot (the entities it had that are gone are
+    // all known: at most the log's max_pending); else its view whole.
+    if (s.options.accepts_kept_view_snapshots) {
+      BuildKeptViewSnapshot(s, after, std::move(owed.destroyed), again);
+    } else {
+      s.Resync();
+    }
     return false;
   }
   SortByDepth(owed.entered);

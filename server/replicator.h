@@ -66,6 +66,10 @@
 #include "xform/v1/xform.pb.h"
 #include "xform/world.h"
 
+namespace xform::v1 {
+class FrameUpdateWriter;
+}  // namespace xform::v1
+
 namespace xform::server {
 
 // The subscriber's side: told when a message may be ready to take, polled
@@ -114,6 +118,11 @@ struct SubscriptionOptions {
   // against what it holds; its snapshots, and all of an echo-filtering
   // subscriber's own messages, are whole.
   float compact_precision = 0;
+  // The subscriber applies a snapshot to the view it holds (FrameUpdate.
+  // keeps_view): one of the whole world that filters no echoes is then
+  // sent, when it is owed more than max_pending entities, what changed
+  // since its last message as such a snapshot, not its view whole.
+  bool accepts_kept_view_snapshots = false;
 };
 
 struct SubscriberStats {
@@ -135,7 +144,9 @@ class Replicator {
   // drops them and is resent its view whole, as a snapshot, when it reads
   // again: a laggard costs O(max_pending), never O(world). (One of the whole
   // world is first owed what changed from the published state, and resent
-  // its view only if that is more than max_pending entities.) A streamed
+  // its view only if that is more than max_pending entities; or, if it
+  // accepts one, sent what changed as a snapshot that keeps its view.) A
+  // streamed
   // snapshot makes at most max_pending entities' parts ahead of its stream,
   // or, to end while the world changes faster than it streams, what changed
   // behind its scan, within `burst_budget` (none: never more).
@@ -211,6 +222,12 @@ class Replicator {
     uint64_t chain_epoch = 0;
     uint32_t part = 0;
     uint64_t skipped_before = 0;  // Frames missed before it began.
+    // It starts from the view the subscriber held as of frame `kept_after`
+    // (FrameUpdate.keeps_view): `known` starts with what that view holds,
+    // and `stale` with what changed since; an entity it holds is sent
+    // re-parented only if its parent changed since.
+    bool keeps_view = false;
+    uint64_t kept_after = 0;
     // What is left goes at once (see NextSnapshotPart), under the burst
     // budget's claim if it needed one, into a copy made ready beforehand.
     bool burst_due = false;
@@ -462,8 +479,9 @@ class Replicator {
   // s.changed_after: the destroyed log's entities it had, and the state's
   // stamps (PublishedState::ForEachChangedSince),
   // O(slots / 8 + entities changed), under the lock when its message is
-  // due. Or, when that is more than max_pending, or the log no longer
-  // reaches back to it, resyncs it. Returns whether it caught up.
+  // due. Or, when that is more than max_pending, starts a snapshot that
+  // keeps its view, if it accepts one (else, or when the log no longer
+  // reaches back to it, resyncs it). Returns whether it caught up.
   bool CatchUpFromState(Subscription& s, absl::Time now);
   // Logs the frame's destroyed entities, and trims the log to what the
   // subscribers that catch up from the state may still need.
@@ -474,6 +492,16 @@ class Replicator {
   // Starts streaming the subscriber's view (and rebuilds a subtree view's
   // membership, in O(view)).
   void BuildSnapshot(Subscription& s);
+  // Starts streaming what changed after frame `after` to a subscriber of the
+  // whole world that holds its view as of then (a snapshot that keeps its
+  // view): `gone`, the entities it had that are destroyed, first; `again`,
+  // the slots of ids it had that were destroyed and created again since,
+  // re-parented and moved to it. O(slots / 64 + entities changed).
+  void BuildKeptViewSnapshot(Subscription& s, uint64_t after,
+                             std::vector<EntityId> gone,
+                             const absl::flat_hash_set<Slot>& again);
+  // A snapshot for `s`, as it starts: what it held of frames is dropped.
+  static std::unique_ptr<StreamedSnapshot> StartSnapshot(Subscription& s);
   // The streamed snapshot's next part. Or, when its burst is due and
   // `copy_wanted` is given but the burst copy lacks room, null, with the
   // room it wants there: the caller makes one with MakeBurstCopy, outside
@@ -484,6 +512,13 @@ class Replicator {
   // The snapshot's next slot to send, after the ancestors its subscriber
   // lacks, taken off its stale bits; kNoSlot at the end of a pass.
   Slot NextStale(const Subscription& s, StreamedSnapshot& snap) const;
+  // How the snapshot sends the slot's entity, which it now does: created,
+  // to a subscriber that lacks it, else re-parented (unless the snapshot
+  // keeps a view whose entity's parent is unchanged) and moved.
+  enum class SnapshotEntry : uint8_t { kCreated, kReparentedAndMoved, kMoved };
+  SnapshotEntry EntryFor(StreamedSnapshot& snap, Slot slot) const;
+  static void WriteEntry(SnapshotEntry kind, EntityId e, EntityId parent,
+                         const Matrix3x4& world, v1::FrameUpdateWriter& writer);
   // Everything the snapshot has left, at once: its entries copied under the
   // lock (O(entries), a copy), its parts made from the copy outside it, as
   // they are sent. The burst's claim goes with the copy.

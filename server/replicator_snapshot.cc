@@ -23,6 +23,15 @@ constexpr size_t kEntryBytes = v1::FrameUpdateWriter::kEntryBytes;
 constexpr size_t kBurstEntryBytes =
     2 * sizeof(EntityId) + sizeof(Matrix3x4) + 1;
 
+// A snapshot's parts, marked if it keeps the subscriber's view.
+std::vector<v1::FrameUpdate> Marked(std::vector<v1::FrameUpdate> parts,
+                                    bool keeps_view) {
+  if (keeps_view) {
+    for (v1::FrameUpdate& part : parts) part.set_keeps_view(true);
+  }
+  return parts;
+}
+
 }  // namespace
 
 // A burst's entries as of the frame it was taken at, copied out of the
@@ -32,6 +41,7 @@ struct Replicator::BurstCopy {
   absl::Time time;
   uint32_t first_part = 0;
   uint64_t frames_skipped = 0;
+  bool keeps_view = false;
   size_t entries_a_part = 0;
   // By entry: created to the subscriber (or re-sent: re-parented and moved).
   // Sized (and so their pages touched) ahead, and cut to `size` once full.
@@ -39,31 +49,31 @@ struct Replicator::BurstCopy {
   std::vector<EntityId> entity;
   std::vector<EntityId> parent;
   std::vector<Matrix3x4> world;
-  std::vector<bool> created;
+  std::vector<SnapshotEntry> kind;
   std::shared_ptr<const void> claim;
 
   explicit BurstCopy(size_t room)
-      : entity(room), parent(room), world(room), created(room) {}
+      : entity(room), parent(room), world(room), kind(room) {}
   size_t room() const { return entity.size() - size; }
-  void Add(EntityId e, EntityId p, const Matrix3x4& m, bool is_new) {
+  void Add(EntityId e, EntityId p, const Matrix3x4& m, SnapshotEntry k) {
     if (room() == 0) {  // Grown here only if the world outgrew the slack.
       const size_t more = std::max<size_t>(1024, entity.size() / 2);
       entity.resize(entity.size() + more);
       parent.resize(entity.size());
       world.resize(entity.size());
-      created.resize(entity.size());
+      kind.resize(entity.size());
     }
     entity[size] = e;
     parent[size] = p;
     world[size] = m;
-    created[size] = is_new;
+    kind[size] = k;
     ++size;
   }
   void Cut() {
     entity.resize(size);
     parent.resize(size);
     world.resize(size);
-    created.resize(size);
+    kind.resize(size);
   }
 
   size_t parts() const {  // At least one, to carry snapshot_done.
@@ -78,15 +88,11 @@ struct Replicator::BurstCopy {
                                  first_part + static_cast<uint32_t>(k));
     writer.Reserve(end - begin);
     for (size_t i = begin; i < end; ++i) {
-      if (created[i]) {
-        writer.Created(entity[i], parent[i], world[i]);
-      } else {
-        writer.Reparented(entity[i], parent[i]);
-        writer.Moved(entity[i], world[i]);
-      }
+      WriteEntry(kind[i], entity[i], parent[i], world[i], writer);
     }
     std::vector<v1::FrameUpdate> parts =
-        writer.Finish(frames_skipped, /*last=*/k + 1 == this->parts());
+        Marked(writer.Finish(frames_skipped, /*last=*/k + 1 == this->parts()),
+               keeps_view);
     return std::move(parts.front());  // Sized to be one.
   }
 };
@@ -109,13 +115,42 @@ void Replicator::NoteInSnapshot(StreamedSnapshot& snap, EntityId e,
   }
 }
 
-void Replicator::BuildSnapshot(Subscription& s) {
-  // Its view comes whole: what it held is replaced.
+std::unique_ptr<Replicator::StreamedSnapshot> Replicator::StartSnapshot(
+    Subscription& s) {
+  // What it is sent comes from the published state.
   s.ReleaseHeld();
   auto snap = std::make_unique<StreamedSnapshot>();
   snap->skipped_before =
       s.frames_with_changes > 0 ? s.frames_with_changes - 1 : 0;
   s.frames_with_changes = 0;
+  return snap;
+}
+
+void Replicator::BuildKeptViewSnapshot(Subscription& s, uint64_t after,
+                                       std::vector<EntityId> gone,
+                                       const absl::flat_hash_set<Slot>& again) {
+  auto snap = StartSnapshot(s);
+  snap->keeps_view = true;
+  snap->kept_after = after;
+  // It holds every live entity not created since (or created again, under
+  // an id it had), and is sent those that changed: O(slots / 64) and what
+  // changed.
+  snap->known = state_.LiveSlots();
+  state_.ForEachChangedSince(after, [&](Slot slot) {
+    if (state_.stamps(slot).created > after &&
+        (again.empty() || !again.contains(slot))) {
+      snap->known.reset(slot);
+    }
+    if (snap->stale.set(slot)) ++snap->stale_count;
+    return true;
+  });
+  snap->gone = std::move(gone);
+  s.snapshot = std::move(snap);
+}
+
+void Replicator::BuildSnapshot(Subscription& s) {
+  // Its view comes whole: what it held is replaced.
+  auto snap = StartSnapshot(s);
   if (s.whole_world) {
     // Every live slot stale, none known: O(slots / 64) and the free list.
     snap->stale = state_.LiveSlots();
@@ -168,6 +203,36 @@ Replicator::Slot Replicator::NextStale(const Subscription& s,
   return slot;
 }
 
+Replicator::SnapshotEntry Replicator::EntryFor(StreamedSnapshot& snap,
+                                               Slot slot) const {
+  if (snap.known.set(slot)) return SnapshotEntry::kCreated;
+  if (snap.keeps_view) {
+    const PublishedState::Stamps stamps = state_.stamps(slot);
+    // Created since: an id it had, destroyed and created again.
+    if (std::max(stamps.created, stamps.parented) <= snap.kept_after) {
+      return SnapshotEntry::kMoved;
+    }
+  }
+  return SnapshotEntry::kReparentedAndMoved;
+}
+
+void Replicator::WriteEntry(SnapshotEntry kind, EntityId e, EntityId parent,
+                            const Matrix3x4& world,
+                            v1::FrameUpdateWriter& writer) {
+  switch (kind) {
+    case SnapshotEntry::kCreated:
+      writer.Created(e, parent, world);
+      return;
+    case SnapshotEntry::kReparentedAndMoved:
+      writer.Reparented(e, parent);
+      writer.Moved(e, world);
+      return;
+    case SnapshotEntry::kMoved:
+      writer.Moved(e, world);
+      return;
+  }
+}
+
 std::shared_ptr<const Outgoing> Replicator::NextSnapshotPart(
     Subscription& s, size_t* copy_wanted) {
   StreamedSnapshot& snap = *s.snapshot;
@@ -214,16 +279,13 @@ std::shared_ptr<const Outgoing> Replicator::NextSnapshotPart(
   while (snap.gone.empty() && writer.Fits(kEntryBytes)) {
     const Slot slot = NextStale(s, snap);
     if (slot == PublishedState::kNoSlot) break;  // The pass is done.
-    const EntityId e = state_.entity(slot);
-    if (snap.known.set(slot)) {
-      writer.Created(e, state_.parent_entity(slot), state_.world(slot));
-    } else {
-      writer.Reparented(e, state_.parent_entity(slot));
-      writer.Moved(e, state_.world(slot));
-    }
+    WriteEntry(EntryFor(snap, slot), state_.entity(slot),
+               state_.parent_entity(slot), state_.world(slot), writer);
   }
   const bool done = snap.stale_count == 0 && snap.gone.empty();
-  for (auto& part : Share(writer.Finish(snap.skipped_before, /*last=*/done))) {
+  for (auto& part :
+       Share(Marked(writer.Finish(snap.skipped_before, /*last=*/done),
+                    snap.keeps_view))) {
     s.parts.push_back(std::move(part));
     ++snap.part;
   }
@@ -240,7 +302,8 @@ std::shared_ptr<const Outgoing> Replicator::Burst(Subscription& s,
                                  /*snapshot=*/true, snap.part);
     writer.Destroyed(snap.gone);
     snap.gone.clear();
-    for (auto& part : Share(writer.Finish(0, /*last=*/false))) {
+    for (auto& part :
+         Share(Marked(writer.Finish(0, /*last=*/false), snap.keeps_view))) {
       s.parts.push_back(std::move(part));
       ++snap.part;
     }
@@ -252,12 +315,13 @@ std::shared_ptr<const Outgoing> Replicator::Burst(Subscription& s,
   copy->time = frame_time_;
   copy->first_part = snap.part;
   copy->frames_skipped = snap.skipped_before;
+  copy->keeps_view = snap.keeps_view;
   copy->entries_a_part = std::max<size_t>(1, part_bytes / kEntryBytes);
   copy->claim = std::move(snap.burst_claim);
   for (Slot slot = NextStale(s, snap); slot != PublishedState::kNoSlot;
        slot = NextStale(s, snap)) {
     copy->Add(state_.entity(slot), state_.parent_entity(slot),
-              state_.world(slot), snap.known.set(slot));
+              state_.world(slot), EntryFor(snap, slot));
   }
   copy->Cut();
   const size_t parts = copy->parts();

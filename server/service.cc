@@ -763,6 +763,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* XformService::Subscribe(
   options.max_rate_hz = request.max_rate_hz();
   options.no_echo_client_id = request.no_echo_client_id();
   options.compact_precision = v1::CompactPrecision(request);
+  options.accepts_kept_view_snapshots = request.accepts_kept_view_snapshots();
   // Snapshot chunks and deltas stay a few MB whatever the limit, and under
   // half of it.
   options.part_budget_bytes =

@@ -42,8 +42,9 @@ struct Entry {
 using State = std::map<EntityId, Entry>;
 
 void ApplyUpdate(const v1::FrameUpdate& u, State* state) {
-  // A snapshot, at the start or after falling too far behind, replaces all.
-  if (u.snapshot() && u.part() == 0) state->clear();
+  // A snapshot, at the start or after falling too far behind, replaces all
+  // (but one that keeps the view, which changes it).
+  if (u.snapshot() && u.part() == 0 && !u.keeps_view()) state->clear();
   for (EntityId e : u.destroyed()) state->erase(e);
   for (int k = 0; k < u.created_size(); ++k)
     (*state)[u.created(k)].parent = u.created_parent(k);
@@ -273,9 +274,14 @@ void ApplyStrictly(const v1::FrameUpdate& u, State* state,
     return parent == kNoEntity || state->contains(parent) ||
            (in_view && !in_view(parent));
   };
-  if (u.snapshot() && u.part() == 0) state->clear();
-  for (EntityId e : u.destroyed()) state->erase(e);
+  if (u.snapshot() && u.part() == 0 && !u.keeps_view()) state->clear();
+  for (EntityId e : u.destroyed()) {
+    EXPECT_TRUE(state->contains(e)) << e << " destroyed, but not held";
+    state->erase(e);
+  }
   for (int k = 0; k < u.created_size(); ++k) {
+    EXPECT_FALSE(state->contains(u.created(k)))
+        << u.created(k) << " created, but held";
     const EntityId parent = u.created_parent(k);
     EXPECT_TRUE(parent_there(parent))
         << u.created(k) << " came before its parent " << parent;
@@ -1051,6 +1057,195 @@ TEST(ReplicatorLagTest, AStalledSubscriberOwedFewEntitiesIsSentThoseAlone) {
 
 TEST(ReplicatorLagTest, AStalledSubscriberOfASmallerWorldIsSentWhatChanged) {
   ExpectStalledSubscribersSentWhatChanged(/*max_pending=*/1 << 20);
+}
+
+// A stalled subscriber of the whole world owed more than max_pending
+// entities is resent its view whole, as a snapshot; but one that accepts a
+// snapshot keeping its view is streamed only what changed that way: the
+// destroyed it had, the created it lacks, the re-parented and the moved,
+// each once, and nothing else.
+TEST(ReplicatorLagTest, AStalledSubscriberOwedMoreThanMaxPendingKeepsItsView) {
+  constexpr float kPrecision = 0x1p-10f;
+  World world;
+  FrameChanges changes;
+  Replicator replicator(/*max_pending=*/1000);
+  // 100 roots of 99 leaves each.
+  std::vector<CreateOp> scene;
+  for (EntityId e = 1; e <= 10'000; ++e) {
+    scene.push_back({e, e % 100 == 1 ? 0 : (e - 1) / 100 * 100 + 1, At(1)});
+  }
+  ASSERT_TRUE(world.CreateMany(scene).ok());
+  world.EndFrame(&changes);
+  replicator.Publish(changes, absl::Now());
+  SubscriptionOptions keeps;
+  keeps.accepts_kept_view_snapshots = true;
+  keeps.part_budget_bytes = 16'000;  // About 220 entities a part.
+  SubscriptionOptions keeps_compact = keeps;
+  keeps_compact.compact_precision = kPrecision;
+  const auto whole = replicator.Subscribe({}, std::make_shared<CountingSink>());
+  const auto kept =
+      replicator.Subscribe(keeps, std::make_shared<CountingSink>());
+  const auto packed =
+      replicator.Subscribe(keeps_compact, std::make_shared<CountingSink>());
+  State whole_end, kept_end;
+  CompactReceiver packed_end;
+  Drain(replicator, whole, &whole_end);
+  Drain(replicator, kept, &kept_end);
+  packed_end.Drain(replicator, packed, /*own=*/false);
+  // 40 frames, each moving 50 leaves of its own root: 2,000 distinct, past
+  // max_pending. Besides: a leaf destroyed, one created, one re-parented,
+  // and an id destroyed and created again.
+  for (int f = 0; f < 40; ++f) {
+    std::vector<SetLocalOp> moves;
+    const EntityId root = 100 * static_cast<EntityId>(f) + 1;
+    for (EntityId e = root + 1; e <= root + 50; ++e) {
+      moves.push_back({e, At(static_cast<float>(f) + 0.3f)});
+    }
+    ASSERT_TRUE(world.SetLocals(moves).ok());
+    if (f == 10) {
+      ASSERT_TRUE(world.Destroy(5'002).ok());
+    }
+    if (f == 20) {
+      ASSERT_TRUE(world.Create(20'000, 201, At(7)).ok());
+    }
+    if (f == 25) {
+      ASSERT_TRUE(world.Link(6'003, 1).ok());
+    }
+    if (f == 30) {
+      ASSERT_TRUE(world.Destroy(7'004).ok());
+    }
+    if (f == 35) {
+      ASSERT_TRUE(world.Create(7'004, 9'901, At(3)).ok());
+    }
+    world.EndFrame(&changes);
+    replicator.Publish(changes, absl::Now());
+  }
+  // The one that does not accept it: its view whole.
+  int created = 0;
+  while (auto out = replicator.Next(whole, absl::InfiniteFuture())) {
+    const v1::FrameUpdate& u = out->message();
+    EXPECT_TRUE(u.snapshot());
+    EXPECT_FALSE(u.keeps_view());
+    created += u.created_size();
+    ApplyUpdate(u, &whole_end);
+  }
+  EXPECT_EQ(created, 10'000);
+  EXPECT_EQ(whole_end, Snapshot(world));
+  // The one that does: what changed, in parts.
+  int parts = 0, destroyed = 0, reparented = 0, moved = 0;
+  created = 0;
+  v1::FrameUpdate u;
+  while (auto out = replicator.Next(kept, absl::InfiniteFuture())) {
+    u = out->message();
+    EXPECT_TRUE(u.snapshot());
+    EXPECT_TRUE(u.keeps_view());
+    EXPECT_EQ(u.part(), static_cast<uint32_t>(parts++));
+    destroyed += u.destroyed_size();
+    created += u.created_size();
+    reparented += u.reparented_size();
+    moved += u.moved_size();
+    ApplyStrictly(u, &kept_end);
+  }
+  EXPECT_TRUE(u.snapshot_done());
+  EXPECT_EQ(u.frames_skipped(), 39u);
+  EXPECT_GT(parts, 5);
+  EXPECT_EQ(destroyed, 1);
+  EXPECT_EQ(created, 1);
+  // The one linked elsewhere, and the id destroyed and created again, which
+  // to the subscriber is its entity under another parent.
+  EXPECT_EQ(reparented, 2);
+  EXPECT_EQ(moved, 2'000 + 3);  // With the created and the re-parented.
+  EXPECT_EQ(kept_end, Snapshot(world));
+  // The compact one: its entries whole, within the encoding's bounds.
+  packed_end.Drain(replicator, packed, /*own=*/false);
+  ExpectCompactMatch(packed_end.state, Snapshot(world), kPrecision);
+  EXPECT_EQ(packed_end.reader.held(), world.size());
+  // And each follows the frames from there.
+  ASSERT_TRUE(world.SetLocal(9'999, At(5)).ok());
+  world.EndFrame(&changes);
+  replicator.Publish(changes, absl::Now());
+  EXPECT_EQ(Drain(replicator, kept, &kept_end, &u), 1);
+  EXPECT_FALSE(u.snapshot());
+  EXPECT_EQ(kept_end, Snapshot(world));
+  packed_end.Drain(replicator, packed, /*own=*/false);
+  ExpectCompactMatch(packed_end.state, Snapshot(world), kPrecision);
+}
+
+// A snapshot that keeps the view streams a part at a time while the world
+// keeps changing, as any snapshot: applied strictly to the view the
+// subscriber held (nothing created that it holds, nothing re-parented,
+// moved or destroyed that it lacks; parents first), at snapshot_done it is
+// the published state of that part's frame.
+TEST_F(ReplicatorTest, SnapshotsThatKeepTheViewStreamWhileTheWorldChanges) {
+  int kept_views = 0;
+  for (uint32_t seed = 1; seed <= 20; ++seed) {
+    World world;
+    std::mt19937 rng(seed);
+    EntityId next_id = 1;
+    ASSERT_TRUE(GrowRandomForest(world, rng, next_id).ok());
+    for (int k = 0; k < 200; ++k) {
+      world.Link(1 + rng() % 3000, 1 + rng() % 3000).IgnoreError();
+    }
+    Replicator replicator(/*max_pending=*/300);
+    FrameChanges changes;
+    std::map<uint64_t, State> published;  // By frame.
+    const auto publish = [&] {
+      world.EndFrame(&changes);
+      replicator.Publish(changes, absl::Now());
+      published[changes.frame] = Snapshot(world);
+    };
+    publish();
+    SubscriptionOptions options;
+    options.accepts_kept_view_snapshots = true;
+    options.part_budget_bytes = 2000;  // About 27 entities a part.
+    const auto id =
+        replicator.Subscribe(options, std::make_shared<CountingSink>());
+    State mirror;
+    while (auto update = replicator.Next(id, absl::Now())) {
+      ApplyStrictly(update->message(), &mirror);
+    }
+    ASSERT_EQ(mirror, Snapshot(world));
+    // It stalls while a few hundred roots move (each its subtree), with
+    // some churn: more than max_pending entities change.
+    for (int f = 0; f < 8; ++f) {
+      for (int k = 0; k < 40; ++k) {
+        world.SetLocal(1 + rng() % next_id, At(float(rng() % 100)))
+            .IgnoreError();
+      }
+      Churn(world, rng, next_id);
+      publish();
+    }
+    int parts = 0;
+    bool kept = false;
+    for (;;) {
+      auto update = replicator.Next(id, absl::Now());
+      ASSERT_TRUE(update != nullptr);
+      const v1::FrameUpdate& u = update->message();
+      ASSERT_TRUE(u.snapshot());
+      EXPECT_EQ(u.part(), static_cast<uint32_t>(parts++));
+      if (u.part() == 0) kept = u.keeps_view();
+      EXPECT_EQ(u.keeps_view(), kept);
+      ApplyStrictly(u, &mirror);
+      if (u.snapshot_done()) {
+        EXPECT_EQ(mirror, published.at(u.frame())) << "seed " << seed;
+        break;
+      }
+      Churn(world, rng, next_id);
+      publish();
+    }
+    kept_views += kept;
+    // And deltas carry on from there.
+    for (int f = 0; f < 5; ++f) {
+      Churn(world, rng, next_id);
+      publish();
+    }
+    while (auto update = replicator.Next(id, absl::Now())) {
+      ApplyStrictly(update->message(), &mirror);
+    }
+    EXPECT_EQ(mirror, Snapshot(world)) << "seed " << seed;
+  }
+  // Most: others' destructions passed the log's max_pending.
+  EXPECT_GE(kept_views, 15);
 }
 
 // A compact subscriber of a world smaller than max_pending that stops

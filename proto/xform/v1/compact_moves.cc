@@ -480,8 +480,9 @@ absl::Status CompactMovesParser::Finish() {
 }
 
 absl::Status CompactMovesReader::Decode(FrameUpdate& u) {
-  // A snapshot begun afresh sends everything whole: what is held goes.
-  if (u.snapshot() && u.part() == 0) held_.clear();
+  // A snapshot begun afresh sends everything whole: what is held goes (but
+  // for one that keeps the view, whose entities not sent are held still).
+  if (u.snapshot() && u.part() == 0 && !u.keeps_view()) held_.clear();
   for (EntityId e : u.destroyed()) held_.erase(e);
   if (u.compact_moved().empty()) return absl::OkStatus();
   CompactMovesParser parser(u);
