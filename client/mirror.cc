@@ -73,6 +73,8 @@ class Mirror::Impl {
     request_.mutable_subtree()->Add(options_.subtrees.begin(),
                                     options_.subtrees.end());
     request_.set_max_rate_hz(options_.max_rate_hz);
+    // MirrorState applies a snapshot to a copy of the view it swaps out.
+    request_.set_accepts_kept_view_snapshots(true);
     if (options_.no_echo) {
       request_.set_no_echo_client_id(client.options().client_id);
     }
@@ -490,6 +492,7 @@ class Mirror::Impl {
     update.frame = u.frame();
     update.snapshot = u.snapshot();
     update.snapshot_done = u.snapshot_done();
+    update.keeps_view = u.keeps_view();
     update.part = u.part();
     update.last_part = u.last_part();
     update.frames_skipped = u.frames_skipped();

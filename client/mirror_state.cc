@@ -104,6 +104,12 @@ void Copy::GrowDense(size_t covered) {
   if (!sparse_rows.empty()) ++moves_;
 }
 
+void Copy::CopyFrom(const Copy& other) {
+  const uint64_t moves = std::max(moves_, other.moves_);
+  *this = other;
+  moves_ = moves + 1;  // Every slot found in either before is stale.
+}
+
 void Copy::Clear() {
   rows_.clear();
   held_.clear();
@@ -130,7 +136,8 @@ absl::Status MirrorState::Decode(const v1::FrameUpdate& u,
     // Against the copy the message will change: a delta frame's parts all
     // against the copy before the frame (none is taken in before its
     // last, and none lists an entity another does); a snapshot's against
-    // the one being built, empty at its first part.
+    // the one being built, none at its first part (whose entries are whole,
+    // even where it keeps the view: then the copy is taken in at commit).
     Copy* against = &copy_;
     if (u.snapshot()) {
       against = in_snapshot_ && u.part() != 0 ? &staging_ : nullptr;
@@ -162,7 +169,14 @@ absl::StatusOr<size_t> MirrorState::CheckLimits(
   // What the copy the message changes holds, and what it and the earlier
   // parts of its frame create: an upper bound on what it will hold.
   size_t holds = copy_.size() + frame_parts_created_;
-  if (u.snapshot()) holds = in_snapshot_ && u.part() != 0 ? staging_.size() : 0;
+  if (u.snapshot()) {
+    // The copy being built: at a first part, none, or the copy it keeps.
+    if (in_snapshot_ && u.part() != 0) {
+      holds = staging_.size();
+    } else {
+      holds = u.keeps_view() ? copy_.size() : 0;
+    }
+  }
   if (holds + static_cast<size_t>(u.created_size()) > max_entities_) {
     return refuse(absl::StrCat("the copy would hold more than ", max_entities_,
                                " entities (MirrorOptions.max_entities)"));
@@ -394,16 +408,22 @@ void MirrorState::ApplyDecoded(const DecodedRange& decoded, Copy& copy) {
   }
 }
 
-// Snapshot messages build a fresh copy aside; the last one swaps it in and
-// notes the difference from the copy it replaces, so a resync tells the
-// caller exactly what changed while the stream was down.
+// Snapshot messages build a fresh copy aside (or, where one keeps the view,
+// change a copy of the copy); the last one swaps it in and notes the
+// difference from the copy it replaces, so a resync tells the caller
+// exactly what changed while the stream was down.
 void MirrorState::ApplySnapshotPart(const v1::FrameUpdate& u,
                                     const v1::WireMovedWorlds* worlds,
                                     const DecodedRange& decoded) {
   if (!in_snapshot_ || u.part() == 0) {
-    staging_.Clear();
+    if (u.keeps_view()) {
+      staging_.CopyFrom(copy_);
+    } else {
+      staging_.Clear();
+    }
     ClearFrameParts();  // Of a stream that broke mid-frame.
     in_snapshot_ = true;
+    keeping_view_ = u.keeps_view();
   }
   // A snapshot streamed while the world changes: later parts may destroy,
   // re-parent or move what earlier ones created.
@@ -428,7 +448,9 @@ void MirrorState::ApplySnapshotPart(const v1::FrameUpdate& u,
   staging_.Clear();
   ++copies_swapped_;
   in_snapshot_ = false;
-  if (have_snapshot_) {
+  // One that kept the view caught the copy up: the difference noted is what
+  // changed, as a frame's would be, and no resync.
+  if (have_snapshot_ && !keeping_view_) {
     ++resyncs_;
     resynced_since_asked_ = true;
   }

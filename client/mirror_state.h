@@ -136,6 +136,8 @@ class Copy {
     return held_[i].pose;
   }
   void Clear();
+  // Becomes a copy of `other`. O(other's slots).
+  void CopyFrom(const Copy& other);
 
  private:
   // A cache line each, aligned: a Held read is one trip to memory, not two
@@ -314,6 +316,8 @@ class MirrorState {
   Copy copy_;
   Copy staging_;
   bool in_snapshot_ = false;
+  // The snapshot being received started from the copy (keeps_view).
+  bool keeping_view_ = false;
   // The most entities the copy (or the one being built) may hold.
   const size_t max_entities_;
   // The parts so far of a frame that comes in several, with the entities

@@ -436,8 +436,9 @@ void ExpectCompactMatch(const Matrix3x4& truth, const Matrix3x4& got,
 // Compact mirrors through a long run of small moves, structural changes,
 // sheared matrices, skipped frames and resyncs: a mirror that keeps up, one
 // whose caller falls behind (folded frames, sent whole), and one that
-// stops reading until the server resends its view (max_pending). Each must
-// end within the encoding's bounds of the server, with nothing drifted.
+// stops reading until it is owed more than max_pending entities (then sent
+// what changed, as a snapshot keeping its view). Each must end within the
+// encoding's bounds of the server, with nothing drifted.
 TEST_F(ClientTest, CompactMirrorsStayWithinBoundsThroughSkipsAndResyncs) {
   server_.Stop();
   ASSERT_TRUE(server_.Start(Limits{.max_pending = 2000}));
@@ -486,14 +487,26 @@ TEST_F(ClientTest, CompactMirrorsStayWithinBoundsThroughSkipsAndResyncs) {
   MirrorOptions stopping = compact;
   stopping.driver = MirrorOptions::Driver::kCaller;
   stopping.max_queued = 1;
+  int kept_view_parts = 0;
+  stopping.on_update = [&](const MirrorUpdate& m) {
+    kept_view_parts += m.snapshot && m.keeps_view;
+  };
   // Rate-limited too, so that what it has not been sent piles up on the
   // server (past max_pending within a few of its 50 ms) whatever the
   // transport's window would have taken.
   stopping.max_rate_hz = 20;
+  // The same, of a view (every root's subtree: all of it), which is
+  // resent whole.
+  MirrorOptions stopping_view = stopping;
+  stopping_view.on_update = nullptr;
+  for (EntityId root = 1; root <= kEntities; root += 10) {
+    stopping_view.subtrees.push_back(root);
+  }
   std::unique_ptr<Mirror> mirrors[] = {
-      StartMirror(keeping_up), StartMirror(behind), StartMirror(stopping)};
+      StartMirror(keeping_up), StartMirror(behind), StartMirror(stopping),
+      StartMirror(stopping_view)};
   ASSERT_TRUE(mirrors[0]->WaitForSync(kWait));
-  for (int k = 1; k < 3; ++k) {
+  for (int k = 1; k < 4; ++k) {
     const absl::Time deadline = absl::Now() + kWait;
     while (!mirrors[k]->synced() && absl::Now() < deadline) {
       mirrors[k]->Update();
@@ -528,7 +541,7 @@ TEST_F(ClientTest, CompactMirrorsStayWithinBoundsThroughSkipsAndResyncs) {
     if (frame % 9 == 0) mirrors[1]->Update();
     if (frame == 300) {
       // The stopped one reads again, long after max_pending was passed.
-      while (mirrors[2]->Update() > 0) {
+      while (mirrors[2]->Update() + mirrors[3]->Update() > 0) {
       }
     }
   }
@@ -560,7 +573,11 @@ TEST_F(ClientTest, CompactMirrorsStayWithinBoundsThroughSkipsAndResyncs) {
     }
   }
   EXPECT_GT(skipped, 0u);  // The one behind was sent folded frames.
-  EXPECT_GE(mirrors[2]->resyncs(), 1);  // The stopped one was resent whole.
+  // The stopped one was owed all 3,000 entities or so, and sent them as
+  // a snapshot that kept its view: no resync.
+  EXPECT_GE(kept_view_parts, 1);
+  EXPECT_EQ(mirrors[2]->resyncs(), 0);
+  EXPECT_GE(mirrors[3]->resyncs(), 1);  // The view was resent whole.
 }
 
 // Raw matrices are read where gRPC's buffers hold them: frames in many

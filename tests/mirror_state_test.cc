@@ -160,6 +160,90 @@ class Sender {
     return out;
   }
 
+  // What changed since the receiver's last message, as a snapshot that
+  // keeps its view, over `parts` parts: some of what it holds destroyed,
+  // some re-parented and moved, many moved, a few created; each entry
+  // whole. What it changes, noted as the receiver should note it.
+  std::vector<v1::FrameUpdate> KeptViewSnapshot(uint64_t frame, int parts,
+                                                NetChanges::Map& changes) {
+    std::vector<v1::FrameUpdate> out(parts);
+    std::vector<v1::CompactMovesWriter> writers;
+    for (int p = 0; p < parts; ++p) {
+      v1::FrameUpdate& u = out[p];
+      u.set_frame(frame);
+      u.set_snapshot(true);
+      u.set_keeps_view(true);
+      u.set_part(p);
+      u.set_snapshot_done(p + 1 == parts);
+      u.set_last_part(p + 1 == parts);
+      u.set_position_precision(kPrecision);
+      writers.emplace_back(kPrecision);
+    }
+    std::vector<EntityId> ids;
+    for (const auto& [id, e] : alive_) ids.push_back(id);
+    std::vector<Matrix3x4> keep;  // What writers point to.
+    keep.reserve(ids.size() + 64);
+    for (EntityId id : ids) {
+      const int p = static_cast<int>(rng_() % parts);
+      const uint32_t what = rng_() % 1000;
+      if (what >= 400) continue;
+      if (what < 10) {
+        out[p].add_destroyed(id);
+        alive_.erase(id);
+        sent_.erase(id);
+        changes[id] = kDestroyed;
+        continue;
+      }
+      if (what < 100) {
+        // Under a root, or an entity of a lower id that is still there.
+        const EntityId parent =
+            id > 1 && rng_() % 2 ? 1 + rng_() % (id - 1) : kNoEntity;
+        const EntityId was = alive_[id].parent;
+        alive_[id].parent = alive_.contains(parent) ? parent : kNoEntity;
+        out[p].add_reparented(id);
+        out[p].add_reparented_parent(alive_[id].parent);
+        // Noted only where the parent is another.
+        changes[id] = alive_[id].parent != was ? kReparented | kMoved : kMoved;
+      } else {
+        changes[id] = kMoved;
+      }
+      alive_[id].world = RandomPose(rng_);
+      keep.push_back(alive_[id].world);
+      writers[p].Add(id, keep.back().m.data(), nullptr);
+      sent_[id] = alive_[id].world;
+    }
+    for (int k = 0; k < 5; ++k) {
+      const EntityId id = next_id_++;
+      const int p = static_cast<int>(rng_() % parts);
+      alive_[id] = {kNoEntity, RandomPose(rng_)};
+      out[p].add_created(id);
+      out[p].add_created_parent(kNoEntity);
+      keep.push_back(alive_[id].world);
+      writers[p].Add(id, keep.back().m.data(), nullptr);
+      sent_[id] = alive_[id].world;
+      changes[id] = kCreated | kMoved;
+    }
+    for (int p = 0; p < parts; ++p) {
+      out[p].set_compact_moved(writers[p].Finish());
+    }
+    return out;
+  }
+
+  // Expects `copy` to hold what this sender last sent: each entity, its
+  // parent, and its world matrix within the encoding's bounds.
+  void ExpectHeldBy(const Copy& copy) const {
+    const std::map<EntityId, Row> rows = Rows(copy);
+    ASSERT_EQ(rows.size(), alive_.size());
+    for (const auto& [id, want] : alive_) {
+      auto it = rows.find(id);
+      ASSERT_NE(it, rows.end()) << id;
+      EXPECT_EQ(it->second.parent, want.parent) << id;
+      for (int k = 0; k < 12; ++k) {
+        EXPECT_NEAR(it->second.world.m[k], want.world.m[k], 2e-3) << id;
+      }
+    }
+  }
+
   void Populate(int n) {
     for (int k = 0; k < n; ++k) {
       alive_[next_id_++] = {kNoEntity, RandomPose(rng_)};
@@ -291,6 +375,57 @@ TEST(MirrorStateTest, HoldsWhatTheReferenceDecoderMakesOfACompactStream) {
   }
   EXPECT_GT(compact.copy().size(), 500u);
   EXPECT_EQ(compact.resyncs(), 3);
+}
+
+// A snapshot that keeps the view changes a copy of the copy, swapped in at
+// its last part: then the copy is the sender's world, the changes noted are
+// what the snapshot listed, and it is no resync. The poses held of what it
+// did not list stay held: the deltas after it decode against them.
+TEST(MirrorStateTest, ASnapshotThatKeepsTheViewChangesOnlyWhatItLists) {
+  Sender sender(9);
+  sender.Populate(1000);
+  MirrorState state;
+  for (const v1::FrameUpdate& u : sender.Snapshot(1, 2)) {
+    ASSERT_TRUE(state.Apply(u).ok());
+  }
+  for (uint64_t f = 2; f < 6; ++f) {
+    for (const v1::FrameUpdate& u : sender.Frame(f, 2)) {
+      ASSERT_TRUE(state.Apply(u).ok());
+    }
+  }
+  bool resynced;
+  state.TakeChanges(&resynced);  // Changes are noted from here.
+  const std::map<EntityId, Row> before = Rows(state.copy());
+  NetChanges::Map changes;
+  const std::vector<v1::FrameUpdate> kept =
+      sender.KeptViewSnapshot(6, 3, changes);
+  for (const v1::FrameUpdate& u : kept) {
+    ASSERT_TRUE(state.Apply(u).ok());
+    if (!u.snapshot_done()) {
+      // Not yet in the copy.
+      EXPECT_EQ(Rows(state.copy()).size(), before.size());
+      EXPECT_EQ(state.frame(), 5u);
+    }
+  }
+  sender.ExpectHeldBy(state.copy());
+  EXPECT_EQ(state.frame(), 6u);
+  EXPECT_GT(changes.size(), 300u);
+  EXPECT_EQ(state.TakeChanges(&resynced), changes);
+  EXPECT_FALSE(resynced);
+  EXPECT_EQ(state.resyncs(), 0);
+  for (uint64_t f = 7; f < 20; ++f) {
+    for (const v1::FrameUpdate& u : sender.Frame(f, 1 + f % 3)) {
+      ASSERT_TRUE(state.Apply(u).ok()) << f;
+    }
+  }
+  sender.ExpectHeldBy(state.copy());
+  // A snapshot that does not keep the view is a resync.
+  for (const v1::FrameUpdate& u : sender.Snapshot(20, 2)) {
+    ASSERT_TRUE(state.Apply(u).ok());
+  }
+  state.TakeChanges(&resynced);
+  EXPECT_TRUE(resynced);
+  EXPECT_EQ(state.resyncs(), 1);
 }
 
 // A frame whose second part holds a delta for an entity the mirror holds no

@@ -21,7 +21,9 @@
 // changes the caller is next given say so (`resynced`) and hold the net
 // difference, so nothing is missed and nothing needs to be re-read. A mirror
 // that fell so far behind that the server resent its view whole (see
-// --max_pending) is resynchronised the same way, on the same stream.
+// --max_pending) is resynchronised the same way, on the same stream; one of
+// the whole world is instead sent only what changed, as a snapshot that
+// keeps its view (MirrorUpdate::keeps_view), which is no resync.
 //
 // Thread-safe.
 
@@ -51,6 +53,10 @@ struct MirrorUpdate {
   uint64_t frame = 0;
   bool snapshot = false;       // Part of the initial (or a resync) snapshot.
   bool snapshot_done = false;  // The snapshot's last message.
+  // A snapshot that lists only what changed since the previous message (the
+  // copy keeps the rest): one the server sends a mirror so far behind that
+  // it would otherwise resend the view whole.
+  bool keeps_view = false;
   // A frame too big for one message comes in parts; the copy takes them in
   // together, at the last one.
   uint32_t part = 0;
@@ -220,8 +226,9 @@ class Mirror {
   // applying messages takes too.
   MirrorChangedState TakeChangedState();
 
-  bool synced() const;          // A complete snapshot is applied, stream up.
-  int resyncs() const;          // Snapshots applied after the first one.
+  bool synced() const;  // A complete snapshot is applied, stream up.
+  // Snapshots applied after the first one, but those that kept the view.
+  int resyncs() const;
   absl::Status status() const;  // Why the stream last ended; OK while up.
 
  private:
