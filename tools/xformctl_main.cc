@@ -450,6 +450,7 @@ int Ctl::Watch(const std::vector<std::string>& args) {
         absl::ToDoubleMilliseconds(u.received - u.published);
     Json line = {{"frame", u.frame},
                  {"snapshot", u.snapshot},
+                 {"keeps_view", u.keeps_view},
                  {"moved", u.moved.size()},
                  {"created", u.created.size()},
                  {"destroyed", u.destroyed.size()},
@@ -460,8 +461,12 @@ int Ctl::Watch(const std::vector<std::string>& args) {
     std::string text = absl::StrFormat(
         "frame %u%s: %u moved, %u created, %u destroyed, %u reparented, "
         "%.2f ms%s",
-        u.frame, u.snapshot ? " (snapshot)" : "", u.moved.size(),
-        u.created.size(), u.destroyed.size(), u.reparented.size(), latency_ms,
+        u.frame,
+        u.snapshot
+            ? (u.keeps_view ? " (snapshot keeping the view)" : " (snapshot)")
+            : "",
+        u.moved.size(), u.created.size(), u.destroyed.size(),
+        u.reparented.size(), latency_ms,
         u.frames_skipped ? absl::StrCat(" (", u.frames_skipped, " skipped)")
                          : "");
     if (verbose) {

@@ -67,6 +67,14 @@ void Recorder::Record(absl::Span<const double> ages_ms, uint64_t frames,
   }
 }
 
+void Recorder::RecordSnapshot(uint64_t updates, uint64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  if (!measuring_) return;
+  ++received_.snapshot_messages;
+  received_.snapshot_updates += updates;
+  received_.snapshot_bytes += bytes;
+}
+
 void Recorder::Disconnected() {
   absl::MutexLock lock(&mu_);
   ++received_.disconnects;

@@ -32,6 +32,11 @@ struct Received {
   uint64_t frames = 0;   // Frames covered, folded ones included.
   uint64_t updates = 0;  // Entity updates delivered.
   uint64_t bytes = 0;
+  // stream only: snapshots' messages (a resync's, or one that keeps the
+  // view), the entities they listed and their bytes; not in the above.
+  uint64_t snapshot_messages = 0;
+  uint64_t snapshot_updates = 0;
+  uint64_t snapshot_bytes = 0;
   // The stalled subscriber: how old the first data after the stall was, how
   // long until it was current again, and what it had to wade through.
   bool stalled = false;
@@ -59,6 +64,9 @@ class Recorder {
   void Record(absl::Span<const double> ages_ms, uint64_t frames,
               uint64_t updates, uint64_t bytes,
               std::optional<double> arrived_ms = std::nullopt);
+  // A snapshot's message, while measuring (not timed: its parts carry the
+  // frames they were made at).
+  void RecordSnapshot(uint64_t updates, uint64_t bytes);
   void Disconnected();
 
   uint64_t messages();

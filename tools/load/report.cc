@@ -22,6 +22,9 @@ Json ToJson(const ModeResult& r) {
               {"frames", s.frames},
               {"updates", s.updates},
               {"bytes", s.bytes},
+              {"snapshot_messages", s.snapshot_messages},
+              {"snapshot_updates", s.snapshot_updates},
+              {"snapshot_bytes", s.snapshot_bytes},
               {"latency_p50_ms", Percentile(s.latency_ms, 0.5)},
               {"latency_p99_ms", Percentile(s.latency_ms, 0.99)},
               {"latency_max_ms", Percentile(s.latency_ms, 1.0)},
@@ -101,6 +104,27 @@ void PrintTable(const Config& c, const std::vector<ModeResult>& results) {
             ? absl::StrFormat("%.0f MB", r.server_rss_mb).c_str()
             : "n/a",
         stalled);
+  }
+  // What snapshots carried while measuring (resyncs, or snapshots that
+  // keep a laggard's view), which the latency and bytes above leave out.
+  for (const ModeResult& r : results) {
+    uint64_t messages = 0, updates = 0, bytes = 0, all_bytes = 0;
+    for (const Received& s : r.subscribers) {
+      messages += s.snapshot_messages;
+      updates += s.snapshot_updates;
+      bytes += s.snapshot_bytes;
+      all_bytes += s.bytes + s.snapshot_bytes;
+    }
+    if (messages == 0) continue;
+    const double per_sub_s =
+        static_cast<double>(r.subscribers.size()) * c.seconds;
+    absl::PrintF(
+        "\n%s: snapshots while measuring, per subscriber: %.1f messages/s, "
+        "%.0f entities/s, %.2f MB/s (all messages: %.2f MB/s)\n",
+        r.mode, static_cast<double>(messages) / per_sub_s,
+        static_cast<double>(updates) / per_sub_s,
+        static_cast<double>(bytes) / per_sub_s / 1e6,
+        static_cast<double>(all_bytes) / per_sub_s / 1e6);
   }
   // Where a stream's latency goes: before the message reaches the
   // subscriber's process (the server, the transport) or after (its queue,

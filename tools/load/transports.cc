@@ -34,7 +34,10 @@ class StreamSubscriber final : public Subscriber {
     // Times and counts only: the copy is what it applies to.
     mirror.on_update_matrices = false;
     mirror.on_update = [this](const MirrorUpdate& u) {
-      if (u.snapshot) return;
+      if (u.snapshot) {
+        recorder_.RecordSnapshot(u.moved.size(), u.bytes);
+        return;
+      }
       recorder_.MaybeStall();
       // Its age when the consumer gets to it: after a stall, not on arrival.
       const double age = absl::ToDoubleMilliseconds(absl::Now() - u.published);
