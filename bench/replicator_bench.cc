@@ -20,6 +20,7 @@
 // reading is sent, and what that costs, when it reads again.
 // BM_StalledSubscriberOwedPastMaxPending: the same, owed more than
 // max_pending entities: its view whole, or a snapshot that keeps it.
+// BM_KeptViewSnapshotStart: the longest such a snapshot holds the lock.
 // BM_StalledSubscribers: what such subscribers cost each frame meanwhile.
 //
 // BM_RateLimitedSubscribers, BM_FilteredSubscribers,
@@ -497,6 +498,79 @@ void BM_StalledSubscriberOwedPastMaxPending(benchmark::State& state) {
 }
 BENCHMARK(BM_StalledSubscriberOwedPastMaxPending)
     ->ArgsProduct({{0, 1}, {0, 1}})
+    ->Unit(benchmark::kMillisecond);
+
+// The start of a snapshot that keeps the view, the longest it holds the
+// replicator's lock: the first Next() of a 1 Hz subscriber owed more than
+// max_pending entities, which finds what it holds and what changed, and
+// makes the first part. A flat world of arg0 entities, arg1 of them moved
+// since its last message. Against it, `whole_first_ms`: the first Next() of
+// one resent its view whole (which finds nothing, and makes a part).
+void BM_KeptViewSnapshotStart(benchmark::State& state) {
+  const auto entities = static_cast<EntityId>(state.range(0));
+  const auto moved = static_cast<EntityId>(state.range(1));
+  World world;
+  FrameChanges changes;
+  Replicator replicator(/*max_pending=*/1000);
+  std::vector<CreateOp> roots;
+  for (EntityId e = 1; e <= entities; ++e) roots.push_back({e, 0, At(0)});
+  if (!world.CreateMany(roots).ok()) state.SkipWithError("world");
+  absl::Time now = absl::Now();
+  world.EndFrame(&changes);
+  replicator.Publish(changes, now);
+  SubscriptionOptions kept;
+  kept.max_rate_hz = 1;
+  kept.accepts_kept_view_snapshots = true;
+  SubscriptionOptions whole = kept;
+  whole.accepts_kept_view_snapshots = false;
+  const auto kept_id = replicator.Subscribe(kept, std::make_shared<NullSink>());
+  const auto whole_id =
+      replicator.Subscribe(whole, std::make_shared<NullSink>());
+  const auto drain = [&](Replicator::SubscriptionId id) {
+    while (replicator.Next(id, now) != nullptr) {
+    }
+  };
+  const auto first_ms = [&](Replicator::SubscriptionId id) {
+    const auto start = std::chrono::steady_clock::now();
+    replicator.Next(id, now);
+    return std::chrono::duration<double, std::milli>(
+               std::chrono::steady_clock::now() - start)
+        .count();
+  };
+  drain(kept_id);
+  drain(whole_id);
+  double whole_first = 0;
+  float x = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    // Every (entities / moved)th entity, over two frames.
+    for (int f = 0; f < 2; ++f) {
+      std::vector<SetLocalOp> step;
+      x += 1;
+      for (EntityId e = 1 + f; e <= entities; e += 2 * (entities / moved)) {
+        step.push_back({e, At(x)});
+      }
+      if (!world.SetLocals(step).ok()) state.SkipWithError("moves");
+      world.EndFrame(&changes);
+      now += absl::Seconds(1);
+      replicator.Publish(changes, now);
+    }
+    state.ResumeTiming();
+    first_ms(kept_id);
+    state.PauseTiming();
+    drain(kept_id);
+    whole_first += first_ms(whole_id);
+    drain(whole_id);
+    state.ResumeTiming();
+  }
+  state.counters["whole_first_ms"] =
+      whole_first / static_cast<double>(state.iterations());
+}
+BENCHMARK(BM_KeptViewSnapshotStart)
+    ->Args({100'000, 30'000})
+    ->Args({1'000'000, 10'000})
+    ->Args({1'000'000, 300'000})
+    ->Args({1'000'000, 1'000'000})
     ->Unit(benchmark::kMillisecond);
 
 // What subscribers at full rate that stopped reading cost each frame's

@@ -496,7 +496,9 @@ class Replicator {
   // whole world that holds its view as of then (a snapshot that keeps its
   // view): `gone`, the entities it had that are destroyed, first; `again`,
   // the slots of ids it had that were destroyed and created again since,
-  // re-parented and moved to it. O(slots / 64 + entities changed).
+  // re-parented and moved to it. O(slots / 8 + entities changed), under the
+  // lock: each changed slot's row is read (5.4 ms for 300,000 of 1M,
+  // BM_KeptViewSnapshotStart).
   void BuildKeptViewSnapshot(Subscription& s, uint64_t after,
                              std::vector<EntityId> gone,
                              const absl::flat_hash_set<Slot>& again);

@@ -133,8 +133,8 @@ void Replicator::BuildKeptViewSnapshot(Subscription& s, uint64_t after,
   snap->keeps_view = true;
   snap->kept_after = after;
   // It holds every live entity not created since (or created again, under
-  // an id it had), and is sent those that changed: O(slots / 64) and what
-  // changed.
+  // an id it had), and is sent those that changed: O(slots / 64), then
+  // O(slots / 8 + changed) for what changed.
   snap->known = state_.LiveSlots();
   state_.ForEachChangedSince(after, [&](Slot slot) {
     if (state_.stamps(slot).created > after &&
