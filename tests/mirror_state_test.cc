@@ -68,6 +68,23 @@ Matrix3x4 RandomPose(std::mt19937& rng) {
   return m;
 }
 
+// The headers of a snapshot's `parts` messages at `frame`.
+std::vector<v1::FrameUpdate> SnapshotParts(uint64_t frame, int parts,
+                                           bool keeps_view) {
+  std::vector<v1::FrameUpdate> out(parts);
+  for (int p = 0; p < parts; ++p) {
+    v1::FrameUpdate& u = out[p];
+    u.set_frame(frame);
+    u.set_snapshot(true);
+    u.set_keeps_view(keeps_view);
+    u.set_part(p);
+    u.set_snapshot_done(p + 1 == parts);
+    u.set_last_part(p + 1 == parts);
+    u.set_position_precision(kPrecision);
+  }
+  return out;
+}
+
 // A server's side of one compact stream: what each entity is, and what it
 // last sent of it, so it knows when a delta may be sent.
 class Sender {
@@ -81,15 +98,10 @@ class Sender {
     sent_.clear();
     std::vector<EntityId> ids;
     for (const auto& [id, e] : alive_) ids.push_back(id);
-    std::vector<v1::FrameUpdate> out(parts);
+    std::vector<v1::FrameUpdate> out =
+        SnapshotParts(frame, parts, /*keeps_view=*/false);
     for (int p = 0; p < parts; ++p) {
       v1::FrameUpdate& u = out[p];
-      u.set_frame(frame);
-      u.set_snapshot(true);
-      u.set_part(p);
-      u.set_snapshot_done(p + 1 == parts);
-      u.set_last_part(p + 1 == parts);
-      u.set_position_precision(kPrecision);
       v1::CompactMovesWriter writer(kPrecision);
       for (size_t k = p; k < ids.size(); k += parts) {
         u.add_created(ids[k]);
@@ -142,18 +154,12 @@ class Sender {
       }
     }
     for (int k = 0; k < 3; ++k) {
-      const EntityId id = next_id_++;
       const int created_in = static_cast<int>(rng_() % parts);
       const int moved_in =
           created_in + static_cast<int>(rng_() % (parts - created_in));
       const EntityId parent =
           ids.empty() ? kNoEntity : ids[rng_() % ids.size()];
-      alive_[id] = {parent, RandomPose(rng_)};
-      out[created_in].add_created(id);
-      out[created_in].add_created_parent(parent);
-      keep.push_back(alive_[id].world);
-      writers[moved_in].Add(id, keep.back().m.data(), nullptr);
-      sent_[id] = alive_[id].world;
+      Create(parent, out[created_in], writers[moved_in], keep);
     }
     for (int p = 0; p < parts; ++p)
       out[p].set_compact_moved(writers[p].Finish());
@@ -166,19 +172,10 @@ class Sender {
   // whole. What it changes, noted as the receiver should note it.
   std::vector<v1::FrameUpdate> KeptViewSnapshot(uint64_t frame, int parts,
                                                 NetChanges::Map& changes) {
-    std::vector<v1::FrameUpdate> out(parts);
+    std::vector<v1::FrameUpdate> out =
+        SnapshotParts(frame, parts, /*keeps_view=*/true);
     std::vector<v1::CompactMovesWriter> writers;
-    for (int p = 0; p < parts; ++p) {
-      v1::FrameUpdate& u = out[p];
-      u.set_frame(frame);
-      u.set_snapshot(true);
-      u.set_keeps_view(true);
-      u.set_part(p);
-      u.set_snapshot_done(p + 1 == parts);
-      u.set_last_part(p + 1 == parts);
-      u.set_position_precision(kPrecision);
-      writers.emplace_back(kPrecision);
-    }
+    for (int p = 0; p < parts; ++p) writers.emplace_back(kPrecision);
     std::vector<EntityId> ids;
     for (const auto& [id, e] : alive_) ids.push_back(id);
     std::vector<Matrix3x4> keep;  // What writers point to.
@@ -213,15 +210,8 @@ class Sender {
       sent_[id] = alive_[id].world;
     }
     for (int k = 0; k < 5; ++k) {
-      const EntityId id = next_id_++;
       const int p = static_cast<int>(rng_() % parts);
-      alive_[id] = {kNoEntity, RandomPose(rng_)};
-      out[p].add_created(id);
-      out[p].add_created_parent(kNoEntity);
-      keep.push_back(alive_[id].world);
-      writers[p].Add(id, keep.back().m.data(), nullptr);
-      sent_[id] = alive_[id].world;
-      changes[id] = kCreated | kMoved;
+      changes[Create(kNoEntity, out[p], writers[p], keep)] = kCreated | kMoved;
     }
     for (int p = 0; p < parts; ++p) {
       out[p].set_compact_moved(writers[p].Finish());
@@ -251,6 +241,21 @@ class Sender {
   }
 
  private:
+  // A new entity under `parent`, created in `created_in`, its matrix sent
+  // whole by `moved_in` (of the same part or a later one), kept in `keep`.
+  EntityId Create(EntityId parent, v1::FrameUpdate& created_in,
+                  v1::CompactMovesWriter& moved_in,
+                  std::vector<Matrix3x4>& keep) {
+    const EntityId id = next_id_++;
+    alive_[id] = {parent, RandomPose(rng_)};
+    created_in.add_created(id);
+    created_in.add_created_parent(parent);
+    keep.push_back(alive_[id].world);
+    moved_in.Add(id, keep.back().m.data(), nullptr);
+    sent_[id] = alive_[id].world;
+    return id;
+  }
+
   std::mt19937 rng_;
   EntityId next_id_ = 1;
   std::map<EntityId, Row> alive_;

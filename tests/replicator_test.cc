@@ -343,6 +343,32 @@ void Churn(World& world, std::mt19937& rng, EntityId& next_id) {
   }
 }
 
+// A random forest of 3,000 (children in lower ids than their parents too:
+// a parent chain must be sent ahead of a snapshot's scan), published, with
+// every frame's state kept, for snapshots streamed while it changes.
+struct StreamingForest {
+  StreamingForest(uint32_t seed, size_t max_pending)
+      : rng(seed), replicator(max_pending) {
+    EXPECT_TRUE(GrowRandomForest(world, rng, next_id).ok());
+    for (int k = 0; k < 200; ++k) {
+      world.Link(1 + rng() % 3000, 1 + rng() % 3000).IgnoreError();
+    }
+    Publish();
+  }
+  void Publish() {
+    FrameChanges changes;
+    world.EndFrame(&changes);
+    replicator.Publish(changes, absl::Now());
+    published[changes.frame] = Snapshot(world);
+  }
+
+  World world;
+  std::mt19937 rng;
+  EntityId next_id = 1;
+  Replicator replicator;
+  std::map<uint64_t, State> published;  // By frame.
+};
+
 // A snapshot is streamed a part at a time while the world keeps changing:
 // every part is parents-first, and at snapshot_done the copy is the
 // published state of that part's frame (a later one than it began at), as
@@ -350,24 +376,9 @@ void Churn(World& world, std::mt19937& rng, EntityId& next_id) {
 // entities.
 TEST_F(ReplicatorTest, SnapshotsStreamWhileTheWorldChanges) {
   for (uint32_t seed = 1; seed <= 30; ++seed) {
-    World world;
-    std::mt19937 rng(seed);
-    EntityId next_id = 1;
-    ASSERT_TRUE(GrowRandomForest(world, rng, next_id).ok());
-    // Children in lower ids than their parents too: a parent chain must be
-    // sent ahead of the scan.
-    for (int k = 0; k < 200; ++k) {
-      world.Link(1 + rng() % 3000, 1 + rng() % 3000).IgnoreError();
-    }
-    Replicator replicator;
-    FrameChanges changes;
-    std::map<uint64_t, State> published;  // By frame.
-    const auto publish = [&] {
-      world.EndFrame(&changes);
-      replicator.Publish(changes, absl::Now());
-      published[changes.frame] = Snapshot(world);
-    };
-    publish();
+    StreamingForest forest(seed, /*max_pending=*/65'536);
+    auto& [world, rng, next_id, replicator, published] = forest;
+    const auto publish = [&] { forest.Publish(); };
     SubscriptionOptions options;
     options.part_budget_bytes = 2000;  // About 27 entities a part.
     std::set<EntityId> listed, roots;
@@ -968,6 +979,39 @@ void PublishRootsWithAChildEach(EntityId roots, Pose pose, World& world,
   replicator.Publish(changes, time);
 }
 
+// 100 roots of 99 leaves each (ids 1 to 10,000), published.
+void PublishLeafScene(World& world, FrameChanges& changes,
+                      Replicator& replicator) {
+  std::vector<CreateOp> scene;
+  for (EntityId e = 1; e <= 10'000; ++e) {
+    scene.push_back({e, e % 100 == 1 ? 0 : (e - 1) / 100 * 100 + 1, At(1)});
+  }
+  ASSERT_TRUE(world.CreateMany(scene).ok());
+  world.EndFrame(&changes);
+  replicator.Publish(changes, absl::Now());
+}
+
+// Frame `f` of 40 on the leaf scene, besides its moves: over them, a leaf
+// destroyed (5,002), one created (20,000), one re-parented (6,003), and an
+// id destroyed and created again (7,004, under another parent).
+void ChangeLeafSceneStructure(World& world, int f) {
+  if (f == 10) {
+    ASSERT_TRUE(world.Destroy(5'002).ok());
+  }
+  if (f == 20) {
+    ASSERT_TRUE(world.Create(20'000, 201, At(7)).ok());
+  }
+  if (f == 25) {
+    ASSERT_TRUE(world.Link(6'003, 1).ok());
+  }
+  if (f == 30) {
+    ASSERT_TRUE(world.Destroy(7'004).ok());
+  }
+  if (f == 35) {
+    ASSERT_TRUE(world.Create(7'004, 9'901, At(3)).ok());
+  }
+}
+
 // A full-rate subscriber that stops reading, on a world whose moves keep to a
 // few entities, owes those few however long it stalls: when it reads again
 // it is sent them (and what was destroyed, created and re-parented
@@ -980,14 +1024,7 @@ void ExpectStalledSubscribersSentWhatChanged(size_t max_pending) {
   World world;
   FrameChanges changes;
   Replicator replicator(max_pending);
-  // 100 roots of 99 leaves each.
-  std::vector<CreateOp> scene;
-  for (EntityId e = 1; e <= 10'000; ++e) {
-    scene.push_back({e, e % 100 == 1 ? 0 : (e - 1) / 100 * 100 + 1, At(1)});
-  }
-  ASSERT_TRUE(world.CreateMany(scene).ok());
-  world.EndFrame(&changes);
-  replicator.Publish(changes, absl::Now());
+  PublishLeafScene(world, changes, replicator);
   SubscriptionOptions compact;
   compact.compact_precision = kPrecision;
   const auto raw = replicator.Subscribe({}, std::make_shared<CountingSink>());
@@ -1006,21 +1043,7 @@ void ExpectStalledSubscribersSentWhatChanged(size_t max_pending) {
       if (e % 100 != 1) moves.push_back({e, At(static_cast<float>(f) + 0.3f)});
     }
     ASSERT_TRUE(world.SetLocals(moves).ok());
-    if (f == 10) {
-      ASSERT_TRUE(world.Destroy(5'002).ok());
-    }
-    if (f == 20) {
-      ASSERT_TRUE(world.Create(20'000, 201, At(7)).ok());
-    }
-    if (f == 25) {
-      ASSERT_TRUE(world.Link(6'003, 1).ok());
-    }
-    if (f == 30) {
-      ASSERT_TRUE(world.Destroy(7'004).ok());
-    }
-    if (f == 35) {
-      ASSERT_TRUE(world.Create(7'004, 9'901, At(3)).ok());
-    }
+    ChangeLeafSceneStructure(world, f);
     world.EndFrame(&changes);
     replicator.Publish(changes, absl::Now());
   }
@@ -1069,14 +1092,7 @@ TEST(ReplicatorLagTest, AStalledSubscriberOwedMoreThanMaxPendingKeepsItsView) {
   World world;
   FrameChanges changes;
   Replicator replicator(/*max_pending=*/1000);
-  // 100 roots of 99 leaves each.
-  std::vector<CreateOp> scene;
-  for (EntityId e = 1; e <= 10'000; ++e) {
-    scene.push_back({e, e % 100 == 1 ? 0 : (e - 1) / 100 * 100 + 1, At(1)});
-  }
-  ASSERT_TRUE(world.CreateMany(scene).ok());
-  world.EndFrame(&changes);
-  replicator.Publish(changes, absl::Now());
+  PublishLeafScene(world, changes, replicator);
   SubscriptionOptions keeps;
   keeps.accepts_kept_view_snapshots = true;
   keeps.part_budget_bytes = 16'000;  // About 220 entities a part.
@@ -1102,21 +1118,7 @@ TEST(ReplicatorLagTest, AStalledSubscriberOwedMoreThanMaxPendingKeepsItsView) {
       moves.push_back({e, At(static_cast<float>(f) + 0.3f)});
     }
     ASSERT_TRUE(world.SetLocals(moves).ok());
-    if (f == 10) {
-      ASSERT_TRUE(world.Destroy(5'002).ok());
-    }
-    if (f == 20) {
-      ASSERT_TRUE(world.Create(20'000, 201, At(7)).ok());
-    }
-    if (f == 25) {
-      ASSERT_TRUE(world.Link(6'003, 1).ok());
-    }
-    if (f == 30) {
-      ASSERT_TRUE(world.Destroy(7'004).ok());
-    }
-    if (f == 35) {
-      ASSERT_TRUE(world.Create(7'004, 9'901, At(3)).ok());
-    }
+    ChangeLeafSceneStructure(world, f);
     world.EndFrame(&changes);
     replicator.Publish(changes, absl::Now());
   }
@@ -1179,22 +1181,9 @@ TEST(ReplicatorLagTest, AStalledSubscriberOwedMoreThanMaxPendingKeepsItsView) {
 TEST_F(ReplicatorTest, SnapshotsThatKeepTheViewStreamWhileTheWorldChanges) {
   int kept_views = 0;
   for (uint32_t seed = 1; seed <= 20; ++seed) {
-    World world;
-    std::mt19937 rng(seed);
-    EntityId next_id = 1;
-    ASSERT_TRUE(GrowRandomForest(world, rng, next_id).ok());
-    for (int k = 0; k < 200; ++k) {
-      world.Link(1 + rng() % 3000, 1 + rng() % 3000).IgnoreError();
-    }
-    Replicator replicator(/*max_pending=*/300);
-    FrameChanges changes;
-    std::map<uint64_t, State> published;  // By frame.
-    const auto publish = [&] {
-      world.EndFrame(&changes);
-      replicator.Publish(changes, absl::Now());
-      published[changes.frame] = Snapshot(world);
-    };
-    publish();
+    StreamingForest forest(seed, /*max_pending=*/300);
+    auto& [world, rng, next_id, replicator, published] = forest;
+    const auto publish = [&] { forest.Publish(); };
     SubscriptionOptions options;
     options.accepts_kept_view_snapshots = true;
     options.part_budget_bytes = 2000;  // About 27 entities a part.
