@@ -145,9 +145,9 @@ class Replicator {
   // again: a laggard costs O(max_pending), never O(world). (One of the whole
   // world is first owed what changed from the published state, and resent
   // its view only if that is more than max_pending entities; or, if it
-  // accepts one, sent what changed as a snapshot that keeps its view.) A
-  // streamed
-  // snapshot makes at most max_pending entities' parts ahead of its stream,
+  // accepts one, sent what changed as a snapshot that keeps its view.)
+  // A streamed snapshot makes at most max_pending entities' parts ahead of
+  // its stream,
   // or, to end while the world changes faster than it streams, what changed
   // behind its scan, within `burst_budget` (none: never more).
   // A frame's sinks are woken through `fanout`, when given.
@@ -222,12 +222,11 @@ class Replicator {
     uint64_t chain_epoch = 0;
     uint32_t part = 0;
     uint64_t skipped_before = 0;  // Frames missed before it began.
-    // It starts from the view the subscriber held as of frame `kept_after`
-    // (FrameUpdate.keeps_view): `known` starts with what that view holds,
-    // and `stale` with what changed since; an entity it holds is sent
-    // re-parented only if its parent changed since.
-    bool keeps_view = false;
-    uint64_t kept_after = 0;
+    // Set where it starts from the view the subscriber held as of this
+    // frame (FrameUpdate.keeps_view): `known` starts with what that view
+    // holds, and `stale` with what changed since; an entity it holds is
+    // sent re-parented only if its parent changed since.
+    std::optional<uint64_t> kept_view_after;
     // What is left goes at once (see NextSnapshotPart), under the burst
     // budget's claim if it needed one, into a copy made ready beforehand.
     bool burst_due = false;

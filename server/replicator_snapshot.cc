@@ -43,7 +43,8 @@ struct Replicator::BurstCopy {
   uint64_t frames_skipped = 0;
   bool keeps_view = false;
   size_t entries_a_part = 0;
-  // By entry: created to the subscriber (or re-sent: re-parented and moved).
+  // By entry: created to the subscriber, or re-sent (re-parented and
+  // moved, or moved alone: SnapshotEntry).
   // Sized (and so their pages touched) ahead, and cut to `size` once full.
   size_t size = 0;
   std::vector<EntityId> entity;
@@ -130,8 +131,7 @@ void Replicator::BuildKeptViewSnapshot(Subscription& s, uint64_t after,
                                        std::vector<EntityId> gone,
                                        const absl::flat_hash_set<Slot>& again) {
   auto snap = StartSnapshot(s);
-  snap->keeps_view = true;
-  snap->kept_after = after;
+  snap->kept_view_after = after;
   // It holds every live entity not created since (or created again, under
   // an id it had), and is sent those that changed: O(slots / 64), then
   // O(slots / 8 + changed) for what changed.
@@ -206,10 +206,11 @@ Replicator::Slot Replicator::NextStale(const Subscription& s,
 Replicator::SnapshotEntry Replicator::EntryFor(StreamedSnapshot& snap,
                                                Slot slot) const {
   if (snap.known.set(slot)) return SnapshotEntry::kCreated;
-  if (snap.keeps_view) {
+  if (snap.kept_view_after) {
+    // Held, and created since: an id it had, destroyed and created again,
+    // which to it is re-parented.
     const PublishedState::Stamps stamps = state_.stamps(slot);
-    // Created since: an id it had, destroyed and created again.
-    if (std::max(stamps.created, stamps.parented) <= snap.kept_after) {
+    if (std::max(stamps.created, stamps.parented) <= *snap.kept_view_after) {
       return SnapshotEntry::kMoved;
     }
   }
@@ -285,7 +286,7 @@ std::shared_ptr<const Outgoing> Replicator::NextSnapshotPart(
   const bool done = snap.stale_count == 0 && snap.gone.empty();
   for (auto& part :
        Share(Marked(writer.Finish(snap.skipped_before, /*last=*/done),
-                    snap.keeps_view))) {
+                    snap.kept_view_after.has_value()))) {
     s.parts.push_back(std::move(part));
     ++snap.part;
   }
@@ -302,8 +303,8 @@ std::shared_ptr<const Outgoing> Replicator::Burst(Subscription& s,
                                  /*snapshot=*/true, snap.part);
     writer.Destroyed(snap.gone);
     snap.gone.clear();
-    for (auto& part :
-         Share(Marked(writer.Finish(0, /*last=*/false), snap.keeps_view))) {
+    for (auto& part : Share(Marked(writer.Finish(0, /*last=*/false),
+                                   snap.kept_view_after.has_value()))) {
       s.parts.push_back(std::move(part));
       ++snap.part;
     }
@@ -315,7 +316,7 @@ std::shared_ptr<const Outgoing> Replicator::Burst(Subscription& s,
   copy->time = frame_time_;
   copy->first_part = snap.part;
   copy->frames_skipped = snap.skipped_before;
-  copy->keeps_view = snap.keeps_view;
+  copy->keeps_view = snap.kept_view_after.has_value();
   copy->entries_a_part = std::max<size_t>(1, part_bytes / kEntryBytes);
   copy->claim = std::move(snap.burst_claim);
   for (Slot slot = NextStale(s, snap); slot != PublishedState::kNoSlot;

@@ -22,8 +22,9 @@
 // difference, so nothing is missed and nothing needs to be re-read. A mirror
 // that fell so far behind that the server resent its view whole (see
 // --max_pending) is resynchronised the same way, on the same stream; one of
-// the whole world is instead sent only what changed, as a snapshot that
-// keeps its view (MirrorUpdate::keeps_view), which is no resync.
+// the whole world is instead sent only what changed (unless the server no
+// longer logs all it destroyed meanwhile), as a snapshot that keeps its view
+// (MirrorUpdate::keeps_view), which is no resync.
 //
 // Thread-safe.
 
