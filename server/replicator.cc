@@ -3,8 +3,10 @@
 #include "server/replicator.h"
 
 #include <algorithm>
+#include <chrono>
 #include <deque>
 #include <optional>
+#include <thread>
 #include <utility>
 
 #include "absl/types/span.h"
@@ -83,9 +85,6 @@ bool Replicator::CatchUpFromState(Subscription& s, absl::Time now) {
     s.Resync();  // Its destructions were dropped from the log.
     return false;
   }
-  const auto first = std::partition_point(
-      destroyed_log_.begin(), destroyed_log_.end(),
-      [after](const DestroyedEntity& d) { return d.frame <= after; });
   // What it lacks is the entity as published now: created (with its parent
   // and matrix), or re-parented, moved; past max_pending, no further. Its
   // `pending` is empty (see Subscription::changed_after): the slots are
@@ -95,15 +94,7 @@ bool Replicator::CatchUpFromState(Subscription& s, absl::Time now) {
   OwedSlots owed;
   // Its entities destroyed and created again: to it, re-parented and moved.
   absl::flat_hash_set<Slot> again;
-  for (auto it = first; it != destroyed_log_.end(); ++it) {
-    if (it->created > after) continue;
-    const Slot slot = state_.Find(it->entity);
-    if (slot == PublishedState::kNoSlot) {
-      owed.destroyed.push_back(it->entity);
-    } else {
-      again.insert(slot);
-    }
-  }
+  HeldDestroyedSince(after, owed.destroyed, again);
   size_t entities = owed.destroyed.size();
   bool within = entities <= max_pending_;
   if (within) {
@@ -126,9 +117,13 @@ bool Replicator::CatchUpFromState(Subscription& s, absl::Time now) {
   if (!within) {
     // Owed more than a laggard may be: what changed, streamed, if it keeps
     // its view through a snapshot (the entities it had that are gone are
-    // all known: at most the log's max_pending); else its view whole.
+    // all known: at most the log's max_pending), once found; meanwhile it
+    // is owed from `after` still. Else its view whole.
     if (s.options.accepts_kept_view_snapshots) {
-      BuildKeptViewSnapshot(s, after, std::move(owed.destroyed), again);
+      s.changed_after = after;
+      s.changed_entities = entities;
+      s.kept_view_scan = std::make_unique<KeptViewScan>(KeptViewScan{
+          .after = after, .began = frame_, .end_block = state_.blocks()});
     } else {
       s.Resync();
     }
@@ -138,6 +133,22 @@ bool Replicator::CatchUpFromState(Subscription& s, absl::Time now) {
   SortByDepth(owed.reparented);
   MakeParts(s, now, owed);
   return true;
+}
+
+void Replicator::HeldDestroyedSince(uint64_t after, std::vector<EntityId>& gone,
+                                    absl::flat_hash_set<Slot>& again) const {
+  const auto first = std::partition_point(
+      destroyed_log_.begin(), destroyed_log_.end(),
+      [after](const DestroyedEntity& d) { return d.frame <= after; });
+  for (auto it = first; it != destroyed_log_.end(); ++it) {
+    if (it->created > after) continue;
+    const Slot slot = state_.Find(it->entity);
+    if (slot == PublishedState::kNoSlot) {
+      gone.push_back(it->entity);
+    } else {
+      again.insert(slot);
+    }
+  }
 }
 
 void Replicator::LogDestroyed(const FrameChanges& changes) {
@@ -929,7 +940,7 @@ std::shared_ptr<const Outgoing> Replicator::Take(SubscriptionId id,
     *must_make = true;
     return nullptr;
   }
-  if (!s.snapshot && !s.resync && s.changed_after) {
+  if (!s.snapshot && !s.resync && s.changed_after && !s.kept_view_scan) {
     // Owed what changed after a frame: the same message as any other
     // subscriber owed those frames.
     if (TakeSharedFold(s, now)) return TakePart(s);
@@ -939,17 +950,36 @@ std::shared_ptr<const Outgoing> Replicator::Take(SubscriptionId id,
       return TakePart(s);
     }
   }
-  if (!s.snapshot && !s.resync) {
-    MakePendingParts(s, now);
-    return TakePart(s);
+  Subscription* sub = &s;
+  if (sub->kept_view_scan) {
+    // Found a chunk at a time, the lock released between chunks (frames
+    // published meanwhile are found again at the end).
+    KeptViewScan* scan = sub->kept_view_scan.get();
+    while (!ScanForKeptView(*scan)) {
+      lock.unlock();
+      // Off the lock long enough for a waiter (a publication, another
+      // stream) to take it: std::mutex hands it to none, and one unlocked
+      // and locked again at once is mostly kept.
+      std::this_thread::sleep_for(std::chrono::microseconds(1));
+      lock.lock();
+      it = subs_.find(id);
+      if (it == subs_.end() || it->second->kept_view_scan.get() != scan) {
+        return nullptr;  // Gone, resynced, or taken on by another call.
+      }
+      sub = it->second.get();
+    }
+    FinishKeptViewSnapshot(*sub);
   }
-  if (s.resync) {
-    s.resync = false;
-    BuildSnapshot(s);
+  if (!sub->snapshot && !sub->resync) {
+    MakePendingParts(*sub, now);
+    return TakePart(*sub);
+  }
+  if (sub->resync) {
+    sub->resync = false;
+    BuildSnapshot(*sub);
   }
   // A burst's copy is made outside the lock; the world may outgrow it
   // meanwhile, so a second is offered, and then it grows under the lock.
-  Subscription* sub = &s;
   for (int round = 0;; ++round) {
     size_t copy_wanted = 0;
     auto part = NextSnapshotPart(*sub, round < 2 ? &copy_wanted : nullptr);

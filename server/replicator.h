@@ -233,6 +233,19 @@ class Replicator {
     std::shared_ptr<const void> burst_claim;
     std::shared_ptr<BurstCopy> burst_copy;
   };
+  // What changed after frame `after`, for a snapshot that keeps the view,
+  // found a chunk of blocks at a time with the lock released between
+  // chunks (see Take), so that no hold is O(world); the subscriber stays
+  // owed from `after` (O(1) a frame) meanwhile. What changed after
+  // `began`, when the scan began, is found again at its end.
+  struct KeptViewScan {
+    uint64_t after = 0;
+    uint64_t began = 0;
+    size_t next_block = 0;
+    size_t end_block = 0;
+    SlotBits changed;
+    SlotBits created;  // Of those, the ones created since.
+  };
   struct Subscription {
     SubscriptionOptions options;
     bool whole_world = true;
@@ -317,6 +330,7 @@ class Replicator {
       changed_after.reset();
       changed_entities = 0;
       overdue_entities = 0;
+      kept_view_scan.reset();
       resync = true;
     }
     absl::Time next_allowed = absl::InfinitePast();
@@ -331,6 +345,8 @@ class Replicator {
     size_t changed_entities = 0;
     // Set while its snapshot streams; pending stays empty then.
     std::unique_ptr<StreamedSnapshot> snapshot;
+    // Set while what a snapshot that keeps its view sends is found.
+    std::unique_ptr<KeptViewScan> kept_view_scan;
   };
 
   // Echo suppression: by client id, the entities whose move in a frame was
@@ -478,10 +494,21 @@ class Replicator {
   // s.changed_after: the destroyed log's entities it had, and the state's
   // stamps (PublishedState::ForEachChangedSince),
   // O(slots / 8 + entities changed), under the lock when its message is
-  // due. Or, when that is more than max_pending, starts a snapshot that
-  // keeps its view, if it accepts one (else, or when the log no longer
-  // reaches back to it, resyncs it). Returns whether it caught up.
+  // due. Or, when that is more than max_pending, starts the scan for a
+  // snapshot that keeps its view, if it accepts one (else, or when the log
+  // no longer reaches back to it, resyncs it). Returns whether it caught
+  // up.
   bool CatchUpFromState(Subscription& s, absl::Time now);
+  // Of the entities the destroyed log has destroyed after `after`, those a
+  // subscriber last sent that frame had: gone, or (`again`, by slot)
+  // created again since, which to it is re-parented.
+  void HeldDestroyedSince(uint64_t after, std::vector<EntityId>& gone,
+                          absl::flat_hash_set<Slot>& again) const;
+  // The next chunk of the subscriber's KeptViewScan: O(chunk's slots +
+  // changed in them). Returns whether the scan is done.
+  bool ScanForKeptView(KeptViewScan& scan) const;
+  // Notes a slot that changed after scan.after; true (for the walk).
+  bool Found(KeptViewScan& scan, Slot slot) const;
   // Logs the frame's destroyed entities, and trims the log to what the
   // subscribers that catch up from the state may still need.
   void LogDestroyed(const FrameChanges& changes);
@@ -491,16 +518,15 @@ class Replicator {
   // Starts streaming the subscriber's view (and rebuilds a subtree view's
   // membership, in O(view)).
   void BuildSnapshot(Subscription& s);
-  // Starts streaming what changed after frame `after` to a subscriber of the
-  // whole world that holds its view as of then (a snapshot that keeps its
-  // view): `gone`, the entities it had that are destroyed, first; `again`,
-  // the slots of ids it had that were destroyed and created again since,
-  // re-parented and moved to it. O(slots / 8 + entities changed), under the
-  // lock: each changed slot's row is read (5.4 ms for 300,000 of 1M,
-  // BM_KeptViewSnapshotStart).
-  void BuildKeptViewSnapshot(Subscription& s, uint64_t after,
-                             std::vector<EntityId> gone,
-                             const absl::flat_hash_set<Slot>& again);
+  // Once its scan is done, starts streaming what changed after the scan's
+  // frame to the subscriber, which holds its view as of then (a snapshot
+  // that keeps its view): the entities it had that are destroyed first,
+  // ids it had that were destroyed and created again re-parented, and
+  // what else changed. O(slots / 64 + entities changed, and what changed
+  // since the scan began), the rows of what changed long since being read
+  // by the scan, a chunk at a time. Or, when the destroyed log no longer
+  // reaches back to it, resyncs it.
+  void FinishKeptViewSnapshot(Subscription& s);
   // A snapshot for `s`, as it starts: what it held of frames is dropped.
   static std::unique_ptr<StreamedSnapshot> StartSnapshot(Subscription& s);
   // The streamed snapshot's next part. Or, when its burst is due and

@@ -23,6 +23,11 @@ constexpr size_t kEntryBytes = v1::FrameUpdateWriter::kEntryBytes;
 constexpr size_t kBurstEntryBytes =
     2 * sizeof(EntityId) + sizeof(Matrix3x4) + 1;
 
+// A snapshot that keeps the view finds what changed this many blocks of
+// slots (65,536 slots) at a time, the lock released between: a quarter of
+// a millisecond or so each, where changes are dense.
+constexpr size_t kKeptViewScanBlocks = 8192;
+
 // A snapshot's parts, marked if it keeps the subscriber's view.
 std::vector<v1::FrameUpdate> Marked(std::vector<v1::FrameUpdate> parts,
                                     bool keeps_view) {
@@ -127,24 +132,48 @@ std::unique_ptr<Replicator::StreamedSnapshot> Replicator::StartSnapshot(
   return snap;
 }
 
-void Replicator::BuildKeptViewSnapshot(Subscription& s, uint64_t after,
-                                       std::vector<EntityId> gone,
-                                       const absl::flat_hash_set<Slot>& again) {
+bool Replicator::Found(KeptViewScan& scan, Slot slot) const {
+  scan.changed.set(slot);
+  if (state_.stamps(slot).created > scan.after) scan.created.set(slot);
+  return true;
+}
+
+bool Replicator::ScanForKeptView(KeptViewScan& scan) const {
+  const size_t end =
+      std::min(scan.end_block, scan.next_block + kKeptViewScanBlocks);
+  state_.ForEachChangedSinceIn(scan.after, scan.next_block, end,
+                               [&](Slot slot) { return Found(scan, slot); });
+  scan.next_block = end;
+  return end == scan.end_block;
+}
+
+void Replicator::FinishKeptViewSnapshot(Subscription& s) {
+  KeptViewScan scan = std::move(*s.kept_view_scan);
+  s.kept_view_scan.reset();
+  if (scan.after < destroyed_log_after_) {
+    s.Resync();  // Destructions it is owed were dropped from the log.
+    return;
+  }
+  s.changed_after.reset();
+  s.changed_entities = 0;
   auto snap = StartSnapshot(s);
-  snap->kept_view_after = after;
-  // It holds every live entity not created since (or created again, under
-  // an id it had), and is sent those that changed: O(slots / 64), then
-  // O(slots / 8 + changed) for what changed.
-  snap->known = state_.LiveSlots();
-  state_.ForEachChangedSince(after, [&](Slot slot) {
-    if (state_.stamps(slot).created > after &&
-        (again.empty() || !again.contains(slot))) {
-      snap->known.reset(slot);
-    }
-    if (snap->stale.set(slot)) ++snap->stale_count;
-    return true;
-  });
-  snap->gone = std::move(gone);
+  snap->kept_view_after = scan.after;
+  absl::flat_hash_set<Slot> again;
+  HeldDestroyedSince(scan.after, snap->gone, again);
+  // What changed since the scan began, wherever the scan was (those slots'
+  // rows alone), and what it found, of the slots still live: stale. The
+  // subscriber holds every live entity not created since, but for ids it
+  // had, destroyed and created again. Word by word, but what changed
+  // during the scan: O(slots / 64 + that).
+  state_.ForEachChangedSince(scan.began,
+                             [&](Slot slot) { return Found(scan, slot); });
+  const SlotBits live = state_.LiveSlots();
+  snap->stale = std::move(scan.changed);
+  snap->stale.And(live);
+  snap->stale_count = snap->stale.Count();
+  snap->known = live;
+  snap->known.AndNot(scan.created);
+  for (Slot slot : again) snap->known.set(slot);
   s.snapshot = std::move(snap);
 }
 

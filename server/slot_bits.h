@@ -72,6 +72,23 @@ class SlotBits {
   size_t words() const {
     return first_word_ < words_.size() ? words_.size() - first_word_ : 0;
   }
+  // Keeps the slots set here that are set in `other` (And) or are not
+  // (AndNot): O(words) of both.
+  void And(const SlotBits& other) {
+    for (size_t w = 0; w < words_.size(); ++w) {
+      words_[w] &= w < other.words_.size() ? other.words_[w] : 0;
+    }
+  }
+  void AndNot(const SlotBits& other) {
+    const size_t n = std::min(words_.size(), other.words_.size());
+    for (size_t w = 0; w < n; ++w) words_[w] &= ~other.words_[w];
+  }
+  // How many are set: O(words).
+  size_t Count() const {
+    size_t count = 0;
+    for (uint64_t word : words_) count += std::popcount(word);
+    return count;
+  }
   // Calls f(slot) for each slot set here and in `other`, in ascending
   // order: O(words()), plus one call a slot found.
   template <typename F>

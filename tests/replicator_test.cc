@@ -1173,6 +1173,70 @@ TEST(ReplicatorLagTest, AStalledSubscriberOwedMoreThanMaxPendingKeepsItsView) {
   ExpectCompactMatch(packed_end.state, Snapshot(world), kPrecision);
 }
 
+// What a snapshot that keeps the view sends is found a chunk of slots at a
+// time, the lock released between chunks, so frames are published in the
+// midst of it: here by another thread, churning a world of 200,000 (four
+// chunks) while a subscriber owed more than max_pending reads. Applied
+// strictly, its view ends the published state exactly.
+TEST(ReplicatorLagTest, AKeptViewFoundWhileAnotherThreadPublishesIsExact) {
+  World world;
+  FrameChanges changes;
+  Replicator replicator(/*max_pending=*/1000);
+  constexpr EntityId kEntities = 200'000;
+  std::vector<CreateOp> roots;
+  for (EntityId e = 1; e <= kEntities; ++e) {
+    roots.push_back({e, e % 10 == 1 ? 0 : (e - 1) / 10 * 10 + 1, At(0)});
+  }
+  ASSERT_TRUE(world.CreateMany(roots).ok());
+  world.EndFrame(&changes);
+  replicator.Publish(changes, absl::Now());
+  SubscriptionOptions options;
+  options.accepts_kept_view_snapshots = true;
+  const auto id =
+      replicator.Subscribe(options, std::make_shared<CountingSink>());
+  State mirror;
+  while (auto update = replicator.Next(id, absl::InfiniteFuture())) {
+    ApplyStrictly(update->message(), &mirror);
+  }
+  std::mt19937 rng(3);
+  const auto frame = [&](int moves) {
+    std::vector<SetLocalOp> step;
+    for (int k = 0; k < moves; ++k) {
+      step.push_back({1 + rng() % kEntities, At(float(rng() % 100))});
+    }
+    world.SetLocals(step).IgnoreError();
+    const EntityId e = 1 + rng() % kEntities;
+    if (rng() % 2) {
+      world.Destroy(e, DestroyMode::kReparentChildren).IgnoreError();
+    } else if (!world.Has(e)) {
+      world.Create(e, rng() % 3 ? 1 + rng() % kEntities : 0, At(1))
+          .IgnoreError();
+    }
+    world.EndFrame(&changes);
+    replicator.Publish(changes, absl::Now());
+  };
+  // It stalls past max_pending: about 20,000 changed, all over the slots.
+  for (int f = 0; f < 10; ++f) frame(2000);
+  std::atomic<bool> done = false;
+  std::thread publisher([&] {
+    for (int f = 0; f < 300; ++f) frame(300);
+    done = true;
+  });
+  bool kept = false;
+  while (!done) {
+    while (auto update = replicator.Next(id, absl::InfiniteFuture())) {
+      kept = kept || update->message().keeps_view();
+      ApplyStrictly(update->message(), &mirror);
+    }
+  }
+  publisher.join();
+  while (auto update = replicator.Next(id, absl::InfiniteFuture())) {
+    ApplyStrictly(update->message(), &mirror);
+  }
+  EXPECT_TRUE(kept);
+  EXPECT_EQ(mirror, Snapshot(world));
+}
+
 // A snapshot that keeps the view streams a part at a time while the world
 // keeps changing, as any snapshot: applied strictly to the view the
 // subscriber held (nothing created that it holds, nothing re-parented,
