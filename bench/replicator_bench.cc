@@ -445,29 +445,37 @@ BENCHMARK(BM_RateLimitedSubscribers)
     ->ArgsProduct({{1, 16, 64, 256}, {0, 1}, {10, 1}})
     ->Unit(benchmark::kMillisecond);
 
-// A subscriber at full rate that stops reading for arg frames, then reads:
-// what it is sent to be current again (its bytes, and the matrices in them:
-// `entities`), and what making that costs (the reported time, all of it
-// made at once, though a snapshot's parts are made as its stream asks).
-// Raw (second argument 0) or compact at 1 mm (1).
-void BM_StalledSubscriberCatchesUp(benchmark::State& state) {
-  const auto stall_frames = static_cast<size_t>(state.range(0));
-  FrameLoop loop;
+// The scene published `stall_frames` frames while a subscriber with
+// `options` takes nothing, then all it is sent taken at once (timed), each
+// iteration; its last catch-up's messages, matrices and MB as counters.
+void StallThenRead(benchmark::State& state, size_t max_pending,
+                   const SubscriptionOptions& options, int stall_frames) {
+  FrameLoop loop(max_pending);
   if (!loop.ok()) state.SkipWithError("scene");
-  SubscriptionOptions options;
-  if (state.range(1) == 1) options.compact_precision = 1e-3f;
   loop.Subscribe(options);
   loop.Drain(0);
   FrameLoop::Sent sent;
   for (auto _ : state) {
     state.PauseTiming();
-    for (size_t f = 0; f < stall_frames; ++f) loop.PublishNext();
+    for (int f = 0; f < stall_frames; ++f) loop.PublishNext();
     state.ResumeTiming();
     sent = loop.Drain(0);
   }
   state.counters["messages"] = static_cast<double>(sent.messages);
   state.counters["entities"] = static_cast<double>(sent.entities);
   state.counters["MB"] = static_cast<double>(sent.bytes) / 1e6;
+}
+
+// A subscriber at full rate that stops reading for arg frames, then reads:
+// what it is sent to be current again (its bytes, and the matrices in them:
+// `entities`), and what making that costs (the reported time, all of it
+// made at once, though a snapshot's parts are made as its stream asks).
+// Raw (second argument 0) or compact at 1 mm (1).
+void BM_StalledSubscriberCatchesUp(benchmark::State& state) {
+  SubscriptionOptions options;
+  if (state.range(1) == 1) options.compact_precision = 1e-3f;
+  StallThenRead(state, /*max_pending=*/65'536, options,
+                static_cast<int>(state.range(0)));
 }
 BENCHMARK(BM_StalledSubscriberCatchesUp)
     ->ArgsProduct({{30, 120}, {0, 1}})
@@ -478,23 +486,10 @@ BENCHMARK(BM_StalledSubscriberCatchesUp)
 // argument 0) or compact at 1 mm (1); a subscriber that is resent its view
 // whole (second argument 0) or one that accepts a snapshot keeping it (1).
 void BM_StalledSubscriberOwedPastMaxPending(benchmark::State& state) {
-  FrameLoop loop(/*max_pending=*/16'384);
-  if (!loop.ok()) state.SkipWithError("scene");
   SubscriptionOptions options;
   if (state.range(0) == 1) options.compact_precision = 1e-3f;
   options.accepts_kept_view_snapshots = state.range(1) == 1;
-  loop.Subscribe(options);
-  loop.Drain(0);
-  FrameLoop::Sent sent;
-  for (auto _ : state) {
-    state.PauseTiming();
-    for (int f = 0; f < 30; ++f) loop.PublishNext();
-    state.ResumeTiming();
-    sent = loop.Drain(0);
-  }
-  state.counters["messages"] = static_cast<double>(sent.messages);
-  state.counters["entities"] = static_cast<double>(sent.entities);
-  state.counters["MB"] = static_cast<double>(sent.bytes) / 1e6;
+  StallThenRead(state, /*max_pending=*/16'384, options, /*stall_frames=*/30);
 }
 BENCHMARK(BM_StalledSubscriberOwedPastMaxPending)
     ->ArgsProduct({{0, 1}, {0, 1}})

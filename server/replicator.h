@@ -508,7 +508,7 @@ class Replicator {
   // changed in them). Returns whether the scan is done.
   bool ScanForKeptView(KeptViewScan& scan) const;
   // Notes a slot that changed after scan.after; true (for the walk).
-  bool Found(KeptViewScan& scan, Slot slot) const;
+  bool NoteChanged(KeptViewScan& scan, Slot slot) const;
   // Logs the frame's destroyed entities, and trims the log to what the
   // subscribers that catch up from the state may still need.
   void LogDestroyed(const FrameChanges& changes);

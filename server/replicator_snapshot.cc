@@ -132,7 +132,7 @@ std::unique_ptr<Replicator::StreamedSnapshot> Replicator::StartSnapshot(
   return snap;
 }
 
-bool Replicator::Found(KeptViewScan& scan, Slot slot) const {
+bool Replicator::NoteChanged(KeptViewScan& scan, Slot slot) const {
   scan.changed.set(slot);
   if (state_.stamps(slot).created > scan.after) scan.created.set(slot);
   return true;
@@ -141,8 +141,9 @@ bool Replicator::Found(KeptViewScan& scan, Slot slot) const {
 bool Replicator::ScanForKeptView(KeptViewScan& scan) const {
   const size_t end =
       std::min(scan.end_block, scan.next_block + kKeptViewScanBlocks);
-  state_.ForEachChangedSinceIn(scan.after, scan.next_block, end,
-                               [&](Slot slot) { return Found(scan, slot); });
+  state_.ForEachChangedSinceIn(
+      scan.after, scan.next_block, end,
+      [&](Slot slot) { return NoteChanged(scan, slot); });
   scan.next_block = end;
   return end == scan.end_block;
 }
@@ -165,8 +166,8 @@ void Replicator::FinishKeptViewSnapshot(Subscription& s) {
   // subscriber holds every live entity not created since, but for ids it
   // had, destroyed and created again. Word by word, but what changed
   // during the scan: O(slots / 64 + that).
-  state_.ForEachChangedSince(scan.began,
-                             [&](Slot slot) { return Found(scan, slot); });
+  state_.ForEachChangedSince(
+      scan.began, [&](Slot slot) { return NoteChanged(scan, slot); });
   const SlotBits live = state_.LiveSlots();
   snap->stale = std::move(scan.changed);
   snap->stale.And(live);
