@@ -21,6 +21,7 @@
 // BM_StalledSubscriberOwedPastMaxPending: the same, owed more than
 // max_pending entities: its view whole, or a snapshot that keeps it.
 // BM_KeptViewSnapshotStart: the longest such a snapshot holds the lock.
+// BM_SubtreeSnapshotStart: the longest a subtree view's start holds it.
 // BM_StalledSubscribers: what such subscribers cost each frame meanwhile.
 //
 // BM_RateLimitedSubscribers, BM_FilteredSubscribers,
@@ -576,6 +577,47 @@ BENCHMARK(BM_KeptViewSnapshotStart)
     ->Args({1'000'000, 10'000})
     ->Args({1'000'000, 300'000})
     ->Args({1'000'000, 1'000'000})
+    ->Unit(benchmark::kMillisecond);
+
+// The longest a subtree subscription's start holds the replicator's lock:
+// Subscribe and the first Next() of a view of one root's subtree of
+// `entities`, a chain (shape 0) or a root with every other entity its
+// child (1). `first_ms`: Subscribe and the first Next(), wall time.
+void BM_SubtreeSnapshotStart(benchmark::State& state) {
+  const auto entities = static_cast<EntityId>(state.range(0));
+  World world;
+  FrameChanges changes;
+  Replicator replicator(/*max_pending=*/1000);
+  std::vector<CreateOp> ops;
+  for (EntityId e = 1; e <= entities; ++e) {
+    ops.push_back({e, e == 1 ? 0 : (state.range(1) == 0 ? e - 1 : 1), At(0)});
+  }
+  if (!world.CreateMany(ops).ok()) state.SkipWithError("world");
+  world.EndFrame(&changes);
+  replicator.Publish(changes, absl::Now());
+  SubscriptionOptions view;
+  view.subtrees = {1};
+  LockProbe probe(replicator);
+  double first = 0;
+  for (auto _ : state) {
+    probe.Probe(true);
+    const auto start = std::chrono::steady_clock::now();
+    const auto id = replicator.Subscribe(view, std::make_shared<NullSink>());
+    replicator.Next(id, absl::Now());
+    first += std::chrono::duration<double, std::milli>(
+                 std::chrono::steady_clock::now() - start)
+                 .count();
+    probe.Probe(false);
+    state.PauseTiming();
+    replicator.Unsubscribe(id);
+    state.ResumeTiming();
+  }
+  state.counters["first_ms"] = first / static_cast<double>(state.iterations());
+  state.counters["longest_hold_ms"] = probe.longest_seconds() * 1e3;
+}
+BENCHMARK(BM_SubtreeSnapshotStart)
+    ->Args({1'000'000, 0})
+    ->Args({1'000'000, 1})
     ->Unit(benchmark::kMillisecond);
 
 // What subscribers at full rate that stopped reading cost each frame's
