@@ -73,6 +73,7 @@ WorldInfo FromWire(const v1::WorldInfo& info) {
   out.entities = info.entities();
   out.frame = info.frame();
   out.subscribers = info.subscribers();
+  out.stream = v1::StreamStatsFromWire(info.stream());
   return out;
 }
 

@@ -813,6 +813,8 @@ std::shared_ptr<const Outgoing> Replicator::TakePart(Subscription& s) {
   }
   if (part->header().last_part) s.last_frame_sent = part->header().frame;
   s.overdue_entities = 0;
+  ++counted_.messages;
+  counted_.frames_folded += part->header().frames_skipped;
   return part;
 }
 
@@ -977,6 +979,7 @@ std::shared_ptr<const Outgoing> Replicator::Take(SubscriptionId id,
   if (sub->resync) {
     sub->resync = false;
     BuildSnapshot(*sub);
+    ++counted_.views_resent_whole;
   }
   // A burst's copy is made outside the lock; the world may outgrow it
   // meanwhile, so a second is offered, and then it grows under the lock.
@@ -1152,6 +1155,19 @@ std::vector<SubscriberStats> Replicator::Stats() const {
   std::sort(out.begin(), out.end(),
             [](const auto& a, const auto& b) { return a.id < b.id; });
   return out;
+}
+
+StreamStats Replicator::stream_stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  StreamStats stats = counted_;
+  stats.bytes = bytes_written_.load(std::memory_order_relaxed);
+  stats.streams_cut_off = cut_off_.load(std::memory_order_relaxed);
+  for (const auto& [id, s] : subs_) {
+    if (s->snapshot != nullptr || s->kept_view_scan != nullptr) {
+      ++stats.subscribers_in_snapshot;
+    }
+  }
+  return stats;
 }
 
 }  // namespace xform::server

@@ -63,6 +63,7 @@
 #include "server/published_state.h"
 #include "server/slot_bits.h"
 #include "xform/net_changes.h"
+#include "xform/stream_stats.h"
 #include "xform/v1/xform.pb.h"
 #include "xform/world.h"
 
@@ -205,6 +206,16 @@ class Replicator {
   }
 
   std::vector<SubscriberStats> Stats() const;
+  // What the streams were sent since this was made, and the subscribers
+  // now: O(subscribers), under the lock.
+  StreamStats stream_stats() const;
+  // A message's bytes handed to the transport, and a stream cut off for a
+  // stuck write: told by the sink's owner, which alone sees them. Without
+  // the lock: O(1).
+  void CountWritten(size_t bytes) {
+    bytes_written_.fetch_add(bytes, std::memory_order_relaxed);
+  }
+  void CountCutOff() { cut_off_.fetch_add(1, std::memory_order_relaxed); }
 
  private:
   using Slot = PublishedState::Slot;
@@ -432,8 +443,8 @@ class Replicator {
   // subscriber's, sent in turn).
   static void CommitFirstReadyFrame(Subscription& s);
   // Takes the next of the parts committed to, noting the frame sent (in the
-  // subscriber's encoding).
-  static std::shared_ptr<const Outgoing> TakePart(Subscription& s);
+  // subscriber's encoding), and counting it (StreamStats).
+  std::shared_ptr<const Outgoing> TakePart(Subscription& s);
   // Whether the live slot's entity is in a filtered subscription's view (as
   // of its last update); InView(s, e) is false for an entity not alive.
   bool InView(const Subscription& s, Slot slot) const;
@@ -635,6 +646,10 @@ class Replicator {
   uint64_t destroyed_log_after_ = 0;
   // How many of subs_ filter echoes, changed with it.
   std::atomic<size_t> echo_filtered_{0};
+  // StreamStats' counters: the lock's, and the sink owner's (atomic).
+  StreamStats counted_;
+  std::atomic<uint64_t> bytes_written_{0};
+  std::atomic<uint64_t> cut_off_{0};
 };
 
 }  // namespace xform::server

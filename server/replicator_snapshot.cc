@@ -176,6 +176,7 @@ void Replicator::FinishKeptViewSnapshot(Subscription& s) {
   snap->known.AndNot(scan.created);
   for (Slot slot : again) snap->known.set(slot);
   s.snapshot = std::move(snap);
+  ++counted_.kept_view_snapshots;
 }
 
 void Replicator::BuildSnapshot(Subscription& s) {

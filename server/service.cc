@@ -414,6 +414,7 @@ class SubscribeReactor final
     // as gRPC holds the bytes, which may outlast this write.
     const absl::string_view bytes = update_->encoded();
     caller_.usage->ChargeSent(caller_.quotas(), bytes.size(), now);
+    world_->replicator().CountWritten(bytes.size());
     grpc::Slice slice(const_cast<char*>(bytes.data()), bytes.size(),
                       &ReleaseOutgoing,
                       new std::shared_ptr<const Outgoing>(update_));
@@ -430,6 +431,7 @@ class SubscribeReactor final
           " write stuck for ", absl::FormatDuration(now - write_started_),
           ", cancelling");
     }
+    world_->replicator().CountCutOff();
     context_->TryCancel();
   }
 

@@ -265,6 +265,7 @@ v1::WorldInfo HostedWorld::Info() const {
   }
   info.set_frame(replicator_.frame());
   info.set_subscribers(static_cast<uint32_t>(replicator_.subscribers()));
+  v1::StreamStatsToWire(replicator_.stream_stats(), info.mutable_stream());
   return info;
 }
 

@@ -231,7 +231,7 @@ int Main() {
   // Signals are taken by one thread with sigwait(); every other thread,
   // gRPC's included, inherits the blocked mask. SIGHUP and SIGQUIT are taken
   // too, so that neither kills the server abruptly: SIGQUIT stops it like
-  // SIGTERM, SIGHUP is logged (there is nothing to reload yet).
+  // SIGTERM, SIGHUP reloads --auth_file (or is logged, without one).
   sigset_t signals;
   sigemptyset(&signals);
   for (int taken : {SIGTERM, SIGINT, SIGQUIT, SIGHUP}) {

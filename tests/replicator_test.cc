@@ -1173,6 +1173,70 @@ TEST(ReplicatorLagTest, AStalledSubscriberOwedMoreThanMaxPendingKeepsItsView) {
   ExpectCompactMatch(packed_end.state, Snapshot(world), kPrecision);
 }
 
+// The world's stream counts: every message taken, the frames they fold,
+// and which subscribers were sent their view again, whole or kept; not the
+// joining snapshots. (Bytes and cut-off streams are counted by the server's
+// streams: tests/server_test.cc.)
+TEST(ReplicatorLagTest, StreamStatsCountMessagesFoldsAndViewsSentAgain) {
+  World world;
+  FrameChanges changes;
+  Replicator replicator(/*max_pending=*/1000);
+  PublishLeafScene(world, changes, replicator);
+  SubscriptionOptions keeps;
+  keeps.accepts_kept_view_snapshots = true;
+  const auto whole = replicator.Subscribe({}, std::make_shared<CountingSink>());
+  const auto kept =
+      replicator.Subscribe(keeps, std::make_shared<CountingSink>());
+  EXPECT_EQ(replicator.stream_stats().subscribers_in_snapshot, 2u);
+  uint64_t messages = 0, folded = 0;
+  const auto take = [&](Replicator::SubscriptionId id) {
+    while (auto out = replicator.Next(id, absl::InfiniteFuture())) {
+      ++messages;
+      folded += out->message().frames_skipped();
+    }
+  };
+  take(whole);
+  take(kept);
+  StreamStats stats = replicator.stream_stats();
+  EXPECT_EQ(stats.messages, messages);
+  EXPECT_EQ(stats.subscribers_in_snapshot, 0u);
+  EXPECT_EQ(stats.views_resent_whole, 0u);
+  EXPECT_EQ(stats.kept_view_snapshots, 0u);
+  // Three frames each taken: nothing folded. Then 40 untaken, moving 2,000
+  // distinct entities, past max_pending.
+  const auto move = [&](int f, EntityId first, EntityId count) {
+    std::vector<SetLocalOp> moves;
+    for (EntityId e = first; e < first + count; ++e) {
+      moves.push_back({e, At(static_cast<float>(f) + 0.5f)});
+    }
+    ASSERT_TRUE(world.SetLocals(moves).ok());
+    world.EndFrame(&changes);
+    replicator.Publish(changes, absl::Now());
+  };
+  for (int f = 0; f < 3; ++f) {
+    move(f, 2, 10);
+    take(whole);
+    take(kept);
+  }
+  stats = replicator.stream_stats();
+  EXPECT_EQ(stats.messages, messages);
+  EXPECT_EQ(stats.frames_folded, 0u);
+  for (int f = 0; f < 40; ++f) {
+    move(f, 100 * static_cast<EntityId>(f) + 2, 50);
+  }
+  // Owed, not yet being sent anything.
+  EXPECT_EQ(replicator.stream_stats().subscribers_in_snapshot, 0u);
+  take(whole);
+  take(kept);
+  stats = replicator.stream_stats();
+  EXPECT_EQ(stats.messages, messages);
+  EXPECT_EQ(stats.frames_folded, folded);
+  EXPECT_EQ(folded, 2u * 39);  // Each folded 40 frames into one view.
+  EXPECT_EQ(stats.views_resent_whole, 1u);
+  EXPECT_EQ(stats.kept_view_snapshots, 1u);
+  EXPECT_EQ(stats.subscribers_in_snapshot, 0u);
+}
+
 // What a snapshot that keeps the view sends is found a chunk of slots at a
 // time, the lock released between chunks, so frames are published in the
 // midst of it: here by another thread, churning a world of 200,000 (four

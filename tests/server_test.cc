@@ -113,9 +113,9 @@ class ServerTest : public testing::Test {
  protected:
   void SetUp() override { StartServer(Limits{}); }
 
-  void StartServer(const Limits& limits) {
+  void StartServer(const Limits& limits, ServiceOptions options = {}) {
     server_.Stop();
-    ASSERT_TRUE(server_.Start(limits));
+    ASSERT_TRUE(server_.Start(limits, options));
     port_ = server_.port();
     stub_ = v1::Xform::NewStub(NewChannel());
   }
@@ -260,6 +260,10 @@ class Subscriber {
     absl::MutexLock lock(&mu_);
     return messages_;
   }
+  uint64_t bytes() {
+    absl::MutexLock lock(&mu_);
+    return bytes_;
+  }
   void Pause(bool paused) { paused_ = paused; }
   grpc::Status status() {
     absl::MutexLock lock(&mu_);
@@ -285,6 +289,7 @@ class Subscriber {
       absl::MutexLock lock(&mu_);
       mirror_.Apply(update);
       ++messages_;
+      bytes_ += update.ByteSizeLong();
       frames_skipped_ += update.frames_skipped();
       if (mirror_.synced && record_) {
         State state;
@@ -309,6 +314,7 @@ class Subscriber {
   std::vector<std::pair<uint64_t, State>> history_ ABSL_GUARDED_BY(mu_);
   uint64_t frames_skipped_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t messages_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
   grpc::Status status_ ABSL_GUARDED_BY(mu_);
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   std::pair<Subscriber*, uint64_t> pair_;
@@ -564,6 +570,66 @@ TEST_F(ServerTest, StalledSubscriberSkipsFramesAndConverges) {
   State mirrored;
   for (const auto& [e, entry] : stalled.mirror().entities) mirrored[e] = entry;
   EXPECT_EQ(mirrored, now);
+  // What xformd says its streams were sent is what they received: none is
+  // owed more than max_pending, so none had its view sent again.
+  const v1::StreamStats sent = Info("w").stream();
+  EXPECT_EQ(sent.messages(), fast.messages() + stalled.messages());
+  EXPECT_EQ(sent.bytes(), fast.bytes() + stalled.bytes());
+  EXPECT_EQ(sent.frames_folded(),
+            fast.frames_skipped() + stalled.frames_skipped());
+  EXPECT_EQ(sent.views_resent_whole() + sent.kept_view_snapshots(), 0u);
+  EXPECT_EQ(sent.streams_cut_off(), 0u);
+  EXPECT_EQ(sent.subscribers_in_snapshot(), 0u);
+}
+
+// A subscriber that stops reading for good is cut off once a write of its
+// has waited --write_timeout_ms, and the world's stream counts say so; the
+// one beside it reads on.
+TEST_F(ServerTest, AReaderThatStopsForGoodIsCutOffAndCounted) {
+  StartServer(Limits{}, {.write_timeout = absl::Milliseconds(300)});
+  ASSERT_TRUE(CreateWorld("w", v1::FRAME_MODE_TICK, 60).ok());
+  constexpr int kEntities = 4000;  // ~220 KB a frame of moves.
+  v1::ApplyRequest scene;
+  scene.set_world("w");
+  auto* create = scene.add_commands()->mutable_create();
+  for (int e = 1; e <= kEntities; ++e) {
+    create->add_entity(e);
+    create->add_parent(e <= 40 ? 0 : (e - 1) % 40 + 1);
+  }
+  ASSERT_EQ(Apply(scene).error_code(), kOk);
+  Subscriber reader(NewChannel(), SubscribeTo("w"), /*record=*/false);
+  Subscriber gone(NewChannel(), SubscribeTo("w"), /*record=*/false);
+  ASSERT_TRUE(reader.WaitForFrame(1));
+  ASSERT_TRUE(gone.WaitForFrame(1));
+  gone.Pause(true);
+  // Frames until gRPC's windows and the sockets' buffers are full and a
+  // write of its waits: tens of MB, a second or so.
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  uint64_t last = 0;
+  for (int step = 0; Info("w").stream().streams_cut_off() == 0; ++step) {
+    ASSERT_LT(absl::Now(), deadline) << "never cut off";
+    v1::ApplyRequest move;
+    move.set_world("w");
+    auto* set = move.add_commands()->mutable_set_local();
+    for (int root = 1; root <= 40; ++root) {
+      set->add_entity(root);
+      Transform t;
+      t.position = {static_cast<float>(step), static_cast<float>(root), 0};
+      AddTrs(t, set->mutable_local());
+    }
+    ASSERT_EQ(Apply(move, &last).error_code(), kOk);
+    std::this_thread::sleep_for(std::chrono::milliseconds(4));
+  }
+  EXPECT_TRUE(reader.WaitForFrame(last));
+  const v1::WorldInfo info = Info("w");
+  EXPECT_EQ(info.stream().streams_cut_off(), 1u);
+  EXPECT_EQ(info.subscribers(), 1u);
+  gone.Pause(false);  // What it had buffered, then the status.
+  for (int k = 0; k < 2000 && !gone.done(); ++k) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(gone.done());
+  EXPECT_EQ(gone.status().error_code(), grpc::StatusCode::CANCELLED);
 }
 
 // A writer subscribed with no_echo_client_id is not sent back the entities it

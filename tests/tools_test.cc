@@ -154,6 +154,11 @@ TEST_F(ToolsTest, XformctlWatchPrintsALinePerFrame) {
   }
   EXPECT_EQ(snapshots, 1);
   EXPECT_EQ(deltas, 3);
+  // The world's stream counts, through xformctl: at least what it watched.
+  const Json info = Json::parse(Ctl("worlds info w --json").out);
+  EXPECT_GE(info["stream"]["messages"].get<int>(), 4);
+  EXPECT_GT(info["stream"]["bytes"].get<int>(), 0);
+  EXPECT_THAT(Ctl("worlds info w").out, HasSubstr("frames folded"));
 }
 
 // A short run of every mode, stalling subscriber included, through the JSON
@@ -183,6 +188,21 @@ TEST_F(ToolsTest, XformLoadReportsEveryMode) {
       }
     }
     EXPECT_TRUE(mode["subscribers"][0].contains("stalled")) << mode["mode"];
+    // xformd's count of what its streams sent, over the whole run: at
+    // least what the stream subscribers received while measuring; none
+    // for pollers (Redis's relay reads a stream of its own).
+    const int streamed = mode["server_streams"]["messages"].get<int>();
+    if (mode["mode"] == "poll") {
+      EXPECT_EQ(streamed, 0);
+    } else if (mode["mode"] == "stream") {
+      int received = 0;
+      for (const Json& sub : mode["subscribers"]) {
+        received += sub["messages"].get<int>();
+      }
+      EXPECT_GE(streamed, received);
+    } else {
+      EXPECT_GT(streamed, 0) << mode["mode"];
+    }
   }
 }
 

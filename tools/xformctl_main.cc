@@ -150,10 +150,24 @@ const char* ModeName(FrameMode mode) {
   return "default";
 }
 
+Json ToJson(const StreamStats& s) {
+  return {{"messages", s.messages},
+          {"bytes", s.bytes},
+          {"frames_folded", s.frames_folded},
+          {"views_resent_whole", s.views_resent_whole},
+          {"kept_view_snapshots", s.kept_view_snapshots},
+          {"streams_cut_off", s.streams_cut_off},
+          {"subscribers_in_snapshot", s.subscribers_in_snapshot}};
+}
+
 Json ToJson(const WorldInfo& w) {
-  return {{"name", w.name},       {"mode", ModeName(w.mode)},
-          {"tick_hz", w.tick_hz}, {"entities", w.entities},
-          {"frame", w.frame},     {"subscribers", w.subscribers}};
+  return {{"name", w.name},
+          {"mode", ModeName(w.mode)},
+          {"tick_hz", w.tick_hz},
+          {"entities", w.entities},
+          {"frame", w.frame},
+          {"subscribers", w.subscribers},
+          {"stream", ToJson(w.stream)}};
 }
 
 std::string ToText(const WorldInfo& w) {
@@ -293,7 +307,15 @@ class Ctl {
 
   int PrintWorld(const absl::StatusOr<WorldInfo>& info) {
     if (!info.ok()) return Fail(info.status());
-    Print(ToJson(*info), ToText(*info));
+    const StreamStats& s = info->stream;
+    Print(ToJson(*info),
+          absl::StrFormat(
+              "%s\nstreams: %u messages, %.1f MB; %u frames folded; views "
+              "resent whole %u, kept %u; %u cut off; %u subscribers in a "
+              "snapshot now",
+              ToText(*info), s.messages, static_cast<double>(s.bytes) / 1e6,
+              s.frames_folded, s.views_resent_whole, s.kept_view_snapshots,
+              s.streams_cut_off, s.subscribers_in_snapshot));
     return 0;
   }
 
@@ -321,8 +343,9 @@ const Command kCommands[] = {
      "world when a write says --end_frame.",
      1, false, &Ctl::WorldsCreate},
     {"worlds info", "xformctl worlds info NAME",
-     "A world's mode, rate, size, last frame and subscriber count.", 1, false,
-     &Ctl::WorldsInfo},
+     "A world's mode, rate, size, last frame and subscribers, and what its "
+     "streams were sent (since xformd made or loaded it).",
+     1, false, &Ctl::WorldsInfo},
     {"worlds delete", "xformctl worlds delete NAME",
      "Deletes a world; its subscribers' streams end NOT_FOUND.", 1, false,
      &Ctl::WorldsDelete},

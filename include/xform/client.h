@@ -30,6 +30,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "xform/message_size.h"
+#include "xform/stream_stats.h"
 #include "xform/transform.h"
 #include "xform/world.h"
 
@@ -99,6 +100,7 @@ struct WorldInfo {
   uint64_t entities = 0;
   uint64_t frame = 0;  // The last published frame.
   uint32_t subscribers = 0;
+  StreamStats stream;  // What its streams were sent, its subscribers now.
 };
 
 struct ApplyOptions {

@@ -134,6 +134,7 @@ absl::StatusOr<ModeResult> LoadRun::Run(const std::string& mode,
   }
   const double cpu_before =
       config_.server_pid ? CpuSeconds(config_.server_pid) : 0;
+  const StreamStats streams_before = ServerStreams();
   const double redis_before = redis_pid ? CpuSeconds(redis_pid) : 0;
   std::atomic<uint64_t> frames_written{0};
   std::vector<std::thread> writers;
@@ -188,7 +189,23 @@ absl::StatusOr<ModeResult> LoadRun::Run(const std::string& mode,
     result.redis_cpu_ms_per_frame =
         1000 * (CpuSeconds(redis_pid) - redis_before) / frames;
   }
+  const StreamStats after = ServerStreams();
+  result.server_streams = {
+      .messages = after.messages - streams_before.messages,
+      .bytes = after.bytes - streams_before.bytes,
+      .frames_folded = after.frames_folded - streams_before.frames_folded,
+      .views_resent_whole =
+          after.views_resent_whole - streams_before.views_resent_whole,
+      .kept_view_snapshots =
+          after.kept_view_snapshots - streams_before.kept_view_snapshots,
+      .streams_cut_off = after.streams_cut_off - streams_before.streams_cut_off,
+      .subscribers_in_snapshot = after.subscribers_in_snapshot};
   return result;
+}
+
+StreamStats LoadRun::ServerStreams() {
+  absl::StatusOr<WorldInfo> info = client_->GetWorld(config_.world);
+  return info.ok() ? info->stream : StreamStats{};
 }
 
 void LoadRun::Write(int w, absl::Time end, std::atomic<uint64_t>* written,

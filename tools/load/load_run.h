@@ -65,6 +65,9 @@ struct ModeResult {
   double server_cpu_ms_per_frame = 0;
   double server_rss_mb = 0;
   double redis_cpu_ms_per_frame = 0;
+  // What xformd counted its streams of the world were sent while the
+  // writers ran (WorldInfo::stream, after less before; the gauge as after).
+  StreamStats server_streams;
 };
 
 class LoadRun {
@@ -85,6 +88,9 @@ class LoadRun {
   // Its batches' apply times go to `apply_ms`, what they set to `entities`.
   void Write(int w, absl::Time end, std::atomic<uint64_t>* written,
              std::vector<double>* apply_ms, uint64_t* entities);
+
+  // The world's stream counts as xformd reports them (zero if it cannot).
+  StreamStats ServerStreams();
 
   const Config config_;
   ClientOptions options_;

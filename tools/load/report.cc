@@ -46,6 +46,13 @@ Json ToJson(const ModeResult& r) {
           {"server_cpu_ms_per_frame", r.server_cpu_ms_per_frame},
           {"server_rss_mb", r.server_rss_mb},
           {"redis_cpu_ms_per_frame", r.redis_cpu_ms_per_frame},
+          {"server_streams",
+           {{"messages", r.server_streams.messages},
+            {"bytes", r.server_streams.bytes},
+            {"frames_folded", r.server_streams.frames_folded},
+            {"views_resent_whole", r.server_streams.views_resent_whole},
+            {"kept_view_snapshots", r.server_streams.kept_view_snapshots},
+            {"streams_cut_off", r.server_streams.streams_cut_off}}},
           {"subscribers", subs}};
 }
 
@@ -125,6 +132,20 @@ void PrintTable(const Config& c, const std::vector<ModeResult>& results) {
         static_cast<double>(updates) / per_sub_s,
         static_cast<double>(bytes) / per_sub_s / 1e6,
         static_cast<double>(all_bytes) / per_sub_s / 1e6);
+  }
+  // What xformd says it sent, over the writers' whole run: a subscriber
+  // that falls behind shows here as folded frames, views sent again or a
+  // stream cut off, even if it catches up before the measuring ends.
+  for (const ModeResult& r : results) {
+    const StreamStats& s = r.server_streams;
+    if (s.messages == 0) continue;
+    absl::PrintF(
+        "\n%s: xformd's streams of the world over the run: %.2f MB/s, %u "
+        "messages; %u frames folded; views resent whole %u, kept %u; %u "
+        "cut off\n",
+        r.mode, static_cast<double>(s.bytes) / c.seconds / 1e6, s.messages,
+        s.frames_folded, s.views_resent_whole, s.kept_view_snapshots,
+        s.streams_cut_off);
   }
   // Where a stream's latency goes: before the message reaches the
   // subscriber's process (the server, the transport) or after (its queue,

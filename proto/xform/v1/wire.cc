@@ -85,6 +85,26 @@ absl::StatusOr<std::vector<EntityState>> EntityStatesFromWire(
   return out;
 }
 
+void StreamStatsToWire(const xform::StreamStats& stats, StreamStats* out) {
+  out->set_messages(stats.messages);
+  out->set_bytes(stats.bytes);
+  out->set_frames_folded(stats.frames_folded);
+  out->set_views_resent_whole(stats.views_resent_whole);
+  out->set_kept_view_snapshots(stats.kept_view_snapshots);
+  out->set_streams_cut_off(stats.streams_cut_off);
+  out->set_subscribers_in_snapshot(stats.subscribers_in_snapshot);
+}
+
+xform::StreamStats StreamStatsFromWire(const StreamStats& stats) {
+  return {.messages = stats.messages(),
+          .bytes = stats.bytes(),
+          .frames_folded = stats.frames_folded(),
+          .views_resent_whole = stats.views_resent_whole(),
+          .kept_view_snapshots = stats.kept_view_snapshots(),
+          .streams_cut_off = stats.streams_cut_off(),
+          .subscribers_in_snapshot = stats.subscribers_in_snapshot()};
+}
+
 absl::Status CheckSubscribeRequest(const SubscribeRequest& request,
                                    size_t max_filter_ids) {
   if (static_cast<size_t>(request.entity_size()) + request.subtree_size() >

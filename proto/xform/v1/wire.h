@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "xform/stream_stats.h"
 #include "xform/transform.h"
 #include "xform/v1/xform.pb.h"
 #include "xform/world.h"
@@ -38,6 +39,10 @@ void AppendEntityState(const EntityState& state, ReadResponse* response);
 // INTERNAL when the response's arrays disagree in length.
 absl::StatusOr<std::vector<EntityState>> EntityStatesFromWire(
     const ReadResponse& response);
+
+// A world's stream counts (WorldInfo.stream), both ways.
+void StreamStatsToWire(const xform::StreamStats& stats, StreamStats* out);
+xform::StreamStats StreamStatsFromWire(const StreamStats& stats);
 
 // Whether a Subscribe may start as asked, before its world is looked up:
 // RESOURCE_EXHAUSTED when its filter names more than `max_filter_ids`
