@@ -160,6 +160,35 @@ class ServerTest : public testing::Test {
     return info;
   }
 
+  // `entities` under 40 roots, each root's children alike: every move of
+  // the roots moves them all (4,000: ~300 KB a snapshot, ~220 KB a frame
+  // of moves, enough to fill a stalled reader's flow control fast).
+  void CreateFortyRootScene(const std::string& world, int entities) {
+    v1::ApplyRequest scene;
+    scene.set_world(world);
+    auto* create = scene.add_commands()->mutable_create();
+    for (int e = 1; e <= entities; ++e) {
+      create->add_entity(e);
+      create->add_parent(e <= 40 ? 0 : (e - 1) % 40 + 1);
+    }
+    ASSERT_EQ(Apply(scene).error_code(), kOk);
+  }
+  // Moves the 40 roots to step `step`'s poses; the frame it lands in.
+  uint64_t MoveFortyRoots(const std::string& world, int step) {
+    v1::ApplyRequest move;
+    move.set_world(world);
+    auto* set = move.add_commands()->mutable_set_local();
+    for (int root = 1; root <= 40; ++root) {
+      set->add_entity(root);
+      Transform t;
+      t.position = {static_cast<float>(step), static_cast<float>(root), 0};
+      v1::AppendTransform(t, set->mutable_local());
+    }
+    uint64_t frame = 0;
+    EXPECT_EQ(Apply(move, &frame).error_code(), kOk);
+    return frame;
+  }
+
   // The whole current state of a world, through the Read RPC.
   State ReadAll(const std::string& name, const std::vector<EntityId>& roots) {
     State state;
@@ -194,15 +223,6 @@ class ServerTest : public testing::Test {
   std::unique_ptr<v1::Xform::Stub> stub_;
   int port_ = 0;
 };
-
-// Appends a command's 10 floats for a TRS.
-void AddTrs(const Transform& t, google::protobuf::RepeatedField<float>* out) {
-  for (float f :
-       {t.position.x, t.position.y, t.position.z, t.rotation.x, t.rotation.y,
-        t.rotation.z, t.rotation.w, t.scale.x, t.scale.y, t.scale.z}) {
-    out->Add(f);
-  }
-}
 
 // The same batch as core commands, for the test's reference world.
 std::vector<Command> ToCore(const v1::ApplyRequest& request) {
@@ -404,7 +424,7 @@ TEST_F(ServerTest, ReplicationIsExactForEveryFilter) {
                                      std::bernoulli_distribution(0.2)(rng)
                                  ? 0
                                  : existing());
-          AddTrs(random_trs(), create->mutable_local());
+          v1::AppendTransform(random_trs(), create->mutable_local());
         }
         if (create->entity_size() == 0) create->add_entity(bad ? 0 : 1000 + f);
         break;
@@ -428,7 +448,7 @@ TEST_F(ServerTest, ReplicationIsExactForEveryFilter) {
         auto* set = request.add_commands()->mutable_set_local();
         for (int k = 0; k < 8; ++k) {
           set->add_entity(bad && k == 7 ? 999 : existing());
-          AddTrs(random_trs(), set->mutable_local());
+          v1::AppendTransform(random_trs(), set->mutable_local());
         }
         break;
       }
@@ -500,15 +520,8 @@ TEST_F(ServerTest, ReplicationIsExactForEveryFilter) {
 // world's size, and when it resumes it converges to the exact latest state.
 TEST_F(ServerTest, StalledSubscriberSkipsFramesAndConverges) {
   ASSERT_TRUE(CreateWorld("w", v1::FRAME_MODE_TICK, 60).ok());
-  constexpr int kEntities = 4000;  // ~300 KB a frame: fills flow control fast.
-  v1::ApplyRequest scene;
-  scene.set_world("w");
-  auto* create = scene.add_commands()->mutable_create();
-  for (int e = 1; e <= kEntities; ++e) {
-    create->add_entity(e);
-    create->add_parent(e <= 40 ? 0 : (e - 1) % 40 + 1);
-  }
-  ASSERT_EQ(Apply(scene).error_code(), kOk);
+  constexpr int kEntities = 4000;
+  CreateFortyRootScene("w", kEntities);
 
   Subscriber fast(NewChannel(), SubscribeTo("w"), /*record=*/false);
   Subscriber stalled(NewChannel(), SubscribeTo("w"), /*record=*/false);
@@ -520,18 +533,7 @@ TEST_F(ServerTest, StalledSubscriberSkipsFramesAndConverges) {
   std::atomic<uint64_t> last_write_frame{0};
   std::thread writer([&] {
     for (int step = 0; writing; ++step) {
-      v1::ApplyRequest move;
-      move.set_world("w");
-      auto* set = move.add_commands()->mutable_set_local();
-      for (int root = 1; root <= 40; ++root) {
-        set->add_entity(root);
-        Transform t;
-        t.position = {static_cast<float>(step), static_cast<float>(root), 0};
-        AddTrs(t, set->mutable_local());
-      }
-      uint64_t frame = 0;
-      EXPECT_EQ(Apply(move, &frame).error_code(), kOk);
-      last_write_frame = frame;
+      last_write_frame = MoveFortyRoots("w", step);
       std::this_thread::sleep_for(std::chrono::milliseconds(4));
     }
   });
@@ -588,15 +590,7 @@ TEST_F(ServerTest, StalledSubscriberSkipsFramesAndConverges) {
 TEST_F(ServerTest, AReaderThatStopsForGoodIsCutOffAndCounted) {
   StartServer(Limits{}, {.write_timeout = absl::Milliseconds(300)});
   ASSERT_TRUE(CreateWorld("w", v1::FRAME_MODE_TICK, 60).ok());
-  constexpr int kEntities = 4000;  // ~220 KB a frame of moves.
-  v1::ApplyRequest scene;
-  scene.set_world("w");
-  auto* create = scene.add_commands()->mutable_create();
-  for (int e = 1; e <= kEntities; ++e) {
-    create->add_entity(e);
-    create->add_parent(e <= 40 ? 0 : (e - 1) % 40 + 1);
-  }
-  ASSERT_EQ(Apply(scene).error_code(), kOk);
+  CreateFortyRootScene("w", 4000);
   Subscriber reader(NewChannel(), SubscribeTo("w"), /*record=*/false);
   Subscriber gone(NewChannel(), SubscribeTo("w"), /*record=*/false);
   ASSERT_TRUE(reader.WaitForFrame(1));
@@ -608,16 +602,7 @@ TEST_F(ServerTest, AReaderThatStopsForGoodIsCutOffAndCounted) {
   uint64_t last = 0;
   for (int step = 0; Info("w").stream().streams_cut_off() == 0; ++step) {
     ASSERT_LT(absl::Now(), deadline) << "never cut off";
-    v1::ApplyRequest move;
-    move.set_world("w");
-    auto* set = move.add_commands()->mutable_set_local();
-    for (int root = 1; root <= 40; ++root) {
-      set->add_entity(root);
-      Transform t;
-      t.position = {static_cast<float>(step), static_cast<float>(root), 0};
-      AddTrs(t, set->mutable_local());
-    }
-    ASSERT_EQ(Apply(move, &last).error_code(), kOk);
+    last = MoveFortyRoots("w", step);
     std::this_thread::sleep_for(std::chrono::milliseconds(4));
   }
   EXPECT_TRUE(reader.WaitForFrame(last));
@@ -663,7 +648,7 @@ TEST_F(ServerTest, EchoSuppressionSkipsAWritersOwnMoves) {
       set->add_entity(e);
       Transform t;
       t.position.x = x;
-      AddTrs(t, set->mutable_local());
+      v1::AppendTransform(t, set->mutable_local());
     }
     ASSERT_EQ(Apply(request).error_code(), kOk);
   };
@@ -868,7 +853,7 @@ v1::ApplyRequest SetLocalIn(const std::string& world,
   auto* set = request.add_commands()->mutable_set_local();
   for (EntityId e : entities) {
     set->add_entity(e);
-    AddTrs(t, set->mutable_local());
+    v1::AppendTransform(t, set->mutable_local());
   }
   return request;
 }
@@ -896,7 +881,7 @@ class GapWatch {
         set->add_entity(1);
         Transform t;
         t.position.x = static_cast<float>(k);
-        AddTrs(t, set->mutable_local());
+        v1::AppendTransform(t, set->mutable_local());
         grpc::ClientContext context;
         v1::ApplyResponse response;
         stub_->Apply(&context, move, &response).IgnoreError();
@@ -1084,7 +1069,7 @@ class BadInputTest : public ServerTest {
     request.set_end_frame(true);
     auto* set = request.add_commands()->mutable_set_local();
     set->add_entity(e);
-    AddTrs(t, set->mutable_local());
+    v1::AppendTransform(t, set->mutable_local());
     return request;
   }
 
@@ -1163,13 +1148,14 @@ TEST_F(BadInputTest, NonFiniteAndInvalidTransformsAreInvalidArgument) {
   far.position.x = 1e10f;
   auto* child = overflow.mutable_commands(0)->mutable_set_local();
   child->add_entity(2);
-  AddTrs(far, child->mutable_local());
+  v1::AppendTransform(far, child->mutable_local());
   ExpectRefused(overflow, grpc::StatusCode::INVALID_ARGUMENT);
   Transform edge;
   edge.position.x = 3e38f;
   v1::ApplyRequest sum = SetLocal(4, edge);
   sum.mutable_commands(0)->mutable_set_local()->add_entity(5);
-  AddTrs(edge, sum.mutable_commands(0)->mutable_set_local()->mutable_local());
+  v1::AppendTransform(
+      edge, sum.mutable_commands(0)->mutable_set_local()->mutable_local());
   ExpectRefused(sum, grpc::StatusCode::INVALID_ARGUMENT);
 }
 
