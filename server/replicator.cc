@@ -814,7 +814,9 @@ std::shared_ptr<const Outgoing> Replicator::TakePart(Subscription& s) {
   if (part->header().last_part) s.last_frame_sent = part->header().frame;
   s.overdue_entities = 0;
   ++counted_.messages;
-  counted_.frames_folded += part->header().frames_skipped;
+  (s.options.max_rate_hz > 0 ? counted_.frames_folded_by_rate_limit
+                             : counted_.frames_folded) +=
+      part->header().frames_skipped;
   return part;
 }
 

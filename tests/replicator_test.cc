@@ -1235,6 +1235,25 @@ TEST(ReplicatorLagTest, StreamStatsCountMessagesFoldsAndViewsSentAgain) {
   EXPECT_EQ(stats.views_resent_whole, 1u);
   EXPECT_EQ(stats.kept_view_snapshots, 1u);
   EXPECT_EQ(stats.subscribers_in_snapshot, 0u);
+  // A 1 Hz subscriber's folds, which it asked for, are counted apart.
+  SubscriptionOptions rated;
+  rated.max_rate_hz = 1;
+  const absl::Time t0 = absl::Now();
+  const auto dashboard =
+      replicator.Subscribe(rated, std::make_shared<CountingSink>());
+  while (replicator.Next(dashboard, t0) != nullptr) ++messages;
+  move(9, 2, 10);  // Its first frame, due at once; the next a second on.
+  ASSERT_NE(replicator.Next(dashboard, t0), nullptr);
+  ++messages;
+  for (int f = 10; f < 15; ++f) move(f, 2, 10);
+  EXPECT_EQ(replicator.Next(dashboard, t0 + absl::Milliseconds(500)), nullptr);
+  const auto due = replicator.Next(dashboard, t0 + absl::Seconds(2));
+  ASSERT_NE(due, nullptr);
+  EXPECT_EQ(due->message().frames_skipped(), 4u);
+  stats = replicator.stream_stats();
+  EXPECT_EQ(stats.messages, messages + 1);
+  EXPECT_EQ(stats.frames_folded, folded);
+  EXPECT_EQ(stats.frames_folded_by_rate_limit, 4u);
 }
 
 // What a snapshot that keeps the view sends is found a chunk of slots at a

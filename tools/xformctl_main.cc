@@ -154,6 +154,7 @@ Json ToJson(const StreamStats& s) {
   return {{"messages", s.messages},
           {"bytes", s.bytes},
           {"frames_folded", s.frames_folded},
+          {"frames_folded_by_rate_limit", s.frames_folded_by_rate_limit},
           {"views_resent_whole", s.views_resent_whole},
           {"kept_view_snapshots", s.kept_view_snapshots},
           {"streams_cut_off", s.streams_cut_off},
@@ -310,12 +311,13 @@ class Ctl {
     const StreamStats& s = info->stream;
     Print(ToJson(*info),
           absl::StrFormat(
-              "%s\nstreams: %u messages, %.1f MB; %u frames folded; views "
-              "resent whole %u, kept %u; %u cut off; %u subscribers in a "
-              "snapshot now",
+              "%s\nstreams: %u messages, %.1f MB; %u frames folded (and %u "
+              "by rate limits); views resent whole %u, kept %u; %u cut off; "
+              "%u subscribers in a snapshot now",
               ToText(*info), s.messages, static_cast<double>(s.bytes) / 1e6,
-              s.frames_folded, s.views_resent_whole, s.kept_view_snapshots,
-              s.streams_cut_off, s.subscribers_in_snapshot));
+              s.frames_folded, s.frames_folded_by_rate_limit,
+              s.views_resent_whole, s.kept_view_snapshots, s.streams_cut_off,
+              s.subscribers_in_snapshot));
     return 0;
   }
 

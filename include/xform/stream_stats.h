@@ -19,9 +19,12 @@ namespace xform {
 struct StreamStats {
   uint64_t messages = 0;  // Sent; each part of a split message counts.
   uint64_t bytes = 0;     // Their encodings, as handed to the transport.
-  // FrameUpdate.frames_skipped, summed: frames folded into later messages,
-  // by slow subscribers or by rate-limited ones' choice.
+  // FrameUpdate.frames_skipped, summed: frames folded into later messages
+  // by subscribers that read slower than frames came (or were held to a
+  // principal's bytes_out_per_second), and apart, by those whose
+  // max_rate_hz asked for it (a 1 Hz dashboard folds 59 a second).
   uint64_t frames_folded = 0;
+  uint64_t frames_folded_by_rate_limit = 0;
   // Snapshots to subscribers that already had a view (owed more than
   // xformd's --max_pending entities): their view resent whole, or a
   // snapshot that kept it (FrameUpdate.keeps_view). Joining snapshots are

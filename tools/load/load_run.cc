@@ -194,6 +194,8 @@ absl::StatusOr<ModeResult> LoadRun::Run(const std::string& mode,
       .messages = after.messages - streams_before.messages,
       .bytes = after.bytes - streams_before.bytes,
       .frames_folded = after.frames_folded - streams_before.frames_folded,
+      .frames_folded_by_rate_limit = after.frames_folded_by_rate_limit -
+                                     streams_before.frames_folded_by_rate_limit,
       .views_resent_whole =
           after.views_resent_whole - streams_before.views_resent_whole,
       .kept_view_snapshots =

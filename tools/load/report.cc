@@ -50,6 +50,8 @@ Json ToJson(const ModeResult& r) {
            {{"messages", r.server_streams.messages},
             {"bytes", r.server_streams.bytes},
             {"frames_folded", r.server_streams.frames_folded},
+            {"frames_folded_by_rate_limit",
+             r.server_streams.frames_folded_by_rate_limit},
             {"views_resent_whole", r.server_streams.views_resent_whole},
             {"kept_view_snapshots", r.server_streams.kept_view_snapshots},
             {"streams_cut_off", r.server_streams.streams_cut_off}}},
@@ -141,11 +143,11 @@ void PrintTable(const Config& c, const std::vector<ModeResult>& results) {
     if (s.messages == 0) continue;
     absl::PrintF(
         "\n%s: xformd's streams of the world over the run: %.2f MB/s, %u "
-        "messages; %u frames folded; views resent whole %u, kept %u; %u "
-        "cut off\n",
+        "messages; %u frames folded (and %u by rate limits); views resent "
+        "whole %u, kept %u; %u cut off\n",
         r.mode, static_cast<double>(s.bytes) / c.seconds / 1e6, s.messages,
-        s.frames_folded, s.views_resent_whole, s.kept_view_snapshots,
-        s.streams_cut_off);
+        s.frames_folded, s.frames_folded_by_rate_limit, s.views_resent_whole,
+        s.kept_view_snapshots, s.streams_cut_off);
   }
   // Where a stream's latency goes: before the message reaches the
   // subscriber's process (the server, the transport) or after (its queue,

@@ -89,6 +89,7 @@ void StreamStatsToWire(const xform::StreamStats& stats, StreamStats* out) {
   out->set_messages(stats.messages);
   out->set_bytes(stats.bytes);
   out->set_frames_folded(stats.frames_folded);
+  out->set_frames_folded_by_rate_limit(stats.frames_folded_by_rate_limit);
   out->set_views_resent_whole(stats.views_resent_whole);
   out->set_kept_view_snapshots(stats.kept_view_snapshots);
   out->set_streams_cut_off(stats.streams_cut_off);
@@ -99,6 +100,7 @@ xform::StreamStats StreamStatsFromWire(const StreamStats& stats) {
   return {.messages = stats.messages(),
           .bytes = stats.bytes(),
           .frames_folded = stats.frames_folded(),
+          .frames_folded_by_rate_limit = stats.frames_folded_by_rate_limit(),
           .views_resent_whole = stats.views_resent_whole(),
           .kept_view_snapshots = stats.kept_view_snapshots(),
           .streams_cut_off = stats.streams_cut_off(),
