@@ -231,6 +231,27 @@ absl::StatusOr<std::vector<WorldInfo>> Client::ListWorlds() {
   return worlds;
 }
 
+absl::StatusOr<std::vector<SubscriberInfo>> Client::ListSubscribers(
+    absl::string_view world) {
+  std::vector<SubscriberInfo> subscribers;
+  v1::ListSubscribersRequest request;
+  request.set_world(std::string(world));
+  do {
+    v1::ListSubscribersResponse page;
+    if (absl::Status s =
+            Call(options_, *channel_->stub, &v1::Xform::Stub::ListSubscribers,
+                 request, &page);
+        !s.ok()) {
+      return s;
+    }
+    for (const v1::SubscriberInfo& info : page.subscribers()) {
+      subscribers.push_back(v1::SubscriberInfoFromWire(info));
+    }
+    request.set_after_id(page.next_after_id());
+  } while (request.after_id() != 0);
+  return subscribers;
+}
+
 absl::StatusOr<WorldInfo> Client::GetWorld(absl::string_view name) {
   v1::GetWorldRequest request;
   request.set_name(std::string(name));

@@ -813,10 +813,11 @@ std::shared_ptr<const Outgoing> Replicator::TakePart(Subscription& s) {
   }
   if (part->header().last_part) s.last_frame_sent = part->header().frame;
   s.overdue_entities = 0;
-  ++counted_.messages;
-  (s.options.max_rate_hz > 0 ? counted_.frames_folded_by_rate_limit
-                             : counted_.frames_folded) +=
-      part->header().frames_skipped;
+  Count(s, &Subscription::messages, &StreamStats::messages);
+  Count(s, &Subscription::frames_folded,
+        s.options.max_rate_hz > 0 ? &StreamStats::frames_folded_by_rate_limit
+                                  : &StreamStats::frames_folded,
+        part->header().frames_skipped);
   return part;
 }
 
@@ -828,6 +829,7 @@ Replicator::SubscriptionId Replicator::Subscribe(
   s->roots.insert(options.subtrees.begin(), options.subtrees.end());
   s->options = std::move(options);
   s->sink = std::move(sink);
+  s->subscribed = absl::Now();
   SubscriptionId id;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -981,7 +983,8 @@ std::shared_ptr<const Outgoing> Replicator::Take(SubscriptionId id,
   if (sub->resync) {
     sub->resync = false;
     BuildSnapshot(*sub);
-    ++counted_.views_resent_whole;
+    Count(*sub, &Subscription::views_resent_whole,
+          &StreamStats::views_resent_whole);
   }
   // A burst's copy is made outside the lock; the world may outgrow it
   // meanwhile, so a second is offered, and then it grows under the lock.
@@ -1018,8 +1021,6 @@ bool Replicator::TakeSharedFold(Subscription& s, absl::Time now) {
   if (it == shared_folds_.end()) return false;
   // What Fold() and MakePendingParts(), or CatchUpFromState(), would have
   // done, but the message.
-  const uint64_t frames = s.frames_with_changes + s.ready_frames;
-  s.frames_skipped += frames > 0 ? frames - 1 : 0;
   s.frames_with_changes = 0;
   s.ready.clear();
   s.ready_frames = 0;
@@ -1088,7 +1089,6 @@ void Replicator::MakeParts(Subscription& s, absl::Time now,
   }
   const uint64_t skipped =
       s.frames_with_changes > 0 ? s.frames_with_changes - 1 : 0;
-  s.frames_skipped += skipped;
   s.frames_with_changes = 0;
   for (auto& part : Share(writer.Finish(skipped))) {
     if (TracksHeld(s)) {
@@ -1140,22 +1140,58 @@ size_t Replicator::subscribers() const {
   return subs_.size();
 }
 
-std::vector<SubscriberStats> Replicator::Stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  std::vector<SubscriberStats> out;
-  for (const auto& [id, s] : subs_) {
-    const size_t stale = s->snapshot ? s->snapshot->stale_count : 0;
-    // Kept frames count beyond the first, the message it would send next.
-    const size_t kept = s->ready_frames > 1 ? s->ready_entities : 0;
-    // Owed from the state: what the frames listed, up to the live
-    // entities (the destroyed it had are not counted: finding them is
-    // O(log)).
-    const size_t owed = std::min(s->changed_entities, state_.size());
-    out.push_back({id, s->pending.size() + kept + owed + stale,
-                   s->last_frame_sent, s->frames_skipped});
+std::vector<SubscriberInfo> Replicator::Subscribers(uint64_t after_id,
+                                                    size_t limit) const {
+  std::vector<SubscriberInfo> out;
+  std::vector<std::shared_ptr<UpdateSink>> sinks;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<
+        const std::pair<const SubscriptionId, std::unique_ptr<Subscription>>*>
+        chosen;
+    for (const auto& entry : subs_) {
+      if (entry.first > after_id) chosen.push_back(&entry);
+    }
+    const auto by_id = [](const auto* a, const auto* b) {
+      return a->first < b->first;
+    };
+    if (chosen.size() > limit) {
+      std::nth_element(chosen.begin(), chosen.begin() + limit, chosen.end(),
+                       by_id);
+      chosen.resize(limit);
+    }
+    std::sort(chosen.begin(), chosen.end(), by_id);
+    for (const auto* entry : chosen) {
+      const Subscription& s = *entry->second;
+      const size_t stale = s.snapshot ? s.snapshot->stale_count : 0;
+      // Kept frames count beyond the first, the message it would send next.
+      const size_t kept = s.ready_frames > 1 ? s.ready_entities : 0;
+      // Owed from the state: what the frames listed, up to the live
+      // entities (the destroyed it had are not counted: finding them is
+      // O(log)).
+      const size_t owed = std::min(s.changed_entities, state_.size());
+      out.push_back({
+          .id = entry->first,
+          .subscribed = s.subscribed,
+          .position_precision = s.options.compact_precision,
+          .entities_listed = static_cast<uint32_t>(s.options.entities.size()),
+          .subtrees_listed = static_cast<uint32_t>(s.options.subtrees.size()),
+          .max_rate_hz = s.options.max_rate_hz,
+          .no_echo_client_id = s.options.no_echo_client_id,
+          .accepts_kept_view_snapshots = s.options.accepts_kept_view_snapshots,
+          .last_frame_sent = s.last_frame_sent,
+          .pending = s.pending.size() + kept + owed + stale,
+          .in_snapshot = s.snapshot != nullptr || s.kept_view_scan != nullptr,
+          .messages = s.messages,
+          .frames_folded = s.frames_folded,
+          .views_resent_whole = s.views_resent_whole,
+          .kept_view_snapshots = s.kept_view_snapshots,
+      });
+      sinks.push_back(s.sink);
+    }
   }
-  std::sort(out.begin(), out.end(),
-            [](const auto& a, const auto& b) { return a.id < b.id; });
+  const absl::Time now = absl::Now();
+  for (size_t k = 0; k < out.size(); ++k) sinks[k]->Describe(now, out[k]);
   return out;
 }
 

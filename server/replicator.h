@@ -64,6 +64,7 @@
 #include "server/slot_bits.h"
 #include "xform/net_changes.h"
 #include "xform/stream_stats.h"
+#include "xform/subscriber_info.h"
 #include "xform/v1/xform.pb.h"
 #include "xform/world.h"
 
@@ -82,6 +83,10 @@ class UpdateSink {
   virtual void Wake() = 0;
   virtual void Poll(absl::Time now) = 0;
   virtual void End(const absl::Status& status) = 0;
+  // Fills in what only the sink's owner knows of its stream (who is at the
+  // other end, bytes written, a write outstanding), for ListSubscribers.
+  // Called without the replicator's lock.
+  virtual void Describe(absl::Time /*now*/, SubscriberInfo& /*info*/) const {}
 };
 
 // Wakes the sinks a published frame concerns, perhaps spread over threads
@@ -124,16 +129,6 @@ struct SubscriptionOptions {
   // sent, when it is owed more than max_pending entities, what changed
   // since its last message as such a snapshot, not its view whole.
   bool accepts_kept_view_snapshots = false;
-};
-
-struct SubscriberStats {
-  uint64_t id = 0;
-  // Entities with changes not yet sent: where frames are kept, their
-  // entities counted once a frame; where owed from the published state, up
-  // to the live entities.
-  size_t pending = 0;
-  uint64_t last_frame_sent = 0;
-  uint64_t frames_skipped = 0;  // Over the subscription's life.
 };
 
 class Replicator {
@@ -205,7 +200,12 @@ class Replicator {
     return echo_filtered_.load(std::memory_order_relaxed);
   }
 
-  std::vector<SubscriberStats> Stats() const;
+  // Of the subscriptions with ids after `after_id`, the first `limit` by
+  // id: what the replicator knows of each, copied under the lock
+  // (O(subscribers) there), then what its sink knows (UpdateSink::
+  // Describe), without it.
+  std::vector<SubscriberInfo> Subscribers(uint64_t after_id = 0,
+                                          size_t limit = SIZE_MAX) const;
   // What the streams were sent since this was made, and the subscribers
   // now: O(subscribers), under the lock.
   StreamStats stream_stats() const;
@@ -314,7 +314,13 @@ class Replicator {
     absl::flat_hash_set<EntityId> lagging;
     bool lag_untracked = false;
     uint64_t last_frame_sent = 0;
-    uint64_t frames_skipped = 0;
+    absl::Time subscribed;
+    // What it was sent (SubscriberInfo's counts but bytes, which its sink
+    // counts), counted with the world's (counted_) by Count().
+    uint64_t messages = 0;
+    uint64_t frames_folded = 0;
+    uint64_t views_resent_whole = 0;
+    uint64_t kept_view_snapshots = 0;
     // Frames that changed this subscriber's view since its last message
     // (the FrameUpdate.frames_skipped definition), and whether the frame
     // being published has, so far.
@@ -442,6 +448,13 @@ class Replicator {
   // Commits the first of the kept frames' shared parts (a compact
   // subscriber's, sent in turn).
   static void CommitFirstReadyFrame(Subscription& s);
+  // Counts `n` for the subscriber, in its field `mine`, and for the world,
+  // in counted_'s `world`.
+  void Count(Subscription& s, uint64_t Subscription::*mine,
+             uint64_t StreamStats::*world, uint64_t n = 1) {
+    s.*mine += n;
+    counted_.*world += n;
+  }
   // Takes the next of the parts committed to, noting the frame sent (in the
   // subscriber's encoding), and counting it (StreamStats).
   std::shared_ptr<const Outgoing> TakePart(Subscription& s);

@@ -176,7 +176,8 @@ void Replicator::FinishKeptViewSnapshot(Subscription& s) {
   snap->known.AndNot(scan.created);
   for (Slot slot : again) snap->known.set(slot);
   s.snapshot = std::move(snap);
-  ++counted_.kept_view_snapshots;
+  Count(s, &Subscription::kept_view_snapshots,
+        &StreamStats::kept_view_snapshots);
 }
 
 void Replicator::BuildSnapshot(Subscription& s) {
@@ -373,7 +374,6 @@ std::shared_ptr<const Outgoing> Replicator::Burst(Subscription& s,
 
 void Replicator::EndSnapshot(Subscription& s) {
   // Frames published while it streamed are in it, not skipped.
-  s.frames_skipped += s.snapshot->skipped_before;
   s.frames_with_changes = 0;
   s.snapshot.reset();
 }

@@ -7,11 +7,14 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "server/log.h"
 #include "server/request_reader.h"
+#include "xform/subscriber_info.h"
+#include "xform/v1/wire.h"
 
 namespace xform::server {
 
@@ -325,6 +328,7 @@ class StreamSink final : public UpdateSink {
   void Wake() override;
   void Poll(absl::Time now) override;
   void End(const absl::Status& status) override;
+  void Describe(absl::Time now, SubscriberInfo& info) const override;
 
  private:
   const std::weak_ptr<SubscribeReactor> reactor_;
@@ -373,7 +377,7 @@ class SubscribeReactor final
     reactor->id_ = reactor->world_->replicator().Subscribe(
         std::move(options), std::make_shared<StreamSink>(reactor));
     Log('I', "world '", reactor->world_->name(), "': subscriber ", reactor->id_,
-        " joined from ", context->peer());
+        " joined from ", reactor->peer_);
     reactor->TrySend(absl::Now());
   }
 
@@ -415,6 +419,7 @@ class SubscribeReactor final
     const absl::string_view bytes = update_->encoded();
     caller_.usage->ChargeSent(caller_.quotas(), bytes.size(), now);
     world_->replicator().CountWritten(bytes.size());
+    bytes_written_.fetch_add(bytes.size(), std::memory_order_relaxed);
     grpc::Slice slice(const_cast<char*>(bytes.data()), bytes.size(),
                       &ReleaseOutgoing,
                       new std::shared_ptr<const Outgoing>(update_));
@@ -472,6 +477,15 @@ class SubscribeReactor final
     TrySend(absl::Now());
   }
 
+  // Its stream's part of ListSubscribers' entry (StreamSink::Describe).
+  void Describe(absl::Time now, SubscriberInfo& info) {
+    info.peer = peer_;
+    info.principal = caller_.name();
+    info.bytes = bytes_written_.load(std::memory_order_relaxed);
+    absl::MutexLock lock(&mu_);
+    if (writing_) info.write_outstanding = now - write_started_;
+  }
+
   void OnCancel() override {
     RequestFinish(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
   }
@@ -487,12 +501,14 @@ class SubscribeReactor final
                    std::shared_ptr<HostedWorld> world, BuildPool& pool,
                    std::atomic<int>& calls, const Caller& caller)
       : context_(context),
+        peer_(context->peer()),
         world_(std::move(world)),
         pool_(pool),
         hold_(calls),
         caller_(caller) {}
 
   grpc::CallbackServerContext* const context_;
+  const std::string peer_;
   const std::shared_ptr<HostedWorld> world_;
   BuildPool& pool_;
   const CallHold hold_;
@@ -502,6 +518,8 @@ class SubscribeReactor final
   bool folds_by_choice_ = false;  // Set once, before any other thread sees it.
   Replicator::SubscriptionId id_ =
       0;  // Set once, before any other thread sees it.
+
+  std::atomic<uint64_t> bytes_written_ = 0;
 
   absl::Mutex mu_;
   // The message of the write in flight (perhaps shared with other streams),
@@ -528,6 +546,10 @@ void StreamSink::Poll(absl::Time now) {
 
 void StreamSink::End(const absl::Status& status) {
   if (auto reactor = reactor_.lock()) reactor->RequestFinish(ToGrpc(status));
+}
+
+void StreamSink::Describe(absl::Time now, SubscriberInfo& info) const {
+  if (auto reactor = reactor_.lock()) reactor->Describe(now, info);
 }
 
 // Reactors that only finish, for streams refused at the start.
@@ -662,6 +684,40 @@ grpc::ServerUnaryReactor* XformService::DeleteWorld(
               caller.name(), "'");
         }
         return status;
+      });
+}
+
+grpc::ServerUnaryReactor* XformService::ListSubscribers(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return Serve<v1::ListSubscribersRequest, v1::ListSubscribersResponse>(
+      active_calls_, host_, *gatekeeper_, "ListSubscribers", context, request,
+      response,
+      [&](const Caller& caller, const v1::ListSubscribersRequest& list,
+          v1::ListSubscribersResponse* page) {
+        if (absl::Status allowed =
+                caller.Require(kAdmin, list.world(), "ListSubscribers");
+            !allowed.ok()) {
+          return allowed;
+        }
+        absl::StatusOr<std::shared_ptr<HostedWorld>> world =
+            host_.Get(list.world());
+        if (!world.ok()) return world.status();
+        const size_t page_size =
+            list.page_size() == 0 || list.page_size() > kMaxSubscribersPerPage
+                ? kMaxSubscribersPerPage
+                : list.page_size();
+        // One more than the page, to tell whether another follows.
+        std::vector<SubscriberInfo> subscribers =
+            (*world)->replicator().Subscribers(list.after_id(), page_size + 1);
+        if (subscribers.size() > page_size) {
+          subscribers.resize(page_size);
+          page->set_next_after_id(subscribers.back().id);
+        }
+        for (const SubscriberInfo& info : subscribers) {
+          v1::SubscriberInfoToWire(info, page->add_subscribers());
+        }
+        return absl::OkStatus();
       });
 }
 

@@ -24,6 +24,10 @@
 
 namespace xform::server {
 
+// ListSubscribers answers at most this many subscribers a call: about 200
+// bytes each, so a page stays well under any message limit.
+inline constexpr size_t kMaxSubscribersPerPage = 1000;
+
 struct ServiceOptions {
   // A subscriber write outstanding this long cancels its stream (see
   // write_watchdog.h).
@@ -44,11 +48,12 @@ using RawXformService = v1::Xform::WithRawCallbackMethod_CreateWorld<
     v1::Xform::WithRawCallbackMethod_ListWorlds<
         v1::Xform::WithRawCallbackMethod_GetWorld<
             v1::Xform::WithRawCallbackMethod_DeleteWorld<
-                v1::Xform::WithRawCallbackMethod_Apply<
-                    v1::Xform::WithRawCallbackMethod_ApplyStream<
-                        v1::Xform::WithRawCallbackMethod_Read<
-                            v1::Xform::WithRawCallbackMethod_Subscribe<
-                                v1::Xform::Service>>>>>>>>;
+                v1::Xform::WithRawCallbackMethod_ListSubscribers<
+                    v1::Xform::WithRawCallbackMethod_Apply<
+                        v1::Xform::WithRawCallbackMethod_ApplyStream<
+                            v1::Xform::WithRawCallbackMethod_Read<
+                                v1::Xform::WithRawCallbackMethod_Subscribe<
+                                    v1::Xform::Service>>>>>>>>>;
 
 class XformService final : public RawXformService {
  public:
@@ -65,6 +70,8 @@ class XformService final : public RawXformService {
                   Bytes* response) override;
   Unary* DeleteWorld(grpc::CallbackServerContext* context, const Bytes* request,
                      Bytes* response) override;
+  Unary* ListSubscribers(grpc::CallbackServerContext* context,
+                         const Bytes* request, Bytes* response) override;
   Unary* Apply(grpc::CallbackServerContext* context, const Bytes* request,
                Bytes* response) override;
   grpc::ServerBidiReactor<Bytes, Bytes>* ApplyStream(

@@ -160,6 +160,12 @@ class AuthTest : public ::testing::Test {
       v1::ReadResponse response;
       return stub_->Read(As(token).get(), request, &response);
     }
+    if (method == "ListSubscribers") {
+      v1::ListSubscribersRequest request;
+      request.set_world(world);
+      v1::ListSubscribersResponse response;
+      return stub_->ListSubscribers(As(token).get(), request, &response);
+    }
     if (method == "Apply") return Apply(token, world);
     if (method == "Subscribe") {
       OpenStream stream = Subscribe(token, world);
@@ -226,6 +232,9 @@ TEST_F(AuthTest, RolesByMethodAndWorld) {
       {"reader-token", "GetWorld", "private-1", DENIED},
       {"reader-token", "GetWorld", "private-missing", DENIED},
       {"reader-token", "Subscribe", "private-1", DENIED},
+      // Other callers' peers and principals are the admin's to see.
+      {"reader-token", "ListSubscribers", "scene-1", DENIED},
+      {"", "ListSubscribers", "scene-1", NOAUTH},
       // write
       {"writer-token", "Apply", "scene-1", OK},
       {"writer-token", "Apply", "private-1", DENIED},
@@ -239,6 +248,9 @@ TEST_F(AuthTest, RolesByMethodAndWorld) {
       {"admin-token", "CreateWorld", "scene-2", OK},
       {"admin-token", "DeleteWorld", "scene-1", OK},
       {"admin-token", "GetWorld", "scene-1", OK},
+      {"admin-token", "ListSubscribers", "scene-1", OK},
+      {"admin-token", "ListSubscribers", "scene-missing", MISSING},
+      {"admin-token", "ListSubscribers", "private-1", DENIED},
       {"admin-token", "Read", "scene-1", OK},
       {"admin-token", "Subscribe", "scene-1", OK},
       {"admin-token", "Apply", "scene-1", OK},

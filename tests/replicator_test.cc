@@ -190,7 +190,7 @@ TEST_F(ReplicatorTest, PendingStateIsBoundedByTheWorldNotByTheLag) {
       ASSERT_TRUE(world_.Destroy(e - 10).ok());
     }
     Publish();
-    ASSERT_LE(replicator_.Stats()[0].pending, 2 * world_.size());
+    ASSERT_LE(replicator_.Subscribers()[0].pending, 2 * world_.size());
   }
   Drain(replicator_, id, &mirror);
   EXPECT_EQ(mirror, Snapshot(world_));
@@ -890,7 +890,7 @@ TEST(ReplicatorLagTest, ALaggardCostsBoundedMemoryAndResyncs) {
     // The view notes each frame, within max_pending. The whole world's
     // subscriber notes nothing: it is owed what changed from the state,
     // entities the frames listed that it reports, at most the world's.
-    for (const SubscriberStats& stats : replicator.Stats()) {
+    for (const SubscriberInfo& stats : replicator.Subscribers()) {
       EXPECT_LE(stats.pending, stats.id == whole ? 10'000u : 1000u);
     }
   }
@@ -1254,6 +1254,37 @@ TEST(ReplicatorLagTest, StreamStatsCountMessagesFoldsAndViewsSentAgain) {
   EXPECT_EQ(stats.messages, messages + 1);
   EXPECT_EQ(stats.frames_folded, folded);
   EXPECT_EQ(stats.frames_folded_by_rate_limit, 4u);
+  // Each subscriber's counts are its part of the world's.
+  const std::vector<SubscriberInfo> subs = replicator.Subscribers();
+  ASSERT_EQ(subs.size(), 3u);
+  EXPECT_EQ(subs[0].id, whole);
+  EXPECT_EQ(subs[1].id, kept);
+  EXPECT_EQ(subs[2].id, dashboard);
+  EXPECT_EQ(subs[0].messages + subs[1].messages + subs[2].messages,
+            stats.messages);
+  EXPECT_EQ(subs[0].frames_folded, 39u);
+  EXPECT_EQ(subs[1].frames_folded, 39u);
+  EXPECT_EQ(subs[2].frames_folded, 4u);
+  EXPECT_EQ(subs[0].views_resent_whole, 1u);
+  EXPECT_EQ(subs[0].kept_view_snapshots, 0u);
+  EXPECT_EQ(subs[1].views_resent_whole, 0u);
+  EXPECT_EQ(subs[1].kept_view_snapshots, 1u);
+  EXPECT_TRUE(subs[1].accepts_kept_view_snapshots);
+  EXPECT_EQ(subs[2].max_rate_hz, 1.0);
+  // Owed the six frames of 10 moves since they last took (kept frames'
+  // entities counted once a frame); the dashboard took them.
+  EXPECT_EQ(subs[0].pending, 60u);
+  EXPECT_EQ(subs[1].pending, 60u);
+  EXPECT_EQ(subs[2].pending, 0u);
+  for (const SubscriberInfo& s : subs) EXPECT_FALSE(s.in_snapshot);
+  // A page at a time, by id.
+  const std::vector<SubscriberInfo> first = replicator.Subscribers(0, 2);
+  ASSERT_EQ(first.size(), 2u);
+  EXPECT_EQ(first[1].id, kept);
+  const std::vector<SubscriberInfo> next = replicator.Subscribers(kept, 2);
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0].id, dashboard);
+  EXPECT_TRUE(replicator.Subscribers(dashboard, 2).empty());
 }
 
 // What a snapshot that keeps the view sends is found a chunk of slots at a
@@ -1415,10 +1446,10 @@ TEST(ReplicatorLagTest, AStalledCompactSubscriberNotesAtMostMaxPending) {
     world.EndFrame(&changes);
     replicator.Publish(changes, absl::Now());
     if (f == 6) {
-      EXPECT_EQ(replicator.Stats()[0].pending, 300u);  // Folded, noting.
+      EXPECT_EQ(replicator.Subscribers()[0].pending, 300u);  // Folded, noting.
     }
   }
-  EXPECT_EQ(replicator.Stats()[0].pending, 0u);  // Dropped.
+  EXPECT_EQ(replicator.Subscribers()[0].pending, 0u);  // Dropped.
   const auto first = replicator.Next(id, absl::InfiniteFuture());
   ASSERT_NE(first, nullptr);
   EXPECT_TRUE(first->message().snapshot());
@@ -1953,7 +1984,7 @@ TEST(ReplicatorThreadsTest, ConcurrentPublishConsumeAndChurn) {
       State scratch;
       Drain(replicator, id, &scratch);
       replicator.Unsubscribe(id);
-      (void)replicator.Stats();
+      (void)replicator.Subscribers();
     }
   });
   publisher.join();

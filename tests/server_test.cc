@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -29,6 +30,7 @@
 #include "tests/loopback_server.h"
 #include "tests/raw_call.h"
 #include "xform/message_size.h"
+#include "xform/subscriber_info.h"
 #include "xform/v1/frame_update.h"
 #include "xform/v1/wire.h"
 #include "xform/v1/xform.grpc.pb.h"
@@ -541,8 +543,8 @@ TEST_F(ServerTest, StalledSubscriberSkipsFramesAndConverges) {
   const uint64_t fast_messages_before = fast.messages();
   size_t max_pending = 0;
   for (int k = 0; k < 100; ++k) {  // About two seconds of stall.
-    for (const SubscriberStats& s :
-         (*server_.host().Get("w"))->replicator().Stats()) {
+    for (const SubscriberInfo& s :
+         (*server_.host().Get("w"))->replicator().Subscribers()) {
       max_pending = std::max(max_pending, s.pending);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -615,6 +617,135 @@ TEST_F(ServerTest, AReaderThatStopsForGoodIsCutOffAndCounted) {
   }
   ASSERT_TRUE(gone.done());
   EXPECT_EQ(gone.status().error_code(), grpc::StatusCode::CANCELLED);
+}
+
+// ListSubscribers names each stream (its peer, its principal, what it asked
+// for), says where each stands (a reader that stopped shows its write
+// waiting), and counts what each was sent as it received it; a page at a
+// time, by id.
+TEST_F(ServerTest, ListSubscribersSaysWhoEachIsAndWhereItStands) {
+  ASSERT_TRUE(CreateWorld("w", v1::FRAME_MODE_TICK, 60).ok());
+  CreateFortyRootScene("w", 4000);
+  const auto list = [&](const std::string& world, uint32_t page_size,
+                        uint64_t after_id, v1::ListSubscribersResponse* page) {
+    grpc::ClientContext context;
+    v1::ListSubscribersRequest request;
+    request.set_world(world);
+    request.set_page_size(page_size);
+    request.set_after_id(after_id);
+    return stub_->ListSubscribers(&context, request, page);
+  };
+  v1::ListSubscribersResponse page;
+  ASSERT_TRUE(list("w", 0, 0, &page).ok());
+  EXPECT_EQ(page.subscribers_size(), 0);
+  EXPECT_EQ(list("nope", 0, 0, &page).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+
+  const absl::Time start = absl::Now();
+  Subscriber reader(NewChannel(), SubscribeTo("w"), /*record=*/false);
+  v1::SubscribeRequest asked = SubscribeTo("w", {7}, {1, 2}, 30);
+  asked.set_no_echo_client_id("physics");
+  asked.set_accepts_kept_view_snapshots(true);
+  Subscriber filtered(NewChannel(), asked, /*record=*/false);
+  ASSERT_TRUE(reader.WaitForFrame(1));
+  ASSERT_TRUE(filtered.WaitForFrame(1));
+  // A compact reader that takes its first message and then no more.
+  auto stopped_stub = v1::Xform::NewStub(NewChannel());
+  grpc::ClientContext stopped_context;
+  v1::SubscribeRequest compact = SubscribeTo("w");
+  compact.set_encoding(v1::ENCODING_COMPACT);
+  compact.set_position_precision(0.01f);  // Served at 2^-7.
+  auto stopped = stopped_stub->Subscribe(&stopped_context, compact);
+  FrameUpdate first;
+  ASSERT_TRUE(stopped->Read(&first));
+
+  // Frames until the stopped reader's write has waited 200 ms.
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  uint64_t last = 0;
+  std::vector<SubscriberInfo> seen;
+  for (int step = 0;; ++step) {
+    ASSERT_LT(absl::Now(), deadline) << "no write of the stopped reader waits";
+    last = MoveFortyRoots("w", step);
+    std::this_thread::sleep_for(std::chrono::milliseconds(4));
+    ASSERT_TRUE(list("w", 0, 0, &page).ok());
+    ASSERT_EQ(page.subscribers_size(), 3);
+    if (page.subscribers(2).write_outstanding_nanos() >=
+        absl::ToInt64Nanoseconds(absl::Milliseconds(200))) {
+      break;
+    }
+  }
+  ASSERT_TRUE(reader.WaitForFrame(last));
+  ASSERT_TRUE(filtered.WaitForFrame(last));
+  ASSERT_TRUE(list("w", 0, 0, &page).ok());
+  EXPECT_EQ(page.next_after_id(), 0u);
+  ASSERT_EQ(page.subscribers_size(), 3);
+  for (const v1::SubscriberInfo& info : page.subscribers()) {
+    seen.push_back(v1::SubscriberInfoFromWire(info));
+  }
+  EXPECT_LT(seen[0].id, seen[1].id);  // By id.
+  EXPECT_LT(seen[1].id, seen[2].id);
+  // The two Subscribers' threads may subscribe in either order; the
+  // compact one came last.
+  const bool filtered_first = seen[0].subtrees_listed > 0;
+  const SubscriberInfo& all = seen[filtered_first ? 1 : 0];
+  const SubscriberInfo& some = seen[filtered_first ? 0 : 1];
+  const SubscriberInfo& compact_one = seen[2];
+  for (const SubscriberInfo& info : seen) {
+    EXPECT_TRUE(absl::StartsWith(info.peer, "ipv4:127.0.0.1:")) << info.peer;
+    EXPECT_EQ(info.principal, "anonymous");
+    EXPECT_GE(info.subscribed, start - absl::Seconds(1));
+    EXPECT_LE(info.subscribed, absl::Now());
+  }
+  EXPECT_NE(all.peer, some.peer);  // Each its own connection.
+  // What each asked for.
+  EXPECT_EQ(all.position_precision, 0.0f);
+  EXPECT_EQ(all.entities_listed + all.subtrees_listed, 0u);
+  EXPECT_EQ(some.entities_listed, 1u);
+  EXPECT_EQ(some.subtrees_listed, 2u);
+  EXPECT_EQ(some.max_rate_hz, 30);
+  EXPECT_EQ(some.no_echo_client_id, "physics");
+  EXPECT_TRUE(some.accepts_kept_view_snapshots);
+  EXPECT_EQ(compact_one.position_precision, 1.0f / 128);
+  // Where each stands: the readers are current and idle; the stopped one
+  // waits, and is owed frames.
+  EXPECT_EQ(all.last_frame_sent, last);
+  EXPECT_EQ(all.write_outstanding, absl::ZeroDuration());
+  EXPECT_EQ(all.pending, 0u);
+  EXPECT_FALSE(all.in_snapshot);
+  EXPECT_GE(compact_one.write_outstanding, absl::Milliseconds(200));
+  EXPECT_LT(compact_one.last_frame_sent, last);
+  // What each was sent is what it received.
+  EXPECT_EQ(all.messages, reader.messages());
+  EXPECT_EQ(all.bytes, reader.bytes());
+  EXPECT_EQ(all.frames_folded, reader.frames_skipped());
+  EXPECT_EQ(some.messages, filtered.messages());
+  EXPECT_EQ(some.bytes, filtered.bytes());
+  EXPECT_EQ(some.frames_folded, filtered.frames_skipped());
+  EXPECT_GT(some.frames_folded, 0u) << "30 Hz of a 60 Hz world folds";
+  EXPECT_GT(compact_one.messages, 1u);
+  for (const SubscriberInfo& info : seen) {
+    EXPECT_EQ(info.views_resent_whole + info.kept_view_snapshots, 0u);
+  }
+  // The world's counts are the sums of its subscribers'.
+  const v1::StreamStats world = Info("w").stream();
+  EXPECT_EQ(world.messages(),
+            all.messages + some.messages + compact_one.messages);
+  EXPECT_EQ(world.bytes(), all.bytes + some.bytes + compact_one.bytes);
+  EXPECT_EQ(world.frames_folded() + world.frames_folded_by_rate_limit(),
+            all.frames_folded + some.frames_folded + compact_one.frames_folded);
+
+  // A page at a time: 2, then 1, then none after the last.
+  ASSERT_TRUE(list("w", 2, 0, &page).ok());
+  ASSERT_EQ(page.subscribers_size(), 2);
+  EXPECT_EQ(page.subscribers(1).id(), seen[1].id);
+  EXPECT_EQ(page.next_after_id(), seen[1].id);
+  ASSERT_TRUE(list("w", 2, seen[1].id, &page).ok());
+  ASSERT_EQ(page.subscribers_size(), 1);
+  EXPECT_EQ(page.subscribers(0).id(), compact_one.id);
+  EXPECT_EQ(page.next_after_id(), 0u);
+  ASSERT_TRUE(list("w", 2, compact_one.id, &page).ok());
+  EXPECT_EQ(page.subscribers_size(), 0);
+  stopped_context.TryCancel();
 }
 
 // A writer subscribed with no_echo_client_id is not sent back the entities it

@@ -115,9 +115,9 @@ TEST_F(ToolsTest, XformctlHasHelpForEveryCommand) {
   Ran all = RunShell(absl::StrCat(XFORMCTL_PATH, " --help"));
   EXPECT_EQ(all.exit_code, 0);
   for (const char* command :
-       {"worlds list", "worlds create", "worlds info", "worlds delete",
-        "entities create", "entities destroy", "entities link", "entities set",
-        "entities get", "watch"}) {
+       {"worlds list", "worlds create", "worlds info", "worlds subscribers",
+        "worlds delete", "entities create", "entities destroy", "entities link",
+        "entities set", "entities get", "watch"}) {
     EXPECT_THAT(all.out, HasSubstr(command));
     Ran one = RunShell(absl::StrCat(XFORMCTL_PATH, " ", command, " --help"));
     EXPECT_EQ(one.exit_code, 0);
@@ -159,6 +159,41 @@ TEST_F(ToolsTest, XformctlWatchPrintsALinePerFrame) {
   EXPECT_GE(info["stream"]["messages"].get<int>(), 4);
   EXPECT_GT(info["stream"]["bytes"].get<int>(), 0);
   EXPECT_THAT(Ctl("worlds info w").out, HasSubstr("frames folded"));
+}
+
+// `worlds subscribers` lists a watcher while it watches: its peer, its
+// principal, the rate it asked for, and what it was sent.
+TEST_F(ToolsTest, XformctlListsAWorldsSubscribers) {
+  ASSERT_EQ(Ctl("worlds create w --mode=driven").exit_code, 0);
+  ASSERT_EQ(Ctl("entities create w 1 --end_frame").exit_code, 0);
+  EXPECT_THAT(Ctl("worlds subscribers w").out, HasSubstr("(no subscribers)"));
+  std::atomic<bool> watching{true};
+  std::thread watcher([&] {
+    Ctl("watch w --frames=3 --rate_hz=5");
+    watching = false;
+  });
+  Json listed;
+  std::string text;
+  for (int i = 0; i < 1000 && watching; ++i) {
+    Ctl(absl::StrCat("entities set w 1 --position=", i, ",0,0 --end_frame"));
+    if (!listed.is_null()) continue;
+    const Json page = Json::parse(Ctl("worlds subscribers w --json").out);
+    if (!page["subscribers"].empty() &&
+        page["subscribers"][0]["messages"].get<int>() >= 2) {
+      listed = page["subscribers"][0];
+      text = Ctl("worlds subscribers w").out;
+    }
+  }
+  watcher.join();
+  ASSERT_FALSE(listed.is_null()) << "the watcher was never listed";
+  EXPECT_THAT(listed["peer"].get<std::string>(), HasSubstr("127.0.0.1"));
+  EXPECT_EQ(listed["principal"], "anonymous");
+  EXPECT_EQ(listed["max_rate_hz"], 5.0);
+  EXPECT_EQ(listed["position_precision"], 0.0);
+  EXPECT_GT(listed["bytes"].get<int>(), 0);
+  EXPECT_THAT(text, HasSubstr("raw, whole world, 5 Hz"));
+  EXPECT_THAT(text, HasSubstr("anonymous"));
+  EXPECT_EQ(Ctl("worlds subscribers nope").exit_code, 1);
 }
 
 // A short run of every mode, stalling subscriber included, through the JSON

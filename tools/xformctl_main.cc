@@ -171,6 +171,63 @@ Json ToJson(const WorldInfo& w) {
           {"stream", ToJson(w.stream)}};
 }
 
+Json ToJson(const SubscriberInfo& s) {
+  return {
+      {"id", s.id},
+      {"peer", s.peer},
+      {"principal", s.principal},
+      {"subscribed_unix_ms", absl::ToUnixMillis(s.subscribed)},
+      {"position_precision", s.position_precision},
+      {"entities_listed", s.entities_listed},
+      {"subtrees_listed", s.subtrees_listed},
+      {"max_rate_hz", s.max_rate_hz},
+      {"no_echo_client_id", s.no_echo_client_id},
+      {"accepts_kept_view_snapshots", s.accepts_kept_view_snapshots},
+      {"last_frame_sent", s.last_frame_sent},
+      {"pending", s.pending},
+      {"in_snapshot", s.in_snapshot},
+      {"write_outstanding_ms", absl::ToDoubleMilliseconds(s.write_outstanding)},
+      {"messages", s.messages},
+      {"bytes", s.bytes},
+      {"frames_folded", s.frames_folded},
+      {"views_resent_whole", s.views_resent_whole},
+      {"kept_view_snapshots", s.kept_view_snapshots}};
+}
+
+// Two lines a subscriber: who and what it asked for, then where it stands
+// and what it was sent.
+std::string ToText(const SubscriberInfo& s, absl::Time now) {
+  std::string asked = s.position_precision > 0
+                          ? absl::StrFormat("compact %g", s.position_precision)
+                          : "raw";
+  if (s.entities_listed + s.subtrees_listed == 0) {
+    absl::StrAppend(&asked, ", whole world");
+  } else {
+    absl::StrAppend(&asked, ", ", s.entities_listed, " entities and ",
+                    s.subtrees_listed, " subtrees");
+  }
+  if (s.max_rate_hz > 0) absl::StrAppend(&asked, ", ", s.max_rate_hz, " Hz");
+  if (!s.no_echo_client_id.empty()) {
+    absl::StrAppend(&asked, ", no echo of '", s.no_echo_client_id, "'");
+  }
+  if (s.accepts_kept_view_snapshots) absl::StrAppend(&asked, ", keeps views");
+  std::string stands = absl::StrFormat("frame %u, %u entities owed",
+                                       s.last_frame_sent, s.pending);
+  if (s.in_snapshot) absl::StrAppend(&stands, ", in a snapshot");
+  if (s.write_outstanding > absl::ZeroDuration()) {
+    absl::StrAppend(&stands, ", a write waiting ",
+                    absl::FormatDuration(absl::Trunc(s.write_outstanding,
+                                                     absl::Milliseconds(1))));
+  }
+  return absl::StrFormat(
+      "%-6u %-24s %-16s for %s: %s\n       %s; sent %u messages, %.1f MB, "
+      "%u frames folded, views resent whole %u, kept %u",
+      s.id, s.peer, s.principal,
+      absl::FormatDuration(absl::Trunc(now - s.subscribed, absl::Seconds(1))),
+      asked, stands, s.messages, static_cast<double>(s.bytes) / 1e6,
+      s.frames_folded, s.views_resent_whole, s.kept_view_snapshots);
+}
+
 std::string ToText(const WorldInfo& w) {
   return absl::StrFormat(
       "%-24s %-7s %7.1f Hz %10u entities  frame %-9u %u subscribers", w.name,
@@ -225,6 +282,22 @@ class Ctl {
 
   int WorldsInfo(const std::vector<std::string>& args) {
     return PrintWorld(client_.GetWorld(args[0]));
+  }
+
+  int WorldsSubscribers(const std::vector<std::string>& args) {
+    absl::StatusOr<std::vector<SubscriberInfo>> subscribers =
+        client_.ListSubscribers(args[0]);
+    if (!subscribers.ok()) return Fail(subscribers.status());
+    const absl::Time now = absl::Now();
+    Json all = Json::array();
+    std::string text;
+    for (const SubscriberInfo& s : *subscribers) {
+      all.push_back(ToJson(s));
+      absl::StrAppend(&text, text.empty() ? "" : "\n", ToText(s, now));
+    }
+    Print({{"subscribers", all}},
+          subscribers->empty() ? "(no subscribers)" : text);
+    return 0;
   }
 
   int WorldsDelete(const std::vector<std::string>& args) {
@@ -348,6 +421,11 @@ const Command kCommands[] = {
      "A world's mode, rate, size, last frame and subscribers, and what its "
      "streams were sent (since xformd made or loaded it).",
      1, false, &Ctl::WorldsInfo},
+    {"worlds subscribers", "xformctl worlds subscribers NAME",
+     "A world's subscribers: each one's peer, principal and what it asked "
+     "for, the frame it was last sent, what it is owed, a write waiting, "
+     "and what it was sent. Needs the admin role on the world.",
+     1, false, &Ctl::WorldsSubscribers},
     {"worlds delete", "xformctl worlds delete NAME",
      "Deletes a world; its subscribers' streams end NOT_FOUND.", 1, false,
      &Ctl::WorldsDelete},

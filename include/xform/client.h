@@ -31,6 +31,7 @@
 #include "absl/types/span.h"
 #include "xform/message_size.h"
 #include "xform/stream_stats.h"
+#include "xform/subscriber_info.h"
 #include "xform/transform.h"
 #include "xform/world.h"
 
@@ -142,6 +143,10 @@ class Client {
   absl::StatusOr<std::vector<WorldInfo>> ListWorlds();
   absl::StatusOr<WorldInfo> GetWorld(absl::string_view name);
   absl::Status DeleteWorld(absl::string_view name);
+  // The world's subscribers, by id, every page of them (see
+  // xform/subscriber_info.h). Needs the admin role on the world.
+  absl::StatusOr<std::vector<SubscriberInfo>> ListSubscribers(
+      absl::string_view world);
 
   // Writes a batch, validated whole and applied whole by the server; returns
   // the frame it is published in. A refused batch changes nothing.

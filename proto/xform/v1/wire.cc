@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "xform/v1/compact_moves.h"
 
 namespace xform::v1 {
@@ -105,6 +106,53 @@ xform::StreamStats StreamStatsFromWire(const StreamStats& stats) {
           .kept_view_snapshots = stats.kept_view_snapshots(),
           .streams_cut_off = stats.streams_cut_off(),
           .subscribers_in_snapshot = stats.subscribers_in_snapshot()};
+}
+
+void SubscriberInfoToWire(const xform::SubscriberInfo& info,
+                          SubscriberInfo* out) {
+  out->set_id(info.id);
+  out->set_peer(info.peer);
+  out->set_principal(info.principal);
+  out->set_subscribed_unix_nanos(absl::ToUnixNanos(info.subscribed));
+  out->set_position_precision(info.position_precision);
+  out->set_entities_listed(info.entities_listed);
+  out->set_subtrees_listed(info.subtrees_listed);
+  out->set_max_rate_hz(info.max_rate_hz);
+  out->set_no_echo_client_id(info.no_echo_client_id);
+  out->set_accepts_kept_view_snapshots(info.accepts_kept_view_snapshots);
+  out->set_last_frame_sent(info.last_frame_sent);
+  out->set_pending(info.pending);
+  out->set_in_snapshot(info.in_snapshot);
+  out->set_write_outstanding_nanos(
+      absl::ToInt64Nanoseconds(info.write_outstanding));
+  out->set_messages(info.messages);
+  out->set_bytes(info.bytes);
+  out->set_frames_folded(info.frames_folded);
+  out->set_views_resent_whole(info.views_resent_whole);
+  out->set_kept_view_snapshots(info.kept_view_snapshots);
+}
+
+xform::SubscriberInfo SubscriberInfoFromWire(const SubscriberInfo& info) {
+  return {
+      .id = info.id(),
+      .peer = info.peer(),
+      .principal = info.principal(),
+      .subscribed = absl::FromUnixNanos(info.subscribed_unix_nanos()),
+      .position_precision = info.position_precision(),
+      .entities_listed = info.entities_listed(),
+      .subtrees_listed = info.subtrees_listed(),
+      .max_rate_hz = info.max_rate_hz(),
+      .no_echo_client_id = info.no_echo_client_id(),
+      .accepts_kept_view_snapshots = info.accepts_kept_view_snapshots(),
+      .last_frame_sent = info.last_frame_sent(),
+      .pending = info.pending(),
+      .in_snapshot = info.in_snapshot(),
+      .write_outstanding = absl::Nanoseconds(info.write_outstanding_nanos()),
+      .messages = info.messages(),
+      .bytes = info.bytes(),
+      .frames_folded = info.frames_folded(),
+      .views_resent_whole = info.views_resent_whole(),
+      .kept_view_snapshots = info.kept_view_snapshots()};
 }
 
 absl::Status CheckSubscribeRequest(const SubscribeRequest& request,

@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "xform/stream_stats.h"
+#include "xform/subscriber_info.h"
 #include "xform/transform.h"
 #include "xform/v1/xform.pb.h"
 #include "xform/world.h"
@@ -43,6 +44,11 @@ absl::StatusOr<std::vector<EntityState>> EntityStatesFromWire(
 // A world's stream counts (WorldInfo.stream), both ways.
 void StreamStatsToWire(const xform::StreamStats& stats, StreamStats* out);
 xform::StreamStats StreamStatsFromWire(const StreamStats& stats);
+
+// A subscriber's entry of ListSubscribers, both ways.
+void SubscriberInfoToWire(const xform::SubscriberInfo& info,
+                          SubscriberInfo* out);
+xform::SubscriberInfo SubscriberInfoFromWire(const SubscriberInfo& info);
 
 // Whether a Subscribe may start as asked, before its world is looked up:
 // RESOURCE_EXHAUSTED when its filter names more than `max_filter_ids`
