@@ -18,6 +18,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "grpcpp/server_posix.h"
 #include "server/log.h"
 
@@ -30,6 +31,31 @@ namespace {
 constexpr int kRetryAfterErrorMs = 50;
 
 }  // namespace
+
+std::string PeerAddress(absl::string_view grpc_peer) {
+  int fd = -1;
+  if (!absl::ConsumePrefix(&grpc_peer, "fd:") ||
+      !absl::SimpleAtoi(grpc_peer, &fd) || fd < 0) {
+    return std::string(grpc_peer);
+  }
+  sockaddr_storage address{};
+  socklen_t length = sizeof(address);
+  char host[INET6_ADDRSTRLEN] = {};
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+    if (address.ss_family == AF_INET) {
+      const auto* in = reinterpret_cast<const sockaddr_in*>(&address);
+      if (inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host)) != nullptr) {
+        return absl::StrCat("ipv4:", host, ":", ntohs(in->sin_port));
+      }
+    } else if (address.ss_family == AF_INET6) {
+      const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&address);
+      if (inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host)) != nullptr) {
+        return absl::StrCat("ipv6:[", host, "]:", ntohs(in6->sin6_port));
+      }
+    }
+  }
+  return absl::StrCat("fd:", fd);
+}
 
 absl::StatusOr<std::unique_ptr<Acceptor>> Acceptor::Listen(
     absl::string_view host_port, AcceptorOptions options) {

@@ -71,6 +71,15 @@ class Acceptor {
   std::atomic<uint64_t> accept_errors_ = 0;
 };
 
+// What to call a call's peer in logs and listings: gRPC's name for it
+// (ServerContext::peer()), but for a connection an Acceptor handed over,
+// which gRPC names by its descriptor ("fd:12"), the address at the other end
+// as gRPC writes one ("ipv4:10.0.0.5:41234", "ipv6:[::1]:41234"). One
+// getpeername() for those. Should the connection have closed meanwhile, its
+// descriptor may be another's or none: then "fd:12" stays, or, rarely, a
+// dying call is named by the connection that reused it.
+std::string PeerAddress(absl::string_view grpc_peer);
+
 }  // namespace xform::server
 
 #endif  // XFORM_SERVER_ACCEPTOR_H_

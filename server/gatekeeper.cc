@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "grpc/grpc_security_constants.h"
 #include "grpcpp/security/auth_context.h"
+#include "server/acceptor.h"
 #include "server/log.h"
 
 namespace xform::server {
@@ -187,8 +188,8 @@ absl::StatusOr<Caller> Gatekeeper::Authenticate(
   const std::shared_ptr<const AccessPolicy> policy = this->policy();
   const Principal* principal = nullptr;
   const auto refuse = [&](absl::string_view why) {
-    unauthenticated_.Log('W', "refused: ", method, " from ", context.peer(),
-                         ": ", why);
+    unauthenticated_.Log('W', "refused: ", method, " from ",
+                         PeerAddress(context.peer()), ": ", why);
     return absl::UnauthenticatedError(why);
   };
   if (!policy->enforced()) {

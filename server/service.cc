@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "server/acceptor.h"
 #include "server/log.h"
 #include "server/request_reader.h"
 #include "xform/subscriber_info.h"
@@ -501,7 +502,7 @@ class SubscribeReactor final
                    std::shared_ptr<HostedWorld> world, BuildPool& pool,
                    std::atomic<int>& calls, const Caller& caller)
       : context_(context),
-        peer_(context->peer()),
+        peer_(PeerAddress(context->peer())),
         world_(std::move(world)),
         pool_(pool),
         hold_(calls),

@@ -99,6 +99,39 @@ namespace more {
 
 using grpc::health::v1::HealthCheckResponse;
 
+// xformd takes its plaintext connections itself (server/acceptor.h), which
+// gRPC then names by descriptor ("fd:12"); what it tells an operator of a
+// subscriber, in ListSubscribers and in its log, is the client's address.
+TEST(XformdProcessTest, SubscribersAreNamedByTheirAddress) {
+  Xformd xformd({});
+  auto stub = xform::v1::Xform::NewStub(xformd.Connect());
+  {
+    grpc::ClientContext context;
+    xform::v1::CreateWorldRequest create;
+    create.set_name("w");
+    xform::v1::WorldInfo info;
+    ASSERT_TRUE(stub->CreateWorld(&context, create, &info).ok());
+  }
+  grpc::ClientContext context;
+  xform::v1::SubscribeRequest request;
+  request.set_world("w");
+  auto reader = stub->Subscribe(&context, request);
+  xform::v1::FrameUpdate update;
+  ASSERT_TRUE(reader->Read(&update));
+  grpc::ClientContext list_context;
+  xform::v1::ListSubscribersRequest list;
+  list.set_world("w");
+  xform::v1::ListSubscribersResponse listed;
+  ASSERT_TRUE(stub->ListSubscribers(&list_context, list, &listed).ok());
+  ASSERT_EQ(listed.subscribers_size(), 1);
+  const std::string& peer = listed.subscribers(0).peer();
+  EXPECT_EQ(peer.rfind("ipv4:127.0.0.1:", 0), 0u) << peer;
+  EXPECT_NE(xformd.Log().find(absl::StrCat("joined from ", peer)),
+            std::string::npos)
+      << xformd.Log();
+  context.TryCancel();
+}
+
 TEST(XformdProcessTest, HealthAnswersForTheServerAndTheXformService) {
   Xformd xformd({});
   auto channel = xformd.Connect();
