@@ -702,6 +702,27 @@ BENCHMARK(BM_EchoFilteringSubscribers)
     ->ArgsProduct({{1, 16, 64}, {0, 1}})
     ->Unit(benchmark::kMillisecond);
 
+// ListSubscribers' page (Replicator::Subscribers): arg subscriptions, one
+// page of 1,000 of them (the service's most), the first page (second
+// argument 0) or the last (1). The lock is held to choose the page from
+// every subscription, O(subscriptions), and to copy it, O(page).
+void BM_ListSubscribersPage(benchmark::State& state) {
+  Replicator replicator;
+  const auto subscriptions = static_cast<uint64_t>(state.range(0));
+  std::vector<Replicator::SubscriptionId> ids;
+  for (uint64_t k = 0; k < subscriptions; ++k) {
+    ids.push_back(replicator.Subscribe({}, std::make_shared<NullSink>()));
+  }
+  const uint64_t after =
+      state.range(1) == 0 || ids.size() <= 1000 ? 0 : ids[ids.size() - 1001];
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(replicator.Subscribers(after, 1000));
+  }
+}
+BENCHMARK(BM_ListSubscribersPage)
+    ->ArgsProduct({{1'001, 10'000, 100'000}, {0, 1}})
+    ->Unit(benchmark::kMicrosecond);
+
 }  // namespace
 }  // namespace xform::server
 
