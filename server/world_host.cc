@@ -57,6 +57,10 @@ HostedWorld::MemoryReturn::~MemoryReturn() { malloc_trim(0); }
 
 absl::StatusOr<uint64_t> HostedWorld::Apply(const v1::ApplyRequest& request,
                                             const Limits& limits) {
+  if (absl::Status id = v1::CheckClientId(request.client_id(), "client_id");
+      !id.ok()) {
+    return id;
+  }
   absl::StatusOr<std::vector<Command>> commands =
       v1::ToCommands(request, limits.max_batch);
   if (!commands.ok()) return commands.status();

@@ -215,6 +215,8 @@ class ServerTest : public testing::Test {
   void ExpectSubscribeRefused(const v1::SubscribeRequest& request,
                               grpc::StatusCode code) {
     grpc::ClientContext context;
+    // A stream that was not refused would otherwise hold Finish() for good.
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
     auto reader = stub_->Subscribe(&context, request);
     FrameUpdate update;
     EXPECT_FALSE(reader->Read(&update));
@@ -1323,6 +1325,18 @@ TEST_F(BadInputTest, MalformedRequestsAreInvalidArgument) {
             grpc::StatusCode::INVALID_ARGUMENT);
   ExpectSubscribeRefused(SubscribeTo("w", {0}),
                          grpc::StatusCode::INVALID_ARGUMENT);
+  // A client id of a megabyte would be kept for every frame's writers, and
+  // repeated in every ListSubscribers entry: at most 128 bytes.
+  const std::string huge_id(1 << 20, 'x');
+  v1::ApplyRequest long_writer = SetLocal(3, {});
+  long_writer.set_client_id(huge_id);
+  ExpectRefused(long_writer, grpc::StatusCode::INVALID_ARGUMENT);
+  v1::SubscribeRequest long_echo = SubscribeTo("w");
+  long_echo.set_no_echo_client_id(huge_id);
+  ExpectSubscribeRefused(long_echo, grpc::StatusCode::INVALID_ARGUMENT);
+  v1::ApplyRequest named_writer = SetLocal(3, {});
+  named_writer.set_client_id(std::string(v1::kMaxClientIdBytes, 'x'));
+  EXPECT_EQ(Apply(named_writer).error_code(), kOk);
 }
 
 // Bytes that are not a SubscribeRequest, sent on the raw method.

@@ -155,8 +155,19 @@ xform::SubscriberInfo SubscriberInfoFromWire(const SubscriberInfo& info) {
       .kept_view_snapshots = info.kept_view_snapshots()};
 }
 
+absl::Status CheckClientId(absl::string_view id, absl::string_view field) {
+  if (id.size() <= kMaxClientIdBytes) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      field, " is at most ", kMaxClientIdBytes, " bytes, not ", id.size()));
+}
+
 absl::Status CheckSubscribeRequest(const SubscribeRequest& request,
                                    size_t max_filter_ids) {
+  if (absl::Status id =
+          CheckClientId(request.no_echo_client_id(), "no_echo_client_id");
+      !id.ok()) {
+    return id;
+  }
   if (static_cast<size_t>(request.entity_size()) + request.subtree_size() >
       max_filter_ids) {
     return absl::ResourceExhaustedError(

@@ -10,7 +10,9 @@
 #include <cstddef>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "xform/stream_stats.h"
 #include "xform/subscriber_info.h"
@@ -19,6 +21,12 @@
 #include "xform/world.h"
 
 namespace xform::v1 {
+
+// The longest client id (ApplyRequest.client_id, SubscribeRequest.
+// no_echo_client_id), in bytes: a name, kept with every frame's writers.
+inline constexpr size_t kMaxClientIdBytes = 128;
+// INVALID_ARGUMENT, naming `field`, for a client id longer than that.
+absl::Status CheckClientId(absl::string_view id, absl::string_view field);
 
 // Floats per entity on the wire: a local (or world) TRS, and a world matrix.
 inline constexpr int kTrsFloats = 10;
