@@ -126,6 +126,9 @@ absl::StatusOr<ModeResult> LoadRun::Run(const std::string& mode,
     absl::SleepFor(absl::Milliseconds(20));
   }
 
+  // xformd's counts first: read after measuring began, they would miss
+  // what the subscribers received meanwhile (a frame or two on a busy box).
+  const StreamStats streams_before = ServerStreams();
   const absl::Time start = absl::Now();
   const absl::Duration duration = absl::Seconds(config_.seconds);
   for (auto& s : subs) {
@@ -134,7 +137,6 @@ absl::StatusOr<ModeResult> LoadRun::Run(const std::string& mode,
   }
   const double cpu_before =
       config_.server_pid ? CpuSeconds(config_.server_pid) : 0;
-  const StreamStats streams_before = ServerStreams();
   const double redis_before = redis_pid ? CpuSeconds(redis_pid) : 0;
   std::atomic<uint64_t> frames_written{0};
   std::vector<std::thread> writers;
