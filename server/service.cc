@@ -54,6 +54,19 @@ absl::StatusOr<Caller> Admit(const WorldHost& host, Gatekeeper& gatekeeper,
   return gatekeeper.Authenticate(context, method);
 }
 
+// The world `name` for a caller with `role` on it: PERMISSION_DENIED before
+// the look-up, so that a refusal says nothing of whether the world exists;
+// then NOT_FOUND.
+absl::StatusOr<std::shared_ptr<HostedWorld>> WorldFor(
+    const WorldHost& host, const Caller& caller, Role role,
+    absl::string_view name, absl::string_view method) {
+  if (absl::Status allowed = caller.Require(role, name, method);
+      !allowed.ok()) {
+    return allowed;
+  }
+  return host.Get(name);
+}
+
 grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context,
                                const absl::Status& status) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
@@ -96,19 +109,15 @@ absl::StatusOr<uint64_t> ApplyBatch(WorldHost& host, const Caller& caller,
       !parsed.ok()) {
     return parsed;
   }
-  if (absl::Status allowed = caller.Require(kWrite, request.world(), "Apply");
-      !allowed.ok()) {
-    return allowed;
-  }
+  absl::StatusOr<std::shared_ptr<HostedWorld>> world =
+      WorldFor(host, caller, kWrite, request.world(), "Apply");
+  if (!world.ok()) return world.status();
   Limits limits = host.limits();
   if (caller.quotas().has_max_entities_per_world()) {
     limits.max_entities_per_world =
         std::min<size_t>(limits.max_entities_per_world,
                          caller.quotas().max_entities_per_world());
   }
-  absl::StatusOr<std::shared_ptr<HostedWorld>> world =
-      host.Get(request.world());
-  if (!world.ok()) return world.status();
   if (absl::Status rate = caller.usage->TakeWrite(
           caller.quotas(), v1::EntitiesNamed(request), absl::Now());
       !rate.ok()) {
@@ -653,13 +662,8 @@ grpc::ServerUnaryReactor* XformService::GetWorld(
       response,
       [&](const Caller& caller, const v1::GetWorldRequest& get,
           v1::WorldInfo* info) {
-        if (absl::Status allowed =
-                caller.Require(kRead, get.name(), "GetWorld");
-            !allowed.ok()) {
-          return allowed;
-        }
         absl::StatusOr<std::shared_ptr<HostedWorld>> world =
-            host_.Get(get.name());
+            WorldFor(host_, caller, kRead, get.name(), "GetWorld");
         if (!world.ok()) return world.status();
         *info = (*world)->Info();
         return absl::OkStatus();
@@ -696,13 +700,8 @@ grpc::ServerUnaryReactor* XformService::ListSubscribers(
       response,
       [&](const Caller& caller, const v1::ListSubscribersRequest& list,
           v1::ListSubscribersResponse* page) {
-        if (absl::Status allowed =
-                caller.Require(kAdmin, list.world(), "ListSubscribers");
-            !allowed.ok()) {
-          return allowed;
-        }
         absl::StatusOr<std::shared_ptr<HostedWorld>> world =
-            host_.Get(list.world());
+            WorldFor(host_, caller, kAdmin, list.world(), "ListSubscribers");
         if (!world.ok()) return world.status();
         const size_t page_size =
             list.page_size() == 0 || list.page_size() > kMaxSubscribersPerPage
@@ -756,18 +755,14 @@ grpc::ServerUnaryReactor* XformService::Read(
       active_calls_, host_, *gatekeeper_, "Read", context, request, response,
       [&](const Caller& caller, const v1::ReadRequest& read,
           v1::ReadResponse* out) {
-        if (absl::Status allowed = caller.Require(kRead, read.world(), "Read");
-            !allowed.ok()) {
-          return allowed;
-        }
+        absl::StatusOr<std::shared_ptr<HostedWorld>> world =
+            WorldFor(host_, caller, kRead, read.world(), "Read");
+        if (!world.ok()) return world.status();
         if (absl::Status room =
                 caller.usage->CheckSend(caller.quotas(), absl::Now());
             !room.ok()) {
           return room;
         }
-        absl::StatusOr<std::shared_ptr<HostedWorld>> world =
-            host_.Get(read.world());
-        if (!world.ok()) return world.status();
         absl::Status status = (*world)->Read(read, host_.limits(), out);
         if (status.ok() && caller.quotas().has_bytes_out_per_second()) {
           caller.usage->ChargeSent(caller.quotas(), out->ByteSizeLong(),
