@@ -128,6 +128,10 @@ absl::StatusOr<ModeResult> LoadRun::Run(const std::string& mode,
 
   // xformd's counts first: read after measuring began, they would miss
   // what the subscribers received meanwhile (a frame or two on a busy box).
+  // And the subscribers record only frames published after this read
+  // (Recorder::Record): one published before it may have been counted
+  // before it, and still be on its way (the world's build, say, published
+  // after the subscribers' snapshots).
   const StreamStats streams_before = ServerStreams();
   const absl::Time start = absl::Now();
   const absl::Duration duration = absl::Seconds(config_.seconds);

@@ -9,6 +9,7 @@ namespace xform::load {
 void Recorder::StartMeasuring(absl::Time stall_at, absl::Duration stall) {
   absl::MutexLock lock(&mu_);
   measuring_ = true;
+  measuring_since_ = absl::Now();
   stall_at_ = stall_at;
   stall_ = stall;
 }
@@ -36,9 +37,10 @@ void Recorder::MaybeStall() {
 
 void Recorder::Record(absl::Span<const double> ages_ms, uint64_t frames,
                       uint64_t updates, uint64_t bytes,
+                      std::optional<absl::Time> published,
                       std::optional<double> arrived_ms) {
   absl::MutexLock lock(&mu_);
-  if (!measuring_) return;
+  if (!measuring_ || (published && *published < measuring_since_)) return;
   // Not split for the stalled subscriber, whose latency is reported apart.
   if (arrived_ms && !received_.stalled) {
     received_.arrived_ms.push_back(*arrived_ms);

@@ -51,7 +51,8 @@ class Recorder {
  public:
   explicit Recorder(bool stalls) { received_.stalled = stalls; }
 
-  // Records from now; the stalling subscriber stalls for `stall` at stall_at.
+  // Records from now what is published from now; the stalling subscriber
+  // stalls for `stall` at stall_at.
   void StartMeasuring(absl::Time stall_at, absl::Duration stall);
   void StopMeasuring();
 
@@ -60,9 +61,13 @@ class Recorder {
   void MaybeStall();
 
   // One message: its age at arrival for each of `ages`, and what it carried;
-  // for a stream's, also how old it was on reaching the process.
+  // for a stream's, also how old it was on reaching the process. One that
+  // says when xformd published it is left out if that was before measuring
+  // started: it may have been sent, and counted by xformd, before the
+  // counts xformd's are compared with were read (a frame in flight).
   void Record(absl::Span<const double> ages_ms, uint64_t frames,
               uint64_t updates, uint64_t bytes,
+              std::optional<absl::Time> published = std::nullopt,
               std::optional<double> arrived_ms = std::nullopt);
   // A snapshot's message, while measuring (not timed: its parts carry the
   // frames they were made at).
@@ -76,6 +81,7 @@ class Recorder {
   absl::Mutex mu_;
   Received received_ ABSL_GUARDED_BY(mu_);
   bool measuring_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time measuring_since_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   absl::Time stall_at_ ABSL_GUARDED_BY(mu_) = absl::InfiniteFuture();
   absl::Duration stall_ ABSL_GUARDED_BY(mu_);
   bool stalled_done_ ABSL_GUARDED_BY(mu_) = false;

@@ -42,6 +42,7 @@ class StreamSubscriber final : public Subscriber {
       // Its age when the consumer gets to it: after a stall, not on arrival.
       const double age = absl::ToDoubleMilliseconds(absl::Now() - u.published);
       recorder_.Record({&age, 1}, 1 + u.frames_skipped, u.moved.size(), u.bytes,
+                       u.published,
                        absl::ToDoubleMilliseconds(u.received - u.published));
     };
     mirror_ = *Mirror::Start(*client_, std::move(mirror));
@@ -190,9 +191,9 @@ class RedisSubscriber final : public Subscriber {
       std::memcpy(&e, ids + 8 * k, 8);
       std::memcpy(table_[e].m.data(), floats + 48 * k, 48);
     }
-    const double age = absl::ToDoubleMilliseconds(
-        absl::Now() - absl::FromUnixNanos(published_ns));
-    recorder_.Record({&age, 1}, 1, count, size);
+    const absl::Time published = absl::FromUnixNanos(published_ns);
+    const double age = absl::ToDoubleMilliseconds(absl::Now() - published);
+    recorder_.Record({&age, 1}, 1, count, size, published);
   }
 
   const int port_;
