@@ -113,16 +113,29 @@ class Client:
         except grpc.RpcError as error:
             self.note(error.code())
 
-    def subscribe(self, body, messages, timeout=120):
-        """Reads up to `messages` messages (a part each), then cancels."""
+    def subscribe(self, body, messages, timeout=120, idle_s=None):
+        """Reads up to `messages` messages (a part each), then cancels; with
+        `idle_s`, also once none has come for that long."""
         call = self.channel.unary_stream(SERVICE + "Subscribe",
                                          request_serializer=lambda b: b,
                                          response_deserializer=lambda b: b)
         stream = call(body, timeout=timeout)
         read = 0
+        last = [time.time()]
+        done = threading.Event()
+
+        def cancel_when_idle():
+            while not done.wait(0.1):
+                if time.time() - last[0] > idle_s:
+                    stream.cancel()
+                    return
+
+        if idle_s is not None:
+            threading.Thread(target=cancel_when_idle, daemon=True).start()
         try:
             for _ in stream:
                 read += 1
+                last[0] = time.time()
                 if read >= messages:
                     stream.cancel()
                     break
@@ -131,6 +144,8 @@ class Client:
             code = error.code()
             self.note(grpc.StatusCode.OK if code == grpc.StatusCode.CANCELLED
                       else code)
+        finally:
+            done.set()
         return read
 
 
@@ -142,9 +157,11 @@ def deep_chain(client, depth, round_number):
     parents = [0] + entities[:-1]
     client.unary("Apply", apply_request(world, [create_command(entities,
                                                                parents)]))
+    # The snapshot's parts, then the frame that moves all of it: then quiet.
     reader = threading.Thread(
         target=client.subscribe,
-        args=(subscribe_request(world, subtrees=[1]), 1000))
+        args=(subscribe_request(world, subtrees=[1]), 1000),
+        kwargs={"idle_s": 5})
     reader.start()
     client.unary("Apply", apply_request(world, [set_local_command([1], 1.0)]))
     reader.join()
