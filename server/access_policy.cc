@@ -100,12 +100,15 @@ bool MatchesPattern(absl::string_view pattern, absl::string_view name) {
   size_t p = 0, n = 0;
   size_t star = absl::string_view::npos, resume = 0;
   while (n < name.size()) {
-    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == name[n])) {
-      ++p;
-      ++n;
-    } else if (p < pattern.size() && pattern[p] == '*') {
+    // The pattern's star first: a star in the name is matched by it, not
+    // taken as the same character.
+    if (p < pattern.size() && pattern[p] == '*') {
       star = p++;
       resume = n;
+    } else if (p < pattern.size() &&
+               (pattern[p] == '?' || pattern[p] == name[n])) {
+      ++p;
+      ++n;
     } else if (star != absl::string_view::npos) {
       p = star + 1;
       n = ++resume;

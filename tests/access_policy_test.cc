@@ -36,6 +36,14 @@ TEST(MatchesPatternTest, Globs) {
       {"a*b*c", "aXbYbZc", true},
       {"a*b*c", "aXbYbZ", false},
       {"**", "x", true},
+      // A star in the name is a character like any other: the pattern's
+      // star matches it (it was once taken as a literal match, and the rest
+      // of the name then refused).
+      {"*", "*ooE", true},
+      {"sim-*", "sim-*x", true},
+      {"a*b", "a*xb", true},
+      {"a?c", "a*c", true},
+      {"a*", "*a", false},
   };
   for (const Case& c : cases) {
     EXPECT_EQ(MatchesPattern(c.pattern, c.name), c.matches)

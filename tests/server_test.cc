@@ -1313,6 +1313,10 @@ TEST_F(BadInputTest, MalformedRequestsAreInvalidArgument) {
   ExpectRefused(zero, grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(CreateWorld("bad name!", v1::FRAME_MODE_DRIVEN).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
+  // A name that starts with a star, with no access control: refused for
+  // the name, not for a role the open policy gives everyone.
+  EXPECT_EQ(CreateWorld("*ooE", v1::FRAME_MODE_DRIVEN).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(CreateWorld("x", v1::FRAME_MODE_TICK, -1).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(CreateWorld("y", v1::FRAME_MODE_DRIVEN, 30).error_code(),
