@@ -63,8 +63,9 @@ class Recorder {
   // One message: its age at arrival for each of `ages`, and what it carried;
   // for a stream's, also how old it was on reaching the process. One that
   // says when xformd published it is left out if that was before measuring
-  // started: it may have been sent, and counted by xformd, before the
-  // counts xformd's are compared with were read (a frame in flight).
+  // started: it may have been sent, and counted in xformd's stream counts,
+  // before xform-load read them (a frame in flight). The clocks must agree,
+  // as they must for the ages.
   void Record(absl::Span<const double> ages_ms, uint64_t frames,
               uint64_t updates, uint64_t bytes,
               std::optional<absl::Time> published = std::nullopt,
