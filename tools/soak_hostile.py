@@ -7,7 +7,7 @@ Loops until --seconds have passed, each round doing, against --server:
   - join storms: --storm subscribers of the soak world at once, each reading
     its snapshot and a few frames, then leaving;
   - fuzzed requests: random bytes, and random mutations of valid requests, to
-    every unary method;
+    every unary method but DeleteWorld;
   - oversized and expanding requests: 15 MB of empty commands, a 20 MB
     message, a subscription listing 2M entities.
 Prints one line per round and, at the end, every status code seen and how
@@ -185,6 +185,7 @@ def fuzz(client, world, rng, count):
         "GetWorld": string_field(1, world),
         "ListWorlds": b"",
         "CreateWorld": string_field(1, "fuzz") + field(2, 0, varint(2)),
+        "ListSubscribers": string_field(1, world) + field(2, 0, varint(2)),
     }
     for _ in range(count):
         method = rng.choice(list(valid))
