@@ -19,6 +19,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
 #include "grpcpp/server_posix.h"
 #include "server/log.h"
 
@@ -126,14 +127,22 @@ absl::StatusOr<std::unique_ptr<Acceptor>> Acceptor::Listen(
                        ") leaves no room for connections after the reserve of ",
                        options.reserved_descriptors));
     }
-    return std::unique_ptr<Acceptor>(new Acceptor(fd, bound_port, ceiling));
+    // Connections take the descriptors above the listening one.
+    const int per_address = options.max_connections_per_address > 0
+                                ? options.max_connections_per_address
+                                : std::max(1, (ceiling - fd) / 2);
+    return std::unique_ptr<Acceptor>(
+        new Acceptor(fd, bound_port, ceiling, per_address));
   }
   return absl::UnavailableError(
       absl::StrCat("cannot listen on ", host_port, ": ", last_error));
 }
 
-Acceptor::Acceptor(int listen_fd, int port, int ceiling)
-    : listen_fd_(listen_fd), port_(port), ceiling_(ceiling) {
+Acceptor::Acceptor(int listen_fd, int port, int ceiling, int max_per_address)
+    : listen_fd_(listen_fd),
+      port_(port),
+      ceiling_(ceiling),
+      per_address_(max_per_address) {
   if (pipe2(wake_, O_CLOEXEC) != 0) wake_[0] = wake_[1] = -1;
 }
 
@@ -167,8 +176,10 @@ void Acceptor::Loop(grpc::Server* server) {
     if (fds[1].revents != 0) break;
     wait_ms = -1;
     for (;;) {
-      const int fd =
-          accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      sockaddr_storage peer{};
+      socklen_t peer_length = sizeof(peer);
+      const int fd = accept4(listen_fd_, reinterpret_cast<sockaddr*>(&peer),
+                             &peer_length, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (fd < 0) {
         if (errno == EINTR || errno == ECONNABORTED) continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK) {
@@ -181,14 +192,9 @@ void Acceptor::Loop(grpc::Server* server) {
         }
         break;
       }
-      if (fd > ceiling_) {
-        // Taking it would leave the server too few descriptors of its own:
-        // the client sees the connection close and retries later.
+      if (!Admit(fd, peer)) {
+        // The client sees the connection close and retries later.
         close(fd);
-        if (refused_.fetch_add(1) % 1000 == 0) {
-          Log('W', "connection refused: at the connection limit (descriptor ",
-              ceiling_, "); ", refused_.load(), " refused so far");
-        }
         continue;
       }
       const int on = 1;
@@ -196,6 +202,28 @@ void Acceptor::Loop(grpc::Server* server) {
       grpc::AddInsecureChannelFromFd(server, fd);
     }
   }
+}
+
+bool Acceptor::Admit(int fd, const sockaddr_storage& peer) {
+  if (fd > ceiling_) {
+    // Taking it would leave the server too few descriptors of its own.
+    if (refused_.fetch_add(1) % 1000 == 0) {
+      Log('W', "connection refused: at the connection limit (descriptor ",
+          ceiling_, "); ", refused_.load(), " refused so far");
+    }
+    return false;
+  }
+  if (!per_address_.Admit(fd, ConnectionsPerAddress::Client::Of(peer),
+                          absl::Now())) {
+    if (refused_per_address_.fetch_add(1) % 1000 == 0) {
+      Log('W', "connection from ", PeerAddress(absl::StrCat("fd:", fd)),
+          " refused: its address holds ", per_address_.limit(),
+          " connections (--max_connections_per_address); ",
+          refused_per_address_.load(), " refused so far");
+    }
+    return false;
+  }
+  return true;
 }
 
 }  // namespace xform::server

@@ -13,10 +13,17 @@
 // kernel hands out the lowest free one, so an accepted descriptor numbered n
 // means n are in use below it.
 //
+// Within the ceiling, no one client address (an IPv6 /64) may hold more than
+// its share of the connections (ConnectionsPerAddress): over it, the new
+// connection is refused the same way, so one host, hostile or misconfigured,
+// cannot keep every other out.
+//
 // Thread-safe; one thread of its own.
 
 #ifndef XFORM_SERVER_ACCEPTOR_H_
 #define XFORM_SERVER_ACCEPTOR_H_
+
+#include <sys/socket.h>
 
 #include <atomic>
 #include <cstdint>
@@ -27,6 +34,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "grpcpp/server.h"
+#include "server/connections_per_address.h"
 
 namespace xform::server {
 
@@ -34,6 +42,9 @@ struct AcceptorOptions {
   // Most connections at once (--max_connections); 0: as many as the
   // descriptor limit allows after the reserve.
   int max_connections = 0;
+  // Most connections at once from one client address
+  // (--max_connections_per_address); 0: half of the connections allowed.
+  int max_connections_per_address = 0;
   // Descriptors kept for everything but connections (gRPC's own, files).
   int reserved_descriptors = 64;
 };
@@ -49,8 +60,12 @@ class Acceptor {
   int port() const { return port_; }
   // The highest descriptor number a connection may have.
   int ceiling() const { return ceiling_; }
-  // Connections refused at the ceiling, and accept() failures waited out.
+  // Most connections one client address may hold at once.
+  int max_per_address() const { return per_address_.limit(); }
+  // Connections refused at the ceiling, refused for their address holding
+  // its share, and accept() failures waited out.
   uint64_t refused() const { return refused_.load(); }
+  uint64_t refused_per_address() const { return refused_per_address_.load(); }
   uint64_t accept_errors() const { return accept_errors_.load(); }
 
   // Hands connections to `server`, which must be started, until Stop().
@@ -59,15 +74,19 @@ class Acceptor {
   void Stop();
 
  private:
-  Acceptor(int listen_fd, int port, int ceiling);
+  Acceptor(int listen_fd, int port, int ceiling, int max_per_address);
   void Loop(grpc::Server* server);
+  // Whether a connection just accepted as `fd` from `peer` may be kept.
+  bool Admit(int fd, const sockaddr_storage& peer);
 
   const int listen_fd_;
   const int port_;
   const int ceiling_;
-  int wake_[2] = {-1, -1};  // A pipe that ends the loop's poll().
+  ConnectionsPerAddress per_address_;  // The loop's thread's alone.
+  int wake_[2] = {-1, -1};             // A pipe that ends the loop's poll().
   std::thread thread_;
   std::atomic<uint64_t> refused_ = 0;
+  std::atomic<uint64_t> refused_per_address_ = 0;
   std::atomic<uint64_t> accept_errors_ = 0;
 };
 

@@ -76,6 +76,9 @@ ABSL_FLAG(int, max_connection_age_ms, 0,
 ABSL_FLAG(int, max_connections, 0,
           "Most connections at once; 0: all the descriptor limit allows, "
           "less 64 kept for the server. Over it, connections are closed");
+ABSL_FLAG(int, max_connections_per_address, 0,
+          "Most connections at once from one client address (IPv6: one /64); "
+          "0: half of --max_connections. Over it, connections are closed");
 ABSL_FLAG(int, max_streams_per_connection, 1'024,
           "Most concurrent calls on one connection");
 ABSL_FLAG(int, write_timeout_ms, 10'000,
@@ -185,6 +188,8 @@ std::vector<std::string> FlagErrors() {
         "--build_threads must be 1 to 64");
   check(absl::GetFlag(FLAGS_max_connections) >= 0,
         "--max_connections must not be negative");
+  check(absl::GetFlag(FLAGS_max_connections_per_address) >= 0,
+        "--max_connections_per_address must not be negative");
   check(absl::GetFlag(FLAGS_max_streams_per_connection) > 0,
         "--max_streams_per_connection must be at least 1");
   check(absl::GetFlag(FLAGS_tls_cert).empty() ==
@@ -327,8 +332,9 @@ int Main() {
   grpc::ServerBuilder builder;
   // Plaintext connections are taken by our Acceptor (see acceptor.h); TLS
   // ones by gRPC's own listener, as gRPC 1.51 cannot take a TLS connection
-  // from a descriptor: so --max_connections, and the guard against running
-  // out of descriptors, apply to plaintext only.
+  // from a descriptor: so --max_connections, --max_connections_per_address
+  // and the guard against running out of descriptors apply to plaintext
+  // only.
   std::unique_ptr<Acceptor> acceptor;
   int tls_port = 0;
   if (const std::string cert = absl::GetFlag(FLAGS_tls_cert); !cert.empty()) {
@@ -348,7 +354,9 @@ int Main() {
         "; certificate files re-read as they change");
   } else {
     absl::StatusOr<std::unique_ptr<Acceptor>> listening = Acceptor::Listen(
-        listen, {.max_connections = absl::GetFlag(FLAGS_max_connections)});
+        listen, {.max_connections = absl::GetFlag(FLAGS_max_connections),
+                 .max_connections_per_address =
+                     absl::GetFlag(FLAGS_max_connections_per_address)});
     if (!listening.ok()) {
       Log('E', listening.status().message());
       return 1;
@@ -399,9 +407,11 @@ int Main() {
       acceptor != nullptr ? acceptor->port() : tls_port, ", ",
       acceptor != nullptr ? "plaintext" : "TLS", "), default tick ",
       absl::GetFlag(FLAGS_tick_hz), " Hz",
-      acceptor != nullptr ? absl::StrCat("; connections use descriptors up to ",
-                                         acceptor->ceiling())
-                          : "");
+      acceptor != nullptr
+          ? absl::StrCat("; connections use descriptors up to ",
+                         acceptor->ceiling(), ", at most ",
+                         acceptor->max_per_address(), " from one address")
+          : "");
 
   absl::Notification stop_demo;
   std::thread demo;

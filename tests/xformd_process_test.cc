@@ -192,7 +192,8 @@ TEST(XformdProcessTest, BadFlagsAreAUsageError) {
         "--max_message_bytes=0", "--write_timeout_ms=0", "--build_threads=0",
         "--build_threads=65", "--max_worlds=0", "--keepalive_ms=-1",
         "--snapshot_burst_mb=0", "--snapshot_burst_mb=1048577",
-        "--fanout_threads=-1", "--fanout_threads=65"}) {
+        "--fanout_threads=-1", "--fanout_threads=65",
+        "--max_connections_per_address=-1"}) {
     Xformd xformd({flag});
     EXPECT_EQ(xformd.WaitForExit(absl::Seconds(10)), 2) << flag;
     const std::string name = flag.substr(0, flag.find('='));
@@ -224,6 +225,69 @@ TEST(XformdProcessTest, ServesAgainAfterAFloodOfConnectionsAtTheFileLimit) {
             HealthCheckResponse::SERVING)
       << xformd.Log();
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+// One host cannot keep every other out by holding every connection slot:
+// before --max_connections_per_address, 100 silent connections from
+// 127.0.0.2 took all 64 and the health check from 127.0.0.1 was refused.
+// Now 127.0.0.2 gets its half, 32, the rest of its connections are closed at
+// once, and once it closes one it may connect again.
+TEST(XformdProcessTest, OneAddressCannotTakeEveryConnection) {
+  Xformd xformd({"--max_connections=64"});
+  ASSERT_FALSE(xformd.address().empty()) << xformd.Log();
+  const int port = std::stoi(xformd.address().substr(10));
+  const auto connect_from = [port](const char* source) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    inet_pton(AF_INET, source, &address.sin_addr);
+    EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)),
+              0);
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = htons(port);
+    EXPECT_EQ(
+        connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+    return fd;
+  };
+  // Whether xformd closed it (EOF or a reset) rather than keeping it.
+  const auto closed_by_server = [](int fd) {
+    char byte;
+    const ssize_t got = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    return got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+  };
+  std::vector<int> flood;
+  for (int k = 0; k < 100; ++k) flood.push_back(connect_from("127.0.0.2"));
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  std::vector<int> kept;
+  for (int fd : flood) {
+    if (closed_by_server(fd)) {
+      close(fd);
+    } else {
+      kept.push_back(fd);
+    }
+  }
+  EXPECT_EQ(kept.size(), 32u) << xformd.Log();
+  EXPECT_EQ(Health(xformd.Connect(), "", absl::Seconds(3)),
+            HealthCheckResponse::SERVING)
+      << xformd.Log();
+  EXPECT_NE(xformd.Log().find("at most 32 from one address"), std::string::npos)
+      << xformd.Log();
+  EXPECT_NE(xformd.Log().find("connection from ipv4:127.0.0.2:"),
+            std::string::npos)
+      << xformd.Log();
+  // At its limit until one of its own closes; checked again 100 ms on.
+  const int over = connect_from("127.0.0.2");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_TRUE(closed_by_server(over));
+  close(over);
+  close(kept.back());
+  kept.pop_back();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const int again = connect_from("127.0.0.2");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(closed_by_server(again));
+  close(again);
+  for (int fd : kept) close(fd);
 }
 
 // Requests whose parsed form would be many times their size, or that are
