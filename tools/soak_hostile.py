@@ -9,7 +9,10 @@ Loops until --seconds have passed, each round doing, against --server:
   - fuzzed requests: random bytes, and random mutations of valid requests, to
     every unary method but DeleteWorld;
   - oversized and expanding requests: 15 MB of empty commands, a 20 MB
-    message, a subscription listing 2M entities.
+    message, a subscription listing 2M entities;
+  - a connection hog: --hog silent connections from 127.0.0.2, held while a
+    new client from 127.0.0.1 connects and lists the worlds (xformd keeps
+    the hog to --max_connections_per_address; the round says how many).
 Prints one line per round and, at the end, every status code seen and how
 often; exits 1 if INTERNAL or UNKNOWN was ever seen.
 
@@ -20,6 +23,7 @@ code), which is also how a hostile client would.
 import argparse
 import collections
 import random
+import socket
 import struct
 import sys
 import threading
@@ -207,6 +211,36 @@ def oversized(client, world):
     client.subscribe(subscribe_request(world, entities=range(1, 2_000_001)), 1)
 
 
+def connection_hog(client, address, count):
+    """Holds `count` silent connections from 127.0.0.2 while a new client
+    from 127.0.0.1 calls ListWorlds; returns how many xformd kept."""
+    host, port = address.rsplit(":", 1)
+    hog = []
+    for _ in range(count):
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.2", 0))
+            s.connect((host, int(port)))
+            hog.append(s)
+        except OSError:
+            s.close()
+    time.sleep(1)
+    fresh = Client(address)  # A connection of its own.
+    fresh.codes, fresh.lock = client.codes, client.lock
+    fresh.unary("ListWorlds", b"", timeout=10)
+    fresh.channel.close()
+    kept = 0
+    for s in hog:
+        try:
+            kept += len(s.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)) > 0
+        except BlockingIOError:
+            kept += 1  # Open, and silent.
+        except OSError:
+            pass  # Reset: refused.
+        s.close()
+    return kept
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--server", default="127.0.0.1:50071")
@@ -214,6 +248,7 @@ def main():
     parser.add_argument("--seconds", type=float, default=600)
     parser.add_argument("--depth", type=int, default=100_000)
     parser.add_argument("--storm", type=int, default=20)
+    parser.add_argument("--hog", type=int, default=1500)
     args = parser.parse_args()
     client = Client(args.server)
     rng = random.Random(1)
@@ -231,10 +266,12 @@ def main():
             join_storm(client, args.world, args.storm)
         fuzz(client, args.world, rng, 200)
         oversized(client, args.world)
+        kept = connection_hog(client, args.server, args.hog)
         round_number += 1
         last_round = time.time() - start
-        print("round %d: %.1f s, statuses %s" %
-              (round_number, time.time() - start, dict(client.codes)),
+        print("round %d: %.1f s, hog kept %d of %d, statuses %s" %
+              (round_number, time.time() - start, kept, args.hog,
+               dict(client.codes)),
               flush=True)
     bad = client.codes["INTERNAL"] + client.codes["UNKNOWN"]
     print("statuses: %s; INTERNAL/UNKNOWN: %d" % (dict(client.codes), bad))
