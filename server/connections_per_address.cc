@@ -6,7 +6,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
-#include <cstring>
+#include <vector>
 
 namespace xform::server {
 namespace {
@@ -66,12 +66,15 @@ bool ConnectionsPerAddress::AtLimit(const Client& client, absl::Time now) {
   }
   if (now - it->second.checked < recheck_after_) return true;
   it->second.checked = now;
-  std::vector<int> closed;
-  for (int fd : it->second.fds) {
-    if (!StillOpen(fd)) closed.push_back(fd);
-  }
-  for (int fd : closed) Forget(fd);  // May erase the entry.
-  return Counted(client) >= limit_;
+  std::vector<int>& fds = it->second.fds;
+  std::erase_if(fds, [this](int fd) {
+    if (StillOpen(fd)) return false;
+    by_fd_[fd].held = false;
+    return true;
+  });
+  const bool at_limit = static_cast<int>(fds.size()) >= limit_;
+  if (fds.empty()) held_.erase(it);
+  return at_limit;
 }
 
 int ConnectionsPerAddress::Counted(const Client& client) const {
@@ -86,7 +89,9 @@ void ConnectionsPerAddress::Forget(int fd) {
   auto it = held_.find(admitted.client);
   if (it == held_.end()) return;
   std::vector<int>& fds = it->second.fds;
-  fds.erase(std::find(fds.begin(), fds.end(), fd));
+  if (auto at = std::find(fds.begin(), fds.end(), fd); at != fds.end()) {
+    fds.erase(at);
+  }
   if (fds.empty()) held_.erase(it);
 }
 
