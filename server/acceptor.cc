@@ -131,18 +131,20 @@ absl::StatusOr<std::unique_ptr<Acceptor>> Acceptor::Listen(
     const int per_address = options.max_connections_per_address > 0
                                 ? options.max_connections_per_address
                                 : std::max(1, (ceiling - fd) / 2);
-    return std::unique_ptr<Acceptor>(
-        new Acceptor(fd, bound_port, ceiling, per_address));
+    return std::unique_ptr<Acceptor>(new Acceptor(
+        fd, bound_port, ceiling, per_address, options.cut_off_penalty));
   }
   return absl::UnavailableError(
       absl::StrCat("cannot listen on ", host_port, ": ", last_error));
 }
 
-Acceptor::Acceptor(int listen_fd, int port, int ceiling, int max_per_address)
+Acceptor::Acceptor(int listen_fd, int port, int ceiling, int max_per_address,
+                   absl::Duration cut_off_penalty)
     : listen_fd_(listen_fd),
       port_(port),
       ceiling_(ceiling),
-      per_address_(max_per_address) {
+      per_address_(max_per_address),
+      cut_off_penalty_(cut_off_penalty) {
   if (pipe2(wake_, O_CLOEXEC) != 0) wake_[0] = wake_[1] = -1;
 }
 
@@ -213,8 +215,17 @@ bool Acceptor::Admit(int fd, const sockaddr_storage& peer) {
     }
     return false;
   }
-  if (!per_address_.Admit(fd, ConnectionsPerAddress::Client::Of(peer),
-                          absl::Now())) {
+  const ConnectionsPerAddress::Client client =
+      ConnectionsPerAddress::Client::Of(peer);
+  const absl::Time now = absl::Now();
+  {
+    absl::MutexLock lock(&penalty_mu_);
+    if (auto it = penalized_.find(client); it != penalized_.end()) {
+      if (now < it->second) return false;  // Cut off a moment ago.
+      penalized_.erase(it);
+    }
+  }
+  if (!per_address_.Admit(fd, client, now)) {
     if (refused_per_address_.fetch_add(1) % 1000 == 0) {
       Log('W', "connection from ", PeerAddress(absl::StrCat("fd:", fd)),
           " refused: its address holds ", per_address_.limit(),
@@ -224,6 +235,31 @@ bool Acceptor::Admit(int fd, const sockaddr_storage& peer) {
     return false;
   }
   return true;
+}
+
+void Acceptor::CutOff(int fd) {
+  sockaddr_storage peer{};
+  socklen_t length = sizeof(peer);
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &length) != 0) {
+    return;  // Closed already.
+  }
+  const std::string name = PeerAddress(absl::StrCat("fd:", fd));
+  {
+    const absl::Time now = absl::Now();
+    absl::MutexLock lock(&penalty_mu_);
+    if (penalized_.size() >= 4096) {  // Bounded: drop the expired.
+      absl::erase_if(penalized_,
+                     [now](const auto& entry) { return entry.second <= now; });
+    }
+    penalized_[ConnectionsPerAddress::Client::Of(peer)] =
+        now + cut_off_penalty_;
+  }
+  shutdown(fd, SHUT_RDWR);
+  cut_off_.fetch_add(1);
+  Log('W', "connection from ", name,
+      " cut off: it started calls faster than "
+      "--max_calls_per_connection_per_second; its address is refused for ",
+      absl::FormatDuration(cut_off_penalty_));
 }
 
 }  // namespace xform::server

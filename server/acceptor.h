@@ -31,8 +31,11 @@
 #include <string>
 #include <thread>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "grpcpp/server.h"
 #include "server/connections_per_address.h"
 
@@ -45,6 +48,8 @@ struct AcceptorOptions {
   // Most connections at once from one client address
   // (--max_connections_per_address); 0: half of the connections allowed.
   int max_connections_per_address = 0;
+  // How long an address whose connection was cut off (CutOff) is refused.
+  absl::Duration cut_off_penalty = absl::Seconds(10);
   // Descriptors kept for everything but connections (gRPC's own, files).
   int reserved_descriptors = 64;
 };
@@ -73,8 +78,16 @@ class Acceptor {
   // Closes the listening socket; no connection is handed over after it.
   void Stop();
 
+  // Ends the connection handed over as `fd` (a shutdown(): gRPC sees it
+  // close and cleans up) and refuses its address's new connections for
+  // `cut_off_penalty`, so that reconnecting does not start over at once.
+  // For abuse found above the transport (CallFloodGuard). Any thread.
+  void CutOff(int fd);
+  uint64_t cut_off() const { return cut_off_.load(); }
+
  private:
-  Acceptor(int listen_fd, int port, int ceiling, int max_per_address);
+  Acceptor(int listen_fd, int port, int ceiling, int max_per_address,
+           absl::Duration cut_off_penalty);
   void Loop(grpc::Server* server);
   // Whether a connection just accepted as `fd` from `peer` may be kept.
   bool Admit(int fd, const sockaddr_storage& peer);
@@ -83,10 +96,16 @@ class Acceptor {
   const int port_;
   const int ceiling_;
   ConnectionsPerAddress per_address_;  // The loop's thread's alone.
-  int wake_[2] = {-1, -1};             // A pipe that ends the loop's poll().
+  const absl::Duration cut_off_penalty_;
+  absl::Mutex penalty_mu_;
+  // Addresses cut off, and until when they are refused.
+  absl::flat_hash_map<ConnectionsPerAddress::Client, absl::Time> penalized_
+      ABSL_GUARDED_BY(penalty_mu_);
+  int wake_[2] = {-1, -1};  // A pipe that ends the loop's poll().
   std::thread thread_;
   std::atomic<uint64_t> refused_ = 0;
   std::atomic<uint64_t> refused_per_address_ = 0;
+  std::atomic<uint64_t> cut_off_ = 0;
   std::atomic<uint64_t> accept_errors_ = 0;
 };
 

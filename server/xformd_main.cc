@@ -32,6 +32,7 @@
 #include "grpcpp/server_builder.h"
 #include "server/acceptor.h"
 #include "server/access_policy.h"
+#include "server/call_flood_guard.h"
 #include "server/demo.h"
 #include "server/gatekeeper.h"
 #include "server/log.h"
@@ -79,6 +80,12 @@ ABSL_FLAG(int, max_connections, 0,
 ABSL_FLAG(int, max_connections_per_address, 0,
           "Most connections at once from one client address (IPv6: one /64); "
           "0: half of --max_connections. Over it, connections are closed");
+ABSL_FLAG(int, max_calls_per_connection_per_second, 1'000,
+          "A plaintext connection starting more calls than this in a second "
+          "is cut off (HTTP/2 rapid reset), and its address refused for "
+          "--cut_off_penalty_ms; 0: no limit");
+ABSL_FLAG(int, cut_off_penalty_ms, 10'000,
+          "How long an address whose connection was cut off is refused");
 ABSL_FLAG(int, max_streams_per_connection, 1'024,
           "Most concurrent calls on one connection");
 ABSL_FLAG(int, write_timeout_ms, 10'000,
@@ -190,6 +197,10 @@ std::vector<std::string> FlagErrors() {
         "--max_connections must not be negative");
   check(absl::GetFlag(FLAGS_max_connections_per_address) >= 0,
         "--max_connections_per_address must not be negative");
+  check(absl::GetFlag(FLAGS_max_calls_per_connection_per_second) >= 0,
+        "--max_calls_per_connection_per_second must not be negative");
+  check(absl::GetFlag(FLAGS_cut_off_penalty_ms) >= 0,
+        "--cut_off_penalty_ms must not be negative");
   check(absl::GetFlag(FLAGS_max_streams_per_connection) > 0,
         "--max_streams_per_connection must be at least 1");
   check(absl::GetFlag(FLAGS_tls_cert).empty() ==
@@ -356,7 +367,9 @@ int Main() {
     absl::StatusOr<std::unique_ptr<Acceptor>> listening = Acceptor::Listen(
         listen, {.max_connections = absl::GetFlag(FLAGS_max_connections),
                  .max_connections_per_address =
-                     absl::GetFlag(FLAGS_max_connections_per_address)});
+                     absl::GetFlag(FLAGS_max_connections_per_address),
+                 .cut_off_penalty = absl::Milliseconds(
+                     absl::GetFlag(FLAGS_cut_off_penalty_ms))});
     if (!listening.ok()) {
       Log('E', listening.status().message());
       return 1;
@@ -369,6 +382,16 @@ int Main() {
     }
   }
   builder.RegisterService(&service);
+  if (const int max_calls =
+          absl::GetFlag(FLAGS_max_calls_per_connection_per_second);
+      acceptor != nullptr && max_calls > 0) {
+    std::vector<
+        std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+        guards;
+    guards.push_back(std::make_unique<CallFloodGuard>(
+        max_calls, [&acceptor](int fd) { acceptor->CutOff(fd); }));
+    builder.experimental().SetInterceptorCreators(std::move(guards));
+  }
   TransportOptions transport;
   transport.max_message_bytes = limits.max_message_bytes;
   transport.memory_quota_bytes = absl::GetFlag(FLAGS_memory_quota_mb) << 20;

@@ -193,7 +193,9 @@ TEST(XformdProcessTest, BadFlagsAreAUsageError) {
         "--build_threads=65", "--max_worlds=0", "--keepalive_ms=-1",
         "--snapshot_burst_mb=0", "--snapshot_burst_mb=1048577",
         "--fanout_threads=-1", "--fanout_threads=65",
-        "--max_connections_per_address=-1"}) {
+        "--max_connections_per_address=-1",
+        "--max_calls_per_connection_per_second=-1",
+        "--cut_off_penalty_ms=-1"}) {
     Xformd xformd({flag});
     EXPECT_EQ(xformd.WaitForExit(absl::Seconds(10)), 2) << flag;
     const std::string name = flag.substr(0, flag.find('='));
@@ -227,6 +229,22 @@ TEST(XformdProcessTest, ServesAgainAfterAFloodOfConnectionsAtTheFileLimit) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
 }
 
+// A connection to xformd on 127.0.0.1:`port` from `source`, another loopback
+// address (all of 127/8 is local), so that it counts as another client.
+int ConnectFrom(const char* source, int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  inet_pton(AF_INET, source, &address.sin_addr);
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)),
+            0);
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = htons(port);
+  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)),
+            0);
+  return fd;
+}
+
 // One host cannot keep every other out by holding every connection slot:
 // before --max_connections_per_address, 100 silent connections from
 // 127.0.0.2 took all 64 and the health check from 127.0.0.1 was refused.
@@ -236,19 +254,6 @@ TEST(XformdProcessTest, OneAddressCannotTakeEveryConnection) {
   Xformd xformd({"--max_connections=64"});
   ASSERT_FALSE(xformd.address().empty()) << xformd.Log();
   const int port = std::stoi(xformd.address().substr(10));
-  const auto connect_from = [port](const char* source) {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    inet_pton(AF_INET, source, &address.sin_addr);
-    EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)),
-              0);
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    address.sin_port = htons(port);
-    EXPECT_EQ(
-        connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
-    return fd;
-  };
   // Whether xformd closed it (EOF or a reset) rather than keeping it.
   const auto closed_by_server = [](int fd) {
     char byte;
@@ -256,7 +261,7 @@ TEST(XformdProcessTest, OneAddressCannotTakeEveryConnection) {
     return got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
   };
   std::vector<int> flood;
-  for (int k = 0; k < 100; ++k) flood.push_back(connect_from("127.0.0.2"));
+  for (int k = 0; k < 100; ++k) flood.push_back(ConnectFrom("127.0.0.2", port));
   std::this_thread::sleep_for(std::chrono::seconds(1));
   std::vector<int> kept;
   for (int fd : flood) {
@@ -276,18 +281,104 @@ TEST(XformdProcessTest, OneAddressCannotTakeEveryConnection) {
             std::string::npos)
       << xformd.Log();
   // At its limit until one of its own closes; checked again 100 ms on.
-  const int over = connect_from("127.0.0.2");
+  const int over = ConnectFrom("127.0.0.2", port);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   EXPECT_TRUE(closed_by_server(over));
   close(over);
   close(kept.back());
   kept.pop_back();
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  const int again = connect_from("127.0.0.2");
+  const int again = ConnectFrom("127.0.0.2", port);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   EXPECT_FALSE(closed_by_server(again));
   close(again);
   for (int fd : kept) close(fd);
+}
+
+// An HTTP/2 frame: its 9-byte header, then `payload`.
+std::string Http2Frame(uint8_t type, uint8_t flags, uint32_t stream,
+                       const std::string& payload) {
+  const uint32_t length = payload.size();
+  std::string frame = {
+      static_cast<char>(length >> 16), static_cast<char>(length >> 8),
+      static_cast<char>(length),       static_cast<char>(type),
+      static_cast<char>(flags),        static_cast<char>(stream >> 24),
+      static_cast<char>(stream >> 16), static_cast<char>(stream >> 8),
+      static_cast<char>(stream)};
+  return frame + payload;
+}
+
+// HTTP/2 rapid reset (CVE-2023-44487): streams opened and cancelled at once
+// never hold a stream slot, and gRPC 1.51 has no defence of its own. Before
+// CallFloodGuard one such connection took xformd's healthy world from 60
+// writes a second to 24 and its memory to 1 GB, and it was never closed.
+// Now it is cut off once over --max_calls_per_connection_per_second, its
+// address is refused for --cut_off_penalty_ms, and others are served.
+TEST(XformdProcessTest, AConnectionResettingStreamsIsCutOff) {
+  Xformd xformd({"--max_calls_per_connection_per_second=500",
+                 "--cut_off_penalty_ms=3000"});
+  ASSERT_FALSE(xformd.address().empty()) << xformd.Log();
+  const int port = std::stoi(xformd.address().substr(10));
+  // Header fields as literals never indexed, without Huffman coding: the
+  // same block for every stream.
+  std::string block;
+  for (const auto& [name, value] :
+       std::vector<std::pair<std::string, std::string>>{
+           {":method", "POST"},
+           {":scheme", "http"},
+           {":authority", "xformd"},
+           {":path", "/xform.v1.Xform/ListWorlds"},
+           {"content-type", "application/grpc"},
+           {"te", "trailers"}}) {
+    block += '\x10';
+    block += static_cast<char>(name.size());
+    block += name;
+    block += static_cast<char>(value.size());
+    block += value;
+  }
+  const int attacker = ConnectFrom("127.0.0.2", port);
+  std::string opening = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+  opening += Http2Frame(4, 0, 0, "");  // SETTINGS
+  opening += Http2Frame(4, 1, 0, "");  // the ACK of the server's
+  ASSERT_EQ(send(attacker, opening.data(), opening.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(opening.size()));
+  const std::string cancel("\0\0\0\x08", 4);
+  uint32_t stream = 1;
+  int sent = 0;
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  bool cut_off = false;
+  while (!cut_off && absl::Now() < give_up) {
+    std::string batch;
+    for (int k = 0; k < 100; ++k, stream += 2) {
+      batch += Http2Frame(1, 4, stream, block);   // HEADERS, END_HEADERS
+      batch += Http2Frame(3, 0, stream, cancel);  // RST_STREAM, CANCEL
+    }
+    if (send(attacker, batch.data(), batch.size(), MSG_NOSIGNAL) < 0) {
+      cut_off = true;
+      break;
+    }
+    sent += 100;
+    char drain[65536];
+    ssize_t got;
+    while ((got = recv(attacker, drain, sizeof(drain), MSG_DONTWAIT)) > 0) {
+    }
+    cut_off = got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+  }
+  close(attacker);
+  EXPECT_TRUE(cut_off) << sent << " streams sent\n" << xformd.Log();
+  EXPECT_NE(xformd.Log().find("connection from ipv4:127.0.0.2:"),
+            std::string::npos)
+      << xformd.Log();
+  // Others are served; the attacker's address is refused for a while.
+  EXPECT_EQ(Health(xformd.Connect(), "", absl::Seconds(3)),
+            HealthCheckResponse::SERVING)
+      << xformd.Log();
+  const int again = ConnectFrom("127.0.0.2", port);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  char byte;
+  const ssize_t got = recv(again, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  EXPECT_TRUE(got == 0 || (got < 0 && errno != EAGAIN)) << "not refused";
+  close(again);
 }
 
 // Requests whose parsed form would be many times their size, or that are
