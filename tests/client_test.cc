@@ -540,8 +540,17 @@ TEST_F(ClientTest, CompactMirrorsStayWithinBoundsThroughSkipsAndResyncs) {
     last = *applied;
     if (frame % 9 == 0) mirrors[1]->Update();
     if (frame == 300) {
-      // The stopped one reads again, long after max_pending was passed.
-      while (mirrors[2]->Update() + mirrors[3]->Update() > 0) {
+      // The stopped ones read again, long after max_pending was passed,
+      // until caught up: their snapshots' parts come as the build pool
+      // makes them, so an empty queue is not the end of one (and one left
+      // half read while frames go on is owed past max_pending again, and
+      // resent whole).
+      const absl::Time caught_up_by = absl::Now() + kWait;
+      while ((mirrors[2]->frame() < last || mirrors[3]->frame() < last) &&
+             absl::Now() < caught_up_by) {
+        if (mirrors[2]->Update() + mirrors[3]->Update() == 0) {
+          absl::SleepFor(absl::Milliseconds(1));
+        }
       }
     }
   }
