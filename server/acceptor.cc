@@ -255,7 +255,6 @@ void Acceptor::CutOff(int fd) {
         now + cut_off_penalty_;
   }
   shutdown(fd, SHUT_RDWR);
-  cut_off_.fetch_add(1);
   Log('W', "connection from ", name,
       " cut off: it started calls faster than "
       "--max_calls_per_connection_per_second; its address is refused for ",

@@ -67,10 +67,8 @@ class Acceptor {
   int ceiling() const { return ceiling_; }
   // Most connections one client address may hold at once.
   int max_per_address() const { return per_address_.limit(); }
-  // Connections refused at the ceiling, refused for their address holding
-  // its share, and accept() failures waited out.
+  // Connections refused at the ceiling, and accept() failures waited out.
   uint64_t refused() const { return refused_.load(); }
-  uint64_t refused_per_address() const { return refused_per_address_.load(); }
   uint64_t accept_errors() const { return accept_errors_.load(); }
 
   // Hands connections to `server`, which must be started, until Stop().
@@ -83,7 +81,6 @@ class Acceptor {
   // `cut_off_penalty`, so that reconnecting does not start over at once.
   // For abuse found above the transport (CallFloodGuard). Any thread.
   void CutOff(int fd);
-  uint64_t cut_off() const { return cut_off_.load(); }
 
  private:
   Acceptor(int listen_fd, int port, int ceiling, int max_per_address,
@@ -104,8 +101,7 @@ class Acceptor {
   int wake_[2] = {-1, -1};  // A pipe that ends the loop's poll().
   std::thread thread_;
   std::atomic<uint64_t> refused_ = 0;
-  std::atomic<uint64_t> refused_per_address_ = 0;
-  std::atomic<uint64_t> cut_off_ = 0;
+  std::atomic<uint64_t> refused_per_address_ = 0;  // Paces its log lines.
   std::atomic<uint64_t> accept_errors_ = 0;
 };
 

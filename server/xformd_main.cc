@@ -343,9 +343,9 @@ int Main() {
   grpc::ServerBuilder builder;
   // Plaintext connections are taken by our Acceptor (see acceptor.h); TLS
   // ones by gRPC's own listener, as gRPC 1.51 cannot take a TLS connection
-  // from a descriptor: so --max_connections, --max_connections_per_address
-  // and the guard against running out of descriptors apply to plaintext
-  // only.
+  // from a descriptor: so --max_connections, --max_connections_per_address,
+  // --max_calls_per_connection_per_second and the guard against running
+  // out of descriptors apply to plaintext only.
   std::unique_ptr<Acceptor> acceptor;
   int tls_port = 0;
   if (const std::string cert = absl::GetFlag(FLAGS_tls_cert); !cert.empty()) {
