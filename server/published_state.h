@@ -26,6 +26,7 @@
 //   Find               O(1)
 //   ForEachInSubtree   O(subtree): follows the children links, no allocation
 //   VisitSubtree       O(slots visited)
+//   NextInSubtree      O(1) amortized over a walk
 //   LiveSlots          O(slots / 64 + free slots)
 //   ForEachChangedSince(f)  O(slots / 8 + 8 * blocks of 8 slots changed
 //                      after f)
@@ -121,6 +122,14 @@ class PublishedState {
   // that mark what they visit skip what an earlier walk marked.
   template <typename F>
   void VisitSubtree(Slot root, F&& visit) const;
+  // The walk of VisitSubtree a step at a time, so that it can stop and go
+  // on: the slot after `at` in `root`'s subtree, parents first (below `at`
+  // if `descend`), or kNoSlot after the last. Calls left(slot) for each
+  // slot whose subtree the step leaves, `at` first, `root` last at the end:
+  // what it does not leave is the path from `root` down to the slot it
+  // returns. O(1) amortized over a walk.
+  template <typename F>
+  Slot NextInSubtree(Slot root, Slot at, bool descend, F&& left) const;
 
   // Counts frames that destroyed or re-parented entities: a parent chain
   // read from the state stays valid while this does not change.
@@ -202,17 +211,24 @@ void PublishedState::ForEachChangedSinceIn(uint64_t frame, size_t first_block,
 
 template <typename F>
 void PublishedState::VisitSubtree(Slot root, F&& visit) const {
-  Slot s = root;
-  while (true) {
-    if (visit(s) && first_child_[s] != kNoSlot) {
-      s = first_child_[s];
-      continue;
-    }
-    // Up to the nearest ancestor (within the subtree) with a next sibling.
-    while (s != root && next_sibling_[s] == kNoSlot) s = parent_[s];
-    if (s == root) return;
-    s = next_sibling_[s];
+  for (Slot s = root; s != kNoSlot;
+       s = NextInSubtree(root, s, visit(s), [](Slot) {})) {
   }
+}
+
+template <typename F>
+PublishedState::Slot PublishedState::NextInSubtree(Slot root, Slot at,
+                                                   bool descend,
+                                                   F&& left) const {
+  if (descend && first_child_[at] != kNoSlot) return first_child_[at];
+  // Up to the nearest ancestor (within the subtree) with a next sibling.
+  Slot s = at;
+  while (s != root && next_sibling_[s] == kNoSlot) {
+    left(s);
+    s = parent_[s];
+  }
+  left(s);
+  return s == root ? kNoSlot : next_sibling_[s];
 }
 
 }  // namespace xform::server

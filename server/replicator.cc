@@ -547,6 +547,7 @@ void Replicator::UpdateFilteredViews(
     NoteMovesInViews(changes, before.filtered, echoes, moved_before);
     return;
   }
+  BreakMembershipWalks(changes, before.filtered);
   const std::vector<EntityId>& touched = before.touched;
   // Each moved entity's index in changes.moved.
   absl::flat_hash_map<EntityId, size_t> moved;
@@ -957,22 +958,28 @@ std::shared_ptr<const Outgoing> Replicator::Take(SubscriptionId id,
     }
   }
   Subscription* sub = &s;
+  // Lets a waiter (a publication, another stream) take the lock between
+  // chunks of a scan or walk. Returns the subscription again, or null if
+  // it is gone or `same` says it was resynced or taken on by another call.
+  const auto yield = [&](auto same) -> Subscription* {
+    lock.unlock();
+    // Off the lock long enough for a waiter to take it: std::mutex hands
+    // it to none, and one unlocked and locked again at once is mostly kept.
+    std::this_thread::sleep_for(std::chrono::microseconds(1));
+    lock.lock();
+    it = subs_.find(id);
+    if (it == subs_.end() || !same(*it->second)) return nullptr;
+    return it->second.get();
+  };
   if (sub->kept_view_scan) {
-    // Found a chunk at a time, the lock released between chunks (frames
-    // published meanwhile are found again at the end).
+    // Found a chunk at a time (frames published meanwhile are found again
+    // at the end).
     KeptViewScan* scan = sub->kept_view_scan.get();
     while (!ScanForKeptView(*scan)) {
-      lock.unlock();
-      // Off the lock long enough for a waiter (a publication, another
-      // stream) to take it: std::mutex hands it to none, and one unlocked
-      // and locked again at once is mostly kept.
-      std::this_thread::sleep_for(std::chrono::microseconds(1));
-      lock.lock();
-      it = subs_.find(id);
-      if (it == subs_.end() || it->second->kept_view_scan.get() != scan) {
-        return nullptr;  // Gone, resynced, or taken on by another call.
-      }
-      sub = it->second.get();
+      sub = yield([&](const Subscription& again) {
+        return again.kept_view_scan.get() == scan;
+      });
+      if (sub == nullptr) return nullptr;
     }
     FinishKeptViewSnapshot(*sub);
   }
@@ -985,6 +992,16 @@ std::shared_ptr<const Outgoing> Replicator::Take(SubscriptionId id,
     BuildSnapshot(*sub);
     Count(*sub, &Subscription::views_resent_whole,
           &StreamStats::views_resent_whole);
+  }
+  if (sub->membership_walk) {
+    MembershipWalk* walk = sub->membership_walk.get();
+    while (!WalkMembership(*sub)) {
+      sub = yield([&](const Subscription& again) {
+        return again.membership_walk.get() == walk;
+      });
+      if (sub == nullptr) return nullptr;
+    }
+    sub->membership_walk.reset();
   }
   // A burst's copy is made outside the lock; the world may outgrow it
   // meanwhile, so a second is offered, and then it grows under the lock.

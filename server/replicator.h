@@ -217,6 +217,13 @@ class Replicator {
   }
   void CountCutOff() { cut_off_.fetch_add(1, std::memory_order_relaxed); }
 
+  // Slots a subtree view's membership walk visits under one hold at first
+  // (32,768, about 0.5 ms): tests make it small, so that frames come
+  // between the chunks. Before the first Subscribe.
+  void set_membership_walk_chunk_for_testing(size_t slots) {
+    membership_walk_chunk_ = slots;
+  }
+
  private:
   using Slot = PublishedState::Slot;
   struct BurstCopy;  // replicator_snapshot.cc
@@ -256,6 +263,27 @@ class Replicator {
     size_t end_block = 0;
     SlotBits changed;
     SlotBits created;  // Of those, the ones created since.
+  };
+  // A subtree view's membership (Subscription::in_subtree) as its snapshot
+  // starts, found by walking its roots' subtrees `chunk` slots at a time
+  // with the lock released between (see Take), so that no hold is O(view).
+  // Frames published meanwhile keep the bits of what they touch, as for
+  // any subtree view: right for everything the walk has passed, and left
+  // for the walk to find in what it has not. A frame that destroys or
+  // re-parents an entity on the walk's path (from the root being walked
+  // down to `at`) breaks its way on: that root's walk starts again, with
+  // twice the chunk, so restarts are few (log2(view / first chunk)) and the
+  // last is at worst the whole walk under one hold, as it was before.
+  struct MembershipWalk {
+    std::vector<EntityId> roots;  // Shallowest first, as they were.
+    size_t next_root = 0;         // The one walked, or the next.
+    Slot root = PublishedState::kNoSlot;
+    Slot at = PublishedState::kNoSlot;  // Last visited; none between roots.
+    SlotBits path;                      // From `root` down to `at`.
+    // Roots found inside a subtree walked whole: its walk covered theirs.
+    absl::flat_hash_set<EntityId> covered;
+    std::vector<EntityId> roots_seen;  // Inside the root being walked.
+    size_t chunk = 0;
   };
   struct Subscription {
     SubscriptionOptions options;
@@ -348,6 +376,7 @@ class Replicator {
       changed_entities = 0;
       overdue_entities = 0;
       kept_view_scan.reset();
+      membership_walk.reset();
       resync = true;
     }
     absl::Time next_allowed = absl::InfinitePast();
@@ -364,6 +393,9 @@ class Replicator {
     std::unique_ptr<StreamedSnapshot> snapshot;
     // Set while what a snapshot that keeps its view sends is found.
     std::unique_ptr<KeptViewScan> kept_view_scan;
+    // Set while a subtree view's snapshot finds its membership; its parts
+    // wait for it.
+    std::unique_ptr<MembershipWalk> membership_walk;
   };
 
   // Echo suppression: by client id, the entities whose move in a frame was
@@ -539,9 +571,18 @@ class Replicator {
   // Next() and NextIfMade().
   std::shared_ptr<const Outgoing> Take(SubscriptionId id, absl::Time now,
                                        bool make, bool* must_make);
-  // Starts streaming the subscriber's view (and rebuilds a subtree view's
-  // membership, in O(view)).
+  // Starts streaming the subscriber's view: O(slots / 64) for the whole
+  // world, O(listed + roots log roots) for a filtered view, whose subtrees'
+  // membership a MembershipWalk then finds.
   void BuildSnapshot(Subscription& s);
+  // The next chunk of the subscriber's MembershipWalk: O(chunk). Returns
+  // whether the walk is done.
+  bool WalkMembership(Subscription& s);
+  // Starts again the walk of a root whose path the frame destroyed or
+  // re-parented, for each filtered view walking one: O(entities the frame
+  // destroys and re-parents) each.
+  void BreakMembershipWalks(const FrameChanges& changes,
+                            absl::Span<Subscription* const> filtered);
   // Once its scan is done, starts streaming what changed after the scan's
   // frame to the subscriber, which holds its view as of then (a snapshot
   // that keeps its view): the entities it had that are destroyed first,
@@ -624,6 +665,7 @@ class Replicator {
   // absl::Mutex's ordering, and this class is what the TSan build checks.
   // The private helpers above expect it held.
   const size_t max_pending_;
+  size_t membership_walk_chunk_ = 32'768;
   const std::shared_ptr<BurstBudget> burst_budget_;
   const std::shared_ptr<Fanout> fanout_;
   mutable std::mutex mu_;

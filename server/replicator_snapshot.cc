@@ -188,27 +188,91 @@ void Replicator::BuildSnapshot(Subscription& s) {
     snap->stale = state_.LiveSlots();
     snap->stale_count = state_.size();
   } else {
-    // The view's members, stale: the subtrees' (membership rebuilt here, in
-    // O(view): shallowest roots first, so a root inside another's subtree is
-    // covered by it) and the listed entities alive.
+    // The view's members, stale: the listed entities alive, and the
+    // subtrees' as their walk finds them (membership rebuilt, shallowest
+    // roots first, so a root inside another's subtree is covered by it).
     s.in_subtree.clear();
-    std::vector<EntityId> roots(s.options.subtrees.begin(),
-                                s.options.subtrees.end());
-    for (Slot root : SlotsByDepth(roots)) {
-      if (s.in_subtree.test(root)) continue;
-      state_.ForEachInSubtree(root, [&](Slot slot) {
-        s.in_subtree.set(slot);
-        if (snap->stale.set(slot)) ++snap->stale_count;
-      });
-    }
     for (EntityId e : s.listed) {
       const Slot slot = state_.Find(e);
       if (slot != PublishedState::kNoSlot && snap->stale.set(slot)) {
         ++snap->stale_count;
       }
     }
+    if (!s.options.subtrees.empty()) {
+      auto walk = std::make_unique<MembershipWalk>();
+      std::vector<EntityId> roots(s.options.subtrees.begin(),
+                                  s.options.subtrees.end());
+      for (Slot root : SlotsByDepth(roots)) {
+        walk->roots.push_back(state_.entity(root));
+      }
+      walk->chunk = membership_walk_chunk_;
+      s.membership_walk = std::move(walk);
+    }
   }
   s.snapshot = std::move(snap);
+}
+
+bool Replicator::WalkMembership(Subscription& s) {
+  MembershipWalk& walk = *s.membership_walk;
+  StreamedSnapshot& snap = *s.snapshot;
+  for (size_t visited = 0; visited < walk.chunk; ++visited) {
+    Slot slot;
+    if (walk.at == PublishedState::kNoSlot) {
+      // The next root alive that no walk covered.
+      while (walk.next_root < walk.roots.size() &&
+             (walk.covered.contains(walk.roots[walk.next_root]) ||
+              state_.Find(walk.roots[walk.next_root]) ==
+                  PublishedState::kNoSlot)) {
+        ++walk.next_root;
+      }
+      if (walk.next_root == walk.roots.size()) return true;
+      slot = walk.root = state_.Find(walk.roots[walk.next_root]);
+    } else {
+      slot = state_.NextInSubtree(walk.root, walk.at, /*descend=*/true,
+                                  [&](Slot left) { walk.path.reset(left); });
+      if (slot == PublishedState::kNoSlot) {
+        walk.covered.insert(walk.roots_seen.begin(), walk.roots_seen.end());
+        walk.roots_seen.clear();
+        walk.at = PublishedState::kNoSlot;
+        ++walk.next_root;
+        continue;
+      }
+    }
+    walk.at = slot;
+    walk.path.set(slot);
+    s.in_subtree.set(slot);
+    if (snap.stale.set(slot)) ++snap.stale_count;
+    if (walk.roots.size() > 1 && slot != walk.root &&
+        s.roots.contains(state_.entity(slot))) {
+      walk.roots_seen.push_back(state_.entity(slot));
+    }
+  }
+  return false;
+}
+
+void Replicator::BreakMembershipWalks(
+    const FrameChanges& changes, absl::Span<Subscription* const> filtered) {
+  for (Subscription* s : filtered) {
+    MembershipWalk* walk = s->membership_walk.get();
+    if (walk == nullptr || walk->at == PublishedState::kNoSlot) continue;
+    // A root re-parented keeps its subtree; one destroyed ends it.
+    const auto on_path = [&](Slot slot, bool may_be_root) {
+      return slot != PublishedState::kNoSlot && walk->path.test(slot) &&
+             (may_be_root || slot != walk->root);
+    };
+    bool broken = false;
+    for (EntityId e : changes.destroyed) {
+      broken = broken || on_path(state_.FindThisFrame(e), true);
+    }
+    for (EntityId e : changes.reparented) {
+      broken = broken || on_path(state_.Find(e), false);
+    }
+    if (!broken) continue;
+    walk->path.clear();
+    walk->roots_seen.clear();
+    walk->at = PublishedState::kNoSlot;
+    walk->chunk *= 2;
+  }
 }
 
 Replicator::Slot Replicator::NextStale(const Subscription& s,

@@ -14,6 +14,7 @@
 #include <random>
 #include <set>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "glm/gtc/quaternion.hpp"
@@ -425,6 +426,70 @@ TEST_F(ReplicatorTest, SnapshotsStreamWhileTheWorldChanges) {
     }
     EXPECT_EQ(mirror, Filtered(Snapshot(world), listed, roots))
         << "seed " << seed;
+  }
+}
+
+// A subtree view's membership is found a few slots at a time as its
+// snapshot starts, the lock released between, while another thread
+// publishes frames that create, destroy, re-parent and move all over the
+// view, some of them on the walk's path (a 1,000-deep chain under one of
+// the roots), which start that root's walk again. At snapshot_done the
+// copy is still the view of that part's frame, and deltas carry on.
+TEST(ReplicatorViewsTest, SubtreeViewsStartWhileAnotherThreadChangesThem) {
+  for (uint32_t seed = 1; seed <= 6; ++seed) {
+    StreamingForest forest(seed, /*max_pending=*/65'536);
+    auto& [world, rng, next_id, replicator, published] = forest;
+    replicator.set_membership_walk_chunk_for_testing(4);
+    std::vector<CreateOp> chain;
+    for (EntityId parent = 1 + rng() % 3000; chain.size() < 1000;
+         parent = next_id++) {
+      chain.push_back({next_id, parent, At(2)});
+    }
+    ASSERT_TRUE(world.CreateMany(chain).ok());
+    forest.Publish();
+    std::atomic<bool> done = false;
+    std::thread publisher([&] {
+      for (int f = 0; f < 400; ++f) {
+        Churn(world, rng, next_id);
+        forest.Publish();
+      }
+      done = true;
+    });
+    // Subscriptions one after another while the frames come; each one's
+    // copy at snapshot_done, by frame, checked once the publisher is done.
+    std::vector<std::tuple<std::set<EntityId>, uint64_t, State>> copies;
+    std::mt19937 pick(seed);
+    Replicator::SubscriptionId id = 0;
+    State mirror;
+    std::set<EntityId> roots;
+    while (!done) {
+      if (id != 0) replicator.Unsubscribe(id);
+      roots = {chain.front().parent};
+      for (int k = 0; k < 20; ++k) roots.insert(1 + pick() % 3000);
+      SubscriptionOptions options;
+      options.subtrees.assign(roots.begin(), roots.end());
+      id = replicator.Subscribe(options, std::make_shared<CountingSink>());
+      mirror.clear();
+      for (;;) {
+        auto update = replicator.Next(id, absl::InfiniteFuture());
+        ASSERT_TRUE(update != nullptr);
+        ApplyUpdate(update->message(), &mirror);
+        if (update->message().snapshot_done()) {
+          copies.emplace_back(roots, update->message().frame(), mirror);
+          break;
+        }
+      }
+    }
+    publisher.join();
+    while (auto update = replicator.Next(id, absl::InfiniteFuture())) {
+      ApplyUpdate(update->message(), &mirror);
+    }
+    EXPECT_EQ(mirror, Filtered(Snapshot(world), {}, roots)) << "seed " << seed;
+    EXPECT_GT(copies.size(), 3u);
+    for (const auto& [roots_then, frame, copy] : copies) {
+      EXPECT_EQ(copy, Filtered(published.at(frame), {}, roots_then))
+          << "seed " << seed << ", frame " << frame;
+    }
   }
 }
 
