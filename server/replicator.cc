@@ -159,8 +159,12 @@ void Replicator::LogDestroyed(const FrameChanges& changes) {
   for (const auto& [id, s] : subs_) {
     if (!MayCatchUpFromState(*s)) continue;
     any = true;
-    // One starting at this frame needs its destructions on, added below.
-    uint64_t after = changes.frame;
+    // One keeping no frames may start catching up from the state at this
+    // one (StartCatchingUpFromState): it is owed what changed after the
+    // frame before, so this frame's destructions on, added below. (Not
+    // after this frame: then one not served it, partway through an earlier
+    // message, could not start, and noted frames until resent whole.)
+    uint64_t after = changes.frame - 1;
     if (s->changed_after) {
       after = *s->changed_after;
     } else if (!s->ready.empty()) {

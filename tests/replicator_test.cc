@@ -1238,6 +1238,68 @@ TEST(ReplicatorLagTest, AStalledSubscriberOwedMoreThanMaxPendingKeepsItsView) {
   ExpectCompactMatch(packed_end.state, Snapshot(world), kPrecision);
 }
 
+// One that stops partway through a message (a frame in parts, its first
+// taken) is owed what changed from the state too: with no other subscriber
+// keeping frames, the frame it stops at must still find its destructions in
+// the log. (It was resent its view whole: the log then reached back only to
+// that frame, so it noted each frame's changes, past max_pending.)
+TEST(ReplicatorLagTest, ASubscriberStoppedMidMessageKeepsItsView) {
+  World world;
+  FrameChanges changes;
+  Replicator replicator(/*max_pending=*/1000);
+  PublishLeafScene(world, changes, replicator);
+  absl::Time now = absl::Now();
+  const auto publish = [&] {
+    now += absl::Milliseconds(10);
+    world.EndFrame(&changes);
+    replicator.Publish(changes, now);
+  };
+  SubscriptionOptions keeps;
+  keeps.accepts_kept_view_snapshots = true;
+  keeps.part_budget_bytes = 16'000;  // About 220 entities a part.
+  // Rate-limited: one not served a frame catches up from the state (one at
+  // full rate notes the frame).
+  keeps.max_rate_hz = 30;
+  const auto id = replicator.Subscribe(keeps, std::make_shared<CountingSink>());
+  State end;
+  while (auto out = replicator.Next(id, now)) ApplyUpdate(out->message(), &end);
+  // A frame of 1,000 moves, in parts: the first is taken, then none.
+  std::vector<SetLocalOp> moves;
+  for (EntityId e = 1; e <= 10'000; e += 10) moves.push_back({e, At(2)});
+  ASSERT_TRUE(world.SetLocals(moves).ok());
+  now += absl::Seconds(1);  // Its message due.
+  publish();
+  const std::shared_ptr<const Outgoing> first = replicator.Next(id, now);
+  ASSERT_NE(first, nullptr);
+  ASSERT_FALSE(first->message().last_part());
+  ApplyUpdate(first->message(), &end);
+  // 40 frames of 50 moves each (2,000 distinct, past max_pending), with the
+  // leaf scene's destructions, creations and re-parenting.
+  for (int f = 0; f < 40; ++f) {
+    moves.clear();
+    const EntityId root = 100 * static_cast<EntityId>(f) + 1;
+    for (EntityId e = root + 1; e <= root + 50; ++e) {
+      moves.push_back({e, At(static_cast<float>(f) + 0.3f)});
+    }
+    ASSERT_TRUE(world.SetLocals(moves).ok());
+    ChangeLeafSceneStructure(world, f);
+    publish();
+  }
+  // The rest of its message, then what changed as a snapshot keeping its
+  // view.
+  int kept_view_parts = 0;
+  now += absl::Seconds(1);
+  while (auto out = replicator.Next(id, now)) {
+    const v1::FrameUpdate& u = out->message();
+    EXPECT_FALSE(u.snapshot() && !u.keeps_view()) << "resent whole";
+    kept_view_parts += u.keeps_view();
+    ApplyUpdate(u, &end);
+  }
+  EXPECT_GT(kept_view_parts, 0);
+  EXPECT_EQ(end, Snapshot(world));
+  EXPECT_EQ(replicator.stream_stats().views_resent_whole, 0u);
+}
+
 // The world's stream counts: every message taken, the frames they fold,
 // and which subscribers were sent their view again, whole or kept; not the
 // joining snapshots. (Bytes and cut-off streams are counted by the server's
