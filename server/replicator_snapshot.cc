@@ -260,13 +260,13 @@ void Replicator::BreakMembershipWalks(
       return slot != PublishedState::kNoSlot && walk->path.test(slot) &&
              (may_be_root || slot != walk->root);
     };
-    bool broken = false;
-    for (EntityId e : changes.destroyed) {
-      broken = broken || on_path(state_.FindThisFrame(e), true);
-    }
-    for (EntityId e : changes.reparented) {
-      broken = broken || on_path(state_.Find(e), false);
-    }
+    const bool broken =
+        std::any_of(changes.destroyed.begin(), changes.destroyed.end(),
+                    [&](EntityId e) {
+                      return on_path(state_.FindThisFrame(e), true);
+                    }) ||
+        std::any_of(changes.reparented.begin(), changes.reparented.end(),
+                    [&](EntityId e) { return on_path(state_.Find(e), false); });
     if (!broken) continue;
     walk->path.clear();
     walk->roots_seen.clear();
