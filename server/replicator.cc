@@ -59,11 +59,14 @@ void Replicator::Fold(Subscription& s) const {
   s.ready_entities = 0;
 }
 
-bool Replicator::StartCatchingUpFromState(Subscription& s, uint64_t frame) {
+uint64_t Replicator::OwedAfter(const Subscription& s, uint64_t frame) {
   // It was last sent the frame before its first kept one; keeping none
   // (and with nothing pending), what this frame changes on.
-  const uint64_t after =
-      s.ready.empty() ? frame - 1 : s.ready.front()->header().frame - 1;
+  return s.ready.empty() ? frame - 1 : s.ready.front()->header().frame - 1;
+}
+
+bool Replicator::StartCatchingUpFromState(Subscription& s, uint64_t frame) {
+  const uint64_t after = OwedAfter(s, frame);
   if (after < destroyed_log_after_) return false;
   s.frames_with_changes += s.ready_frames;
   s.changed_entities = s.ready_entities;
@@ -71,6 +74,20 @@ bool Replicator::StartCatchingUpFromState(Subscription& s, uint64_t frame) {
   s.ready_frames = 0;
   s.ready_entities = 0;
   s.changed_after = after;
+  return true;
+}
+
+bool Replicator::StopNoting(Subscription& s) {
+  if (!MayCatchUpFromState(s) || s.snapshot || !s.pending_after ||
+      *s.pending_after < destroyed_log_after_) {
+    return false;
+  }
+  s.changed_after = s.pending_after;
+  s.changed_entities = s.pending.size();
+  s.pending.Release();
+  s.pending_after.reset();
+  s.ReleaseHeld();  // Its entries are then sent whole.
+  s.overdue_entities = 0;
   return true;
 }
 
@@ -167,6 +184,8 @@ void Replicator::LogDestroyed(const FrameChanges& changes) {
     uint64_t after = changes.frame - 1;
     if (s->changed_after) {
       after = *s->changed_after;
+    } else if (s->pending_after) {
+      after = *s->pending_after;
     } else if (!s->ready.empty()) {
       after = s->ready.front()->header().frame - 1;
     }
@@ -510,6 +529,9 @@ void Replicator::FoldIntoWholeWorld(
       s->changed_entities += entities;
       continue;
     }
+    if (s->pending.empty() && !s->snapshot) {
+      s->pending_after = OwedAfter(*s, changes.frame);
+    }
     Fold(*s);
     // (A streaming snapshot's bits count nothing: a pass may take longer.)
     if (!s->snapshot && frame_time_ >= s->next_allowed) {
@@ -691,8 +713,9 @@ void Replicator::CloseFrame(const absl::flat_hash_set<SubscriptionId>& served,
       ++s->frames_with_changes;
       s->noted = false;
     }
-    if (s->pending.size() > max_pending_ ||
-        s->overdue_entities > max_pending_) {
+    if ((s->pending.size() > max_pending_ ||
+         s->overdue_entities > max_pending_) &&
+        !StopNoting(*s)) {
       s->Resync();  // Its kept frames were folded, or frames noted, past it.
     }
     if (s->resync) {
@@ -1073,6 +1096,7 @@ void Replicator::MakePendingParts(Subscription& s, absl::Time now) {
     }
   }
   s.pending.clear();
+  s.pending_after.reset();
   OwedSlots owed;
   owed.destroyed = std::move(destroyed);
   owed.entered = SlotsByDepth(entered);

@@ -313,6 +313,12 @@ class Replicator {
     // What changed in its view since its last message (entering the view is
     // being created to it, leaving it being destroyed).
     NetChanges pending;
+    // For one of the whole world, set as it starts noting into an empty
+    // `pending` outside a snapshot: pending then holds everything that
+    // changed after this frame, so past max_pending it may drop it and be
+    // owed that from the state instead (StopNoting). The destroyed log
+    // reaches back to it meanwhile. Reset as pending empties.
+    std::optional<uint64_t> pending_after;
     // A compact subscriber's, unless it filters echoes (its view then lags
     // the published state where its own writes were not sent): of each
     // entity noted in `pending`, the matrix the subscriber holds, found at
@@ -356,10 +362,11 @@ class Replicator {
     bool noted = false;
     // Entities the frames noted into `pending` while its message was due
     // listed, repeats counted, since it last took a message. Past
-    // max_pending it resyncs: so one of the whole world that stopped
-    // reading and notes frames (a compact one past the world's size, one
-    // that filters echoes) notes O(max_pending) in all, then nothing, not
-    // O(moved) every frame while it stalls.
+    // max_pending it stops noting (StopNoting) or resyncs: so one of the
+    // whole world that stopped reading and notes frames (a compact one past
+    // the world's size, one partway through a message, one that filters
+    // echoes) notes O(max_pending) in all, then nothing, not O(moved) every
+    // frame while it stalls.
     size_t overdue_entities = 0;
     // Fell too far behind: `pending` was dropped, and the next message is a
     // fresh snapshot of the view (which the Mirror diffs, as on a resync).
@@ -371,6 +378,7 @@ class Replicator {
       ready_frames = 0;
       ready_entities = 0;
       pending.Release();
+      pending_after.reset();
       ReleaseHeld();
       changed_after.reset();
       changed_entities = 0;
@@ -546,6 +554,15 @@ class Replicator {
   // destroyed log reaches back to it (else false, and nothing changes).
   // O(its kept parts).
   bool StartCatchingUpFromState(Subscription& s, uint64_t frame);
+  // The frame after which a subscriber with nothing pending is owed what
+  // changed, at `frame`: the one before its first kept frame, or before
+  // this one.
+  static uint64_t OwedAfter(const Subscription& s, uint64_t frame);
+  // One of the whole world noting frames into `pending` past max_pending
+  // drops them (and what it held), and is owed what changed after
+  // pending_after from the state, if the destroyed log reaches back to it
+  // (else false, and nothing changes). O(1) but for the memory given back.
+  bool StopNoting(Subscription& s);
   // Commits the subscriber to the parts of what changed after
   // s.changed_after: the destroyed log's entities it had, and the state's
   // stamps (PublishedState::ForEachChangedSince),

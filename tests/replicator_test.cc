@@ -1238,12 +1238,15 @@ TEST(ReplicatorLagTest, AStalledSubscriberOwedMoreThanMaxPendingKeepsItsView) {
   ExpectCompactMatch(packed_end.state, Snapshot(world), kPrecision);
 }
 
-// One that stops partway through a message (a frame in parts, its first
-// taken) is owed what changed from the state too: with no other subscriber
-// keeping frames, the frame it stops at must still find its destructions in
-// the log. (It was resent its view whole: the log then reached back only to
-// that frame, so it noted each frame's changes, past max_pending.)
-TEST(ReplicatorLagTest, ASubscriberStoppedMidMessageKeepsItsView) {
+// One of the whole world that stops partway through a message (a frame in
+// parts, its first taken) keeps its view too, at full rate or limited.
+// Limited, it is owed what changed from the state at once: the frame it
+// stops at must still find its destructions in the log (it was resent its
+// view whole when the log reached back only to that frame, so that it noted
+// each frame's changes past max_pending). At full rate it notes the frames,
+// then past max_pending is owed what they changed from the state (it was
+// resent its view whole then).
+void ExpectStoppedMidMessageKeepsItsView(double max_rate_hz) {
   World world;
   FrameChanges changes;
   Replicator replicator(/*max_pending=*/1000);
@@ -1257,9 +1260,7 @@ TEST(ReplicatorLagTest, ASubscriberStoppedMidMessageKeepsItsView) {
   SubscriptionOptions keeps;
   keeps.accepts_kept_view_snapshots = true;
   keeps.part_budget_bytes = 16'000;  // About 220 entities a part.
-  // Rate-limited: one not served a frame catches up from the state (one at
-  // full rate notes the frame).
-  keeps.max_rate_hz = 30;
+  keeps.max_rate_hz = max_rate_hz;
   const auto id = replicator.Subscribe(keeps, std::make_shared<CountingSink>());
   State end;
   while (auto out = replicator.Next(id, now)) ApplyUpdate(out->message(), &end);
@@ -1293,11 +1294,19 @@ TEST(ReplicatorLagTest, ASubscriberStoppedMidMessageKeepsItsView) {
     const v1::FrameUpdate& u = out->message();
     EXPECT_FALSE(u.snapshot() && !u.keeps_view()) << "resent whole";
     kept_view_parts += u.keeps_view();
-    ApplyUpdate(u, &end);
+    ApplyStrictly(u, &end);
   }
   EXPECT_GT(kept_view_parts, 0);
   EXPECT_EQ(end, Snapshot(world));
   EXPECT_EQ(replicator.stream_stats().views_resent_whole, 0u);
+}
+
+TEST(ReplicatorLagTest, ARateLimitedSubscriberStoppedMidMessageKeepsItsView) {
+  ExpectStoppedMidMessageKeepsItsView(/*max_rate_hz=*/30);
+}
+
+TEST(ReplicatorLagTest, AFullRateSubscriberStoppedMidMessageKeepsItsView) {
+  ExpectStoppedMidMessageKeepsItsView(/*max_rate_hz=*/0);
 }
 
 // The world's stream counts: every message taken, the frames they fold,
@@ -1545,9 +1554,10 @@ TEST_F(ReplicatorTest, SnapshotsThatKeepTheViewStreamWhileTheWorldChanges) {
 // A compact subscriber of a world smaller than max_pending that stops
 // reading folds its kept frames once they pass the world's size (so that a
 // laggard that reads is sent deltas), then notes each frame: until the
-// frames noted list more than max_pending entities. Then it drops them and
-// resyncs, noting nothing more, so a stall costs O(max_pending), not
-// O(moved) every frame.
+// frames noted list more than max_pending entities. Then it drops them (and
+// what it held of them) and is owed what changed from the published state,
+// noting nothing more, so a stall costs O(max_pending), not O(moved) every
+// frame; and what it is sent then is what changed, whole, not its view.
 TEST(ReplicatorLagTest, AStalledCompactSubscriberNotesAtMostMaxPending) {
   World world;
   FrameChanges changes;
@@ -1576,13 +1586,16 @@ TEST(ReplicatorLagTest, AStalledCompactSubscriberNotesAtMostMaxPending) {
       EXPECT_EQ(replicator.Subscribers()[0].pending, 300u);  // Folded, noting.
     }
   }
-  EXPECT_EQ(replicator.Subscribers()[0].pending, 0u);  // Dropped.
+  // Owed from the state: what the frames listed, up to the world.
+  EXPECT_EQ(replicator.Subscribers()[0].pending, 1000u);
   const auto first = replicator.Next(id, absl::InfiniteFuture());
   ASSERT_NE(first, nullptr);
-  EXPECT_TRUE(first->message().snapshot());
+  EXPECT_FALSE(first->message().snapshot());
+  EXPECT_EQ(first->message().moved_size(), 300);
   end.Take(*first, /*own=*/false);
   end.Drain(replicator, id, /*own=*/false);
   ExpectCompactMatch(end.state, Snapshot(world), 0x1p-10f);
+  EXPECT_EQ(replicator.stream_stats().views_resent_whole, 0u);
 }
 
 // Compact subscribers that are sent their own messages (one that falls
