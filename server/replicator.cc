@@ -176,19 +176,15 @@ void Replicator::LogDestroyed(const FrameChanges& changes) {
   for (const auto& [id, s] : subs_) {
     if (!MayCatchUpFromState(*s)) continue;
     any = true;
-    // One keeping no frames may start catching up from the state at this
-    // one (StartCatchingUpFromState): it is owed what changed after the
-    // frame before, so this frame's destructions on, added below. (Not
-    // after this frame: then one not served it, partway through an earlier
-    // message, could not start, and noted frames until resent whole.)
-    uint64_t after = changes.frame - 1;
-    if (s->changed_after) {
-      after = *s->changed_after;
-    } else if (s->pending_after) {
-      after = *s->pending_after;
-    } else if (!s->ready.empty()) {
-      after = s->ready.front()->header().frame - 1;
-    }
+    // Owed from the state, or noting, after a frame; else it may start
+    // catching up at this one (StartCatchingUpFromState), owed what changed
+    // after the frame before its kept ones or this one: so this frame's
+    // destructions on, added below. (Not after this frame: then one not
+    // served it, partway through an earlier message, could not start, and
+    // noted frames until resent whole.)
+    const uint64_t after = s->changed_after   ? *s->changed_after
+                           : s->pending_after ? *s->pending_after
+                                              : OwedAfter(*s, changes.frame);
     needed_after = std::min(needed_after, after);
   }
   if (!any) {
