@@ -981,28 +981,36 @@ std::shared_ptr<const Outgoing> Replicator::Take(SubscriptionId id,
     }
   }
   Subscription* sub = &s;
-  // Lets a waiter (a publication, another stream) take the lock between
-  // chunks of a scan or walk. Returns the subscription again, or null if
-  // it is gone or `same` says it was resynced or taken on by another call.
-  const auto yield = [&](auto same) -> Subscription* {
-    lock.unlock();
-    // Off the lock long enough for a waiter to take it: std::mutex hands
-    // it to none, and one unlocked and locked again at once is mostly kept.
-    std::this_thread::sleep_for(std::chrono::microseconds(1));
-    lock.lock();
-    it = subs_.find(id);
-    if (it == subs_.end() || !same(*it->second)) return nullptr;
-    return it->second.get();
+  // Runs a scan or walk, `step` (true once done), a chunk at a time: a
+  // waiter (a publication, another stream) may take the lock between
+  // chunks. False if meanwhile the subscription went, or its `work` (the
+  // member holding the scan or walk) was replaced: resynced, or taken on by
+  // another call.
+  const auto in_chunks = [&](auto work, auto step) {
+    const auto* const started = (sub->*work).get();
+    while (!step(*sub)) {
+      lock.unlock();
+      if (between_chunks_for_testing_) between_chunks_for_testing_();
+      // Off the lock long enough for a waiter to take it: std::mutex hands
+      // it to none, and one unlocked and locked again at once is mostly
+      // kept.
+      std::this_thread::sleep_for(std::chrono::microseconds(1));
+      lock.lock();
+      it = subs_.find(id);
+      if (it == subs_.end() || ((*it->second).*work).get() != started) {
+        return false;
+      }
+      sub = it->second.get();
+    }
+    return true;
   };
   if (sub->kept_view_scan) {
     // Found a chunk at a time (frames published meanwhile are found again
     // at the end).
-    KeptViewScan* scan = sub->kept_view_scan.get();
-    while (!ScanForKeptView(*scan)) {
-      sub = yield([&](const Subscription& again) {
-        return again.kept_view_scan.get() == scan;
-      });
-      if (sub == nullptr) return nullptr;
+    if (!in_chunks(&Subscription::kept_view_scan, [&](Subscription& current) {
+          return ScanForKeptView(*current.kept_view_scan);
+        })) {
+      return nullptr;
     }
     FinishKeptViewSnapshot(*sub);
   }
@@ -1017,12 +1025,10 @@ std::shared_ptr<const Outgoing> Replicator::Take(SubscriptionId id,
           &StreamStats::views_resent_whole);
   }
   if (sub->membership_walk) {
-    MembershipWalk* walk = sub->membership_walk.get();
-    while (!WalkMembership(*sub)) {
-      sub = yield([&](const Subscription& again) {
-        return again.membership_walk.get() == walk;
-      });
-      if (sub == nullptr) return nullptr;
+    if (!in_chunks(&Subscription::membership_walk, [&](Subscription& current) {
+          return WalkMembership(current);
+        })) {
+      return nullptr;
     }
     sub->membership_walk.reset();
   }

@@ -1487,6 +1487,108 @@ TEST(ReplicatorLagTest, AKeptViewFoundWhileAnotherThreadPublishesIsExact) {
   EXPECT_EQ(mirror, Snapshot(world));
 }
 
+// A subtree view's membership walk, and a kept view's scan, run a chunk at
+// a time, the lock released between chunks. Meanwhile another call for the
+// same subscriber may take the work on (finish it and send the first part)
+// or the subscriber may go. The call that yielded then sends nothing, and
+// the stream goes on from the other call's part, exactly.
+TEST(ReplicatorLagTest, AMembershipWalkTakenOnOrEndedBetweenChunks) {
+  for (const bool unsubscribe : {false, true}) {
+    StreamingForest forest(/*seed=*/7, /*max_pending=*/65'536);
+    auto& [world, rng, next_id, replicator, published] = forest;
+    replicator.set_membership_walk_chunk_for_testing(4);
+    std::set<EntityId> roots;
+    for (int k = 0; k < 20; ++k) roots.insert(1 + rng() % 3000);
+    const auto in_view = [&](EntityId e) {
+      return InFilter(Snapshot(world), e, {}, roots);
+    };
+    Replicator::SubscriptionId id = 0;
+    State mirror;
+    int chunks = 0;
+    replicator.set_between_chunks_for_testing([&] {
+      if (++chunks != 1) return;
+      if (unsubscribe) {
+        replicator.Unsubscribe(id);
+        return;
+      }
+      // Its own chunks come here too, and go on.
+      auto part = replicator.Next(id, absl::InfiniteFuture());
+      ASSERT_TRUE(part != nullptr);
+      EXPECT_TRUE(part->message().snapshot());
+      ApplyStrictly(part->message(), &mirror, in_view);
+    });
+    SubscriptionOptions options;
+    options.subtrees.assign(roots.begin(), roots.end());
+    id = replicator.Subscribe(options, std::make_shared<CountingSink>());
+    EXPECT_TRUE(replicator.Next(id, absl::InfiniteFuture()) == nullptr);
+    // Gone, it is walked no further.
+    EXPECT_TRUE(unsubscribe ? chunks == 1 : chunks > 2) << chunks;
+    while (auto update = replicator.Next(id, absl::InfiniteFuture())) {
+      ApplyStrictly(update->message(), &mirror, in_view);
+    }
+    if (unsubscribe) {
+      EXPECT_TRUE(mirror.empty());
+      EXPECT_TRUE(replicator.Subscribers(0, 10).empty());
+    } else {
+      EXPECT_EQ(mirror, Filtered(Snapshot(world), {}, roots));
+    }
+  }
+}
+
+// The same of a kept view's scan, 65,536 slots a chunk: another call takes
+// it on, and the snapshot that keeps the view comes from that call.
+TEST(ReplicatorLagTest, AKeptViewScanTakenOnBetweenChunks) {
+  World world;
+  FrameChanges changes;
+  Replicator replicator(/*max_pending=*/1000);
+  constexpr EntityId kEntities = 200'000;
+  std::vector<CreateOp> all;
+  for (EntityId e = 1; e <= kEntities; ++e) all.push_back({e, 0, At(0)});
+  ASSERT_TRUE(world.CreateMany(all).ok());
+  const auto publish = [&] {
+    world.EndFrame(&changes);
+    replicator.Publish(changes, absl::Now());
+  };
+  publish();
+  State mirror;
+  int chunks = 0;
+  bool kept = false;
+  Replicator::SubscriptionId id = 0;
+  const auto apply = [&](const v1::FrameUpdate& u) {
+    kept = kept || u.keeps_view();
+    ApplyStrictly(u, &mirror);
+  };
+  SubscriptionOptions options;
+  options.accepts_kept_view_snapshots = true;
+  id = replicator.Subscribe(options, std::make_shared<CountingSink>());
+  while (auto update = replicator.Next(id, absl::InfiniteFuture())) {
+    apply(update->message());
+  }
+  // It stalls past max_pending: 20,000 moved, over all the slots.
+  std::mt19937 rng(5);
+  for (int f = 0; f < 10; ++f) {
+    std::vector<SetLocalOp> step;
+    for (int k = 0; k < 2000; ++k) {
+      step.push_back({1 + rng() % kEntities, At(float(1 + rng() % 100))});
+    }
+    world.SetLocals(step).IgnoreError();
+    publish();
+  }
+  replicator.set_between_chunks_for_testing([&] {
+    if (++chunks != 1) return;
+    auto part = replicator.Next(id, absl::InfiniteFuture());
+    ASSERT_TRUE(part != nullptr);
+    apply(part->message());
+  });
+  EXPECT_TRUE(replicator.Next(id, absl::InfiniteFuture()) == nullptr);
+  EXPECT_GT(chunks, 2);
+  while (auto update = replicator.Next(id, absl::InfiniteFuture())) {
+    apply(update->message());
+  }
+  EXPECT_TRUE(kept);
+  EXPECT_EQ(mirror, Snapshot(world));
+}
+
 // A snapshot that keeps the view streams a part at a time while the world
 // keeps changing, as any snapshot: applied strictly to the view the
 // subscriber held (nothing created that it holds, nothing re-parented,
