@@ -990,7 +990,7 @@ std::shared_ptr<const Outgoing> Replicator::Take(SubscriptionId id,
     const auto* const started = (sub->*work).get();
     while (!step(*sub)) {
       lock.unlock();
-      if (between_chunks_for_testing_) between_chunks_for_testing_();
+      if (unlocked_for_testing_) unlocked_for_testing_();
       // Off the lock long enough for a waiter to take it: std::mutex hands
       // it to none, and one unlocked and locked again at once is mostly
       // kept.
@@ -1039,6 +1039,7 @@ std::shared_ptr<const Outgoing> Replicator::Take(SubscriptionId id,
     auto part = NextSnapshotPart(*sub, round < 2 ? &copy_wanted : nullptr);
     if (copy_wanted == 0) return part;
     lock.unlock();
+    if (unlocked_for_testing_) unlocked_for_testing_();
     std::shared_ptr<BurstCopy> copy = MakeBurstCopy(copy_wanted);
     lock.lock();
     it = subs_.find(id);

@@ -225,11 +225,12 @@ class Replicator {
   void set_membership_walk_chunk_for_testing(size_t slots) {
     membership_walk_chunk_ = slots;
   }
-  // Called between the chunks of a kept view's scan or a membership walk,
-  // without the lock: tests change the subscription there. Set while no
-  // other thread uses the replicator.
-  void set_between_chunks_for_testing(std::function<void()> call) {
-    between_chunks_for_testing_ = std::move(call);
+  // Called where Next() releases the lock partway (between the chunks of
+  // a kept view's scan or a membership walk, and while a burst's copy is
+  // made): tests change the subscription there. Set while no other thread
+  // uses the replicator.
+  void set_unlocked_for_testing(std::function<void()> call) {
+    unlocked_for_testing_ = std::move(call);
   }
 
  private:
@@ -691,7 +692,7 @@ class Replicator {
   // The private helpers above expect it held.
   const size_t max_pending_;
   size_t membership_walk_chunk_ = 32'768;
-  std::function<void()> between_chunks_for_testing_;
+  std::function<void()> unlocked_for_testing_;
   const std::shared_ptr<BurstBudget> burst_budget_;
   const std::shared_ptr<Fanout> fanout_;
   mutable std::mutex mu_;

@@ -730,6 +730,38 @@ TEST(ReplicatorSnapshotTest, BurstsTakeTurnsWithinTheBudget) {
   EXPECT_EQ(budget->claimed(), 0u);  // b's parts are all taken and gone.
 }
 
+// A burst's copy is made with the lock released: a subscriber that goes
+// meanwhile is sent nothing, and its claim on the budget goes back.
+TEST(ReplicatorSnapshotTest, ASubscriberGoneWhileItsBurstIsCopied) {
+  auto budget =
+      std::make_shared<BurstBudget>(MovingChains::kEntities * 65 + 1000);
+  Replicator replicator(/*max_pending=*/100, budget);
+  MovingChains chains(replicator);
+  const auto id = chains.Subscribe();
+  bool gone = false;
+  replicator.set_unlocked_for_testing([&] {
+    if (gone) return;
+    gone = true;
+    replicator.Unsubscribe(id);
+  });
+  State mirror;
+  // A pass a part at a time, then, everything having moved, a burst.
+  for (int parts = 0; !gone; ++parts) {
+    ASSERT_LT(parts, 1000) << "no burst";
+    auto part = replicator.Next(id, absl::Now());
+    if (gone) {
+      EXPECT_TRUE(part == nullptr);
+      break;
+    }
+    ASSERT_TRUE(part != nullptr);
+    ApplyStrictly(part->message(), &mirror);
+    chains.MoveAllAndPublish();
+  }
+  EXPECT_EQ(budget->claimed(), 0u);
+  EXPECT_TRUE(replicator.Next(id, absl::Now()) == nullptr);
+  EXPECT_TRUE(replicator.Subscribers(0, 10).empty());
+}
+
 // A frame over the message limit comes in parts for every kind of
 // subscriber: one frame, numbered, the last marked, parents before children
 // across parts, each creation with its matrix.
@@ -1505,7 +1537,7 @@ TEST(ReplicatorLagTest, AMembershipWalkTakenOnOrEndedBetweenChunks) {
     Replicator::SubscriptionId id = 0;
     State mirror;
     int chunks = 0;
-    replicator.set_between_chunks_for_testing([&] {
+    replicator.set_unlocked_for_testing([&] {
       if (++chunks != 1) return;
       if (unsubscribe) {
         replicator.Unsubscribe(id);
@@ -1574,7 +1606,7 @@ TEST(ReplicatorLagTest, AKeptViewScanTakenOnBetweenChunks) {
     world.SetLocals(step).IgnoreError();
     publish();
   }
-  replicator.set_between_chunks_for_testing([&] {
+  replicator.set_unlocked_for_testing([&] {
     if (++chunks != 1) return;
     auto part = replicator.Next(id, absl::InfiniteFuture());
     ASSERT_TRUE(part != nullptr);
