@@ -689,13 +689,17 @@ TEST(ReplicatorSnapshotTest, NoMoreThanMaxPendingIsMadeAhead) {
   EXPECT_LE(parts, 2 * MovingChains::kPartsAPass + 2);
 }
 
+// A burst budget with room for one burst of MovingChains' whole world (65
+// bytes an entity: BurstCopy).
+std::shared_ptr<BurstBudget> RoomForOneBurst() {
+  return std::make_shared<BurstBudget>(MovingChains::kEntities * 65 + 1000);
+}
+
 // Bursts past max_pending, which let a snapshot end while everything moves,
 // take turns within the server's burst budget: one waits (making passes)
 // while another's parts are held, and goes when they are sent.
 TEST(ReplicatorSnapshotTest, BurstsTakeTurnsWithinTheBudget) {
-  // Room for one burst of the whole world (65 bytes an entity: BurstCopy).
-  auto budget =
-      std::make_shared<BurstBudget>(MovingChains::kEntities * 65 + 1000);
+  auto budget = RoomForOneBurst();
   Replicator replicator(/*max_pending=*/100, budget);
   MovingChains chains(replicator);
   const auto a = chains.Subscribe();
@@ -733,8 +737,7 @@ TEST(ReplicatorSnapshotTest, BurstsTakeTurnsWithinTheBudget) {
 // A burst's copy is made with the lock released: a subscriber that goes
 // meanwhile is sent nothing, and its claim on the budget goes back.
 TEST(ReplicatorSnapshotTest, ASubscriberGoneWhileItsBurstIsCopied) {
-  auto budget =
-      std::make_shared<BurstBudget>(MovingChains::kEntities * 65 + 1000);
+  auto budget = RoomForOneBurst();
   Replicator replicator(/*max_pending=*/100, budget);
   MovingChains chains(replicator);
   const auto id = chains.Subscribe();
