@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -15,6 +16,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -22,6 +24,7 @@
 #include "absl/time/clock.h"
 #include "grpcpp/server_posix.h"
 #include "server/log.h"
+#include "server/stream_reset_scan.h"
 
 namespace xform::server {
 namespace {
@@ -30,6 +33,14 @@ namespace {
 // ENFILE, ENOBUFS, ENOMEM) before trying again; the connection waits in the
 // kernel's backlog meanwhile.
 constexpr int kRetryAfterErrorMs = 50;
+
+// How often the connections' unread bytes are looked at for a rapid reset
+// flood, and how much of them: a flood's pairs of frames are about 100
+// bytes, so 64 KiB holds hundreds of its resets.
+constexpr absl::Duration kResetFloodCheckEvery = absl::Milliseconds(100);
+constexpr size_t kPeekBytes = 64 * 1024;
+// An RST_STREAM frame's size, so the fewest bytes that hold a given count.
+constexpr int kResetFrameBytes = 13;
 
 }  // namespace
 
@@ -132,19 +143,21 @@ absl::StatusOr<std::unique_ptr<Acceptor>> Acceptor::Listen(
                                 ? options.max_connections_per_address
                                 : std::max(1, (ceiling - fd) / 2);
     return std::unique_ptr<Acceptor>(new Acceptor(
-        fd, bound_port, ceiling, per_address, options.cut_off_penalty));
+        fd, bound_port, ceiling, per_address, options.cut_off_penalty,
+        options.max_queued_stream_resets));
   }
   return absl::UnavailableError(
       absl::StrCat("cannot listen on ", host_port, ": ", last_error));
 }
 
 Acceptor::Acceptor(int listen_fd, int port, int ceiling, int max_per_address,
-                   absl::Duration cut_off_penalty)
+                   absl::Duration cut_off_penalty, int max_queued_stream_resets)
     : listen_fd_(listen_fd),
       port_(port),
       ceiling_(ceiling),
       per_address_(max_per_address),
-      cut_off_penalty_(cut_off_penalty) {
+      cut_off_penalty_(cut_off_penalty),
+      max_queued_stream_resets_(std::max(max_queued_stream_resets, 0)) {
   if (pipe2(wake_, O_CLOEXEC) != 0) wake_[0] = wake_[1] = -1;
 }
 
@@ -172,11 +185,21 @@ void Acceptor::Stop() {
 void Acceptor::Loop(grpc::Server* server) {
   pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
   int wait_ms = -1;
+  absl::Time next_check = absl::Now() + kResetFloodCheckEvery;
   for (;;) {
+    if (max_queued_stream_resets_ > 0) {
+      const int until_check = static_cast<int>(absl::ToInt64Milliseconds(
+          std::max(next_check - absl::Now(), absl::ZeroDuration())));
+      wait_ms = wait_ms < 0 ? until_check : std::min(wait_ms, until_check);
+    }
     const int ready = poll(fds, 2, wait_ms);
     if (ready < 0 && errno != EINTR) break;
     if (fds[1].revents != 0) break;
     wait_ms = -1;
+    if (max_queued_stream_resets_ > 0 && absl::Now() >= next_check) {
+      CutOffResetFloods();
+      next_check = absl::Now() + kResetFloodCheckEvery;
+    }
     for (;;) {
       sockaddr_storage peer{};
       socklen_t peer_length = sizeof(peer);
@@ -220,6 +243,7 @@ bool Acceptor::Admit(int fd, const sockaddr_storage& peer) {
   const absl::Time now = absl::Now();
   {
     absl::MutexLock lock(&penalty_mu_);
+    cut_off_.erase(fd);  // Its number was freed: that connection closed.
     if (auto it = penalized_.find(client); it != penalized_.end()) {
       if (now < it->second) return false;  // Cut off a moment ago.
       penalized_.erase(it);
@@ -237,7 +261,31 @@ bool Acceptor::Admit(int fd, const sockaddr_storage& peer) {
   return true;
 }
 
-void Acceptor::CutOff(int fd) {
+void Acceptor::CutOffResetFloods() {
+  static char unread[kPeekBytes];  // The loop's thread alone.
+  const int enough_bytes = max_queued_stream_resets_ * kResetFrameBytes;
+  std::vector<int> floods;
+  per_address_.ForEachCounted([&](int fd) {
+    int waiting = 0;
+    if (ioctl(fd, FIONREAD, &waiting) != 0 || waiting < enough_bytes) return;
+    const ssize_t got =
+        recv(fd, unread, sizeof(unread), MSG_PEEK | MSG_DONTWAIT);
+    if (got >= enough_bytes && CountStreamResets(absl::string_view(
+                                   unread, got)) >= max_queued_stream_resets_) {
+      floods.push_back(fd);
+    }
+  });
+  for (int fd : floods) {
+    // Not another file that took its number since the peek.
+    if (!per_address_.StillOpen(fd)) continue;
+    CutOff(fd,
+           absl::StrCat("it had ", max_queued_stream_resets_,
+                        " or more cancelled streams waiting unread "
+                        "(HTTP/2 rapid reset, --max_queued_stream_resets)"));
+  }
+}
+
+void Acceptor::CutOff(int fd, absl::string_view why) {
   sockaddr_storage peer{};
   socklen_t length = sizeof(peer);
   if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &length) != 0) {
@@ -247,6 +295,9 @@ void Acceptor::CutOff(int fd) {
   {
     const absl::Time now = absl::Now();
     absl::MutexLock lock(&penalty_mu_);
+    // Once: until gRPC closes it, a connection cut off still has its number,
+    // and may still have unread bytes and calls that count.
+    if (!cut_off_.insert(fd).second) return;
     if (penalized_.size() >= 4096) {  // Bounded: drop the expired.
       absl::erase_if(penalized_,
                      [now](const auto& entry) { return entry.second <= now; });
@@ -255,10 +306,8 @@ void Acceptor::CutOff(int fd) {
         now + cut_off_penalty_;
   }
   shutdown(fd, SHUT_RDWR);
-  Log('W', "connection from ", name,
-      " cut off: it started calls faster than "
-      "--max_calls_per_connection_per_second; its address is refused for ",
-      absl::FormatDuration(cut_off_penalty_));
+  Log('W', "connection from ", name, " cut off: ", why,
+      "; its address is refused for ", absl::FormatDuration(cut_off_penalty_));
 }
 
 }  // namespace xform::server

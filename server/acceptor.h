@@ -18,6 +18,14 @@
 // connection is refused the same way, so one host, hostile or misconfigured,
 // cannot keep every other out.
 //
+// Every 100 ms it also looks at what each connection has sent that gRPC has
+// not read yet (a recv() with MSG_PEEK, where at least that many bytes wait)
+// and cuts off one holding `max_queued_stream_resets` RST_STREAM frames or
+// more: an HTTP/2 rapid reset flood that gRPC 1.51's reader would otherwise
+// take in whole before anything above it sees a call (stream_reset_scan.h).
+// Cost: an ioctl(FIONREAD) per connection every 100 ms, and a peek of at
+// most 64 KiB at a connection with that many bytes waiting.
+//
 // Thread-safe; one thread of its own.
 
 #ifndef XFORM_SERVER_ACCEPTOR_H_
@@ -32,6 +40,7 @@
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
@@ -50,6 +59,9 @@ struct AcceptorOptions {
   int max_connections_per_address = 0;
   // How long an address whose connection was cut off (CutOff) is refused.
   absl::Duration cut_off_penalty = absl::Seconds(10);
+  // RST_STREAM frames waiting unread on one connection that get it cut off
+  // (--max_queued_stream_resets); 0: not looked for.
+  int max_queued_stream_resets = 100;
   // Descriptors kept for everything but connections (gRPC's own, files).
   int reserved_descriptors = 64;
 };
@@ -78,26 +90,34 @@ class Acceptor {
 
   // Ends the connection handed over as `fd` (a shutdown(): gRPC sees it
   // close and cleans up) and refuses its address's new connections for
-  // `cut_off_penalty`, so that reconnecting does not start over at once.
-  // For abuse found above the transport (CallFloodGuard). Any thread.
-  void CutOff(int fd);
+  // `cut_off_penalty`, so that reconnecting does not start over at once;
+  // logs it with `why` ("it started calls faster than ..."). For abuse
+  // found above the transport (CallFloodGuard), and the Acceptor's own.
+  // Any thread.
+  void CutOff(int fd, absl::string_view why);
 
  private:
   Acceptor(int listen_fd, int port, int ceiling, int max_per_address,
-           absl::Duration cut_off_penalty);
+           absl::Duration cut_off_penalty, int max_queued_stream_resets);
   void Loop(grpc::Server* server);
   // Whether a connection just accepted as `fd` from `peer` may be kept.
   bool Admit(int fd, const sockaddr_storage& peer);
+  // Cuts off the connections with `max_queued_stream_resets_` resets or
+  // more waiting unread. The loop's thread.
+  void CutOffResetFloods();
 
   const int listen_fd_;
   const int port_;
   const int ceiling_;
   ConnectionsPerAddress per_address_;  // The loop's thread's alone.
   const absl::Duration cut_off_penalty_;
+  const int max_queued_stream_resets_;
   absl::Mutex penalty_mu_;
   // Addresses cut off, and until when they are refused.
   absl::flat_hash_map<ConnectionsPerAddress::Client, absl::Time> penalized_
       ABSL_GUARDED_BY(penalty_mu_);
+  // Connections cut off and not yet closed, by descriptor.
+  absl::flat_hash_set<int> cut_off_ ABSL_GUARDED_BY(penalty_mu_);
   int wake_[2] = {-1, -1};  // A pipe that ends the loop's poll().
   std::thread thread_;
   std::atomic<uint64_t> refused_ = 0;

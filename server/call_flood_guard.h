@@ -17,7 +17,9 @@
 // no interceptor. A connection over the limit in any one-second window is
 // handed to `cut_off` once (the Acceptor shuts it down and keeps its address
 // out for a while). Connections gRPC took itself (TLS) are named by address,
-// not descriptor, and are not counted.
+// not descriptor, and are not counted. A flood that keeps gRPC's reader from
+// ever running dry is never seen here, as its calls wait behind the reader:
+// the Acceptor looks for those in the bytes (stream_reset_scan.h).
 //
 // Cost: a lock and a hash lookup per call. Memory: an entry per connection
 // that made a call, O(--max_connections).

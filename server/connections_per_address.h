@@ -67,6 +67,19 @@ class ConnectionsPerAddress {
   // Connections counted for `client`: at least those it still holds.
   int Counted(const Client& client) const;
 
+  // Calls `visit(fd)` for every connection counted, whichever its client:
+  // O(connections counted). Some may have closed since (StillOpen).
+  template <typename Visit>
+  void ForEachCounted(Visit visit) const {
+    for (const auto& [client, held] : held_) {
+      for (int fd : held.fds) visit(fd);
+    }
+  }
+
+  // Whether `fd`, a connection counted, still is the socket admitted under
+  // it: not closed, nor its number given to another file since.
+  bool StillOpen(int fd) const;
+
  private:
   // The socket behind an admitted descriptor, by its (device, inode).
   struct Admitted {
@@ -85,8 +98,6 @@ class ConnectionsPerAddress {
   bool AtLimit(const Client& client, absl::Time now);
   // Drops the connection once admitted as `fd`, known or found closed.
   void Forget(int fd);
-  // Whether `fd` still is the socket admitted under it.
-  bool StillOpen(int fd) const;
 
   const int limit_;
   const absl::Duration recheck_after_;

@@ -84,6 +84,11 @@ ABSL_FLAG(int, max_calls_per_connection_per_second, 1'000,
           "A plaintext connection starting more calls than this in a second "
           "is cut off (HTTP/2 rapid reset), and its address refused for "
           "--cut_off_penalty_ms; 0: no limit");
+ABSL_FLAG(int, max_queued_stream_resets, 100,
+          "A plaintext connection with this many cancelled streams sent and "
+          "waiting unread is cut off (HTTP/2 rapid reset, a flood gRPC would "
+          "take in whole), and its address refused for --cut_off_penalty_ms; "
+          "0: not looked for");
 ABSL_FLAG(int, cut_off_penalty_ms, 10'000,
           "How long an address whose connection was cut off is refused");
 ABSL_FLAG(int, max_streams_per_connection, 1'024,
@@ -199,6 +204,8 @@ std::vector<std::string> FlagErrors() {
         "--max_connections_per_address must not be negative");
   check(absl::GetFlag(FLAGS_max_calls_per_connection_per_second) >= 0,
         "--max_calls_per_connection_per_second must not be negative");
+  check(absl::GetFlag(FLAGS_max_queued_stream_resets) >= 0,
+        "--max_queued_stream_resets must not be negative");
   check(absl::GetFlag(FLAGS_cut_off_penalty_ms) >= 0,
         "--cut_off_penalty_ms must not be negative");
   check(absl::GetFlag(FLAGS_max_streams_per_connection) > 0,
@@ -369,7 +376,9 @@ int Main() {
                  .max_connections_per_address =
                      absl::GetFlag(FLAGS_max_connections_per_address),
                  .cut_off_penalty = absl::Milliseconds(
-                     absl::GetFlag(FLAGS_cut_off_penalty_ms))});
+                     absl::GetFlag(FLAGS_cut_off_penalty_ms)),
+                 .max_queued_stream_resets =
+                     absl::GetFlag(FLAGS_max_queued_stream_resets)});
     if (!listening.ok()) {
       Log('E', listening.status().message());
       return 1;
@@ -388,8 +397,12 @@ int Main() {
     std::vector<
         std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
         guards;
-    guards.push_back(std::make_unique<CallFloodGuard>(
-        max_calls, [&acceptor](int fd) { acceptor->CutOff(fd); }));
+    guards.push_back(
+        std::make_unique<CallFloodGuard>(max_calls, [&acceptor](int fd) {
+          acceptor->CutOff(fd,
+                           "it started calls faster than "
+                           "--max_calls_per_connection_per_second");
+        }));
     builder.experimental().SetInterceptorCreators(std::move(guards));
   }
   TransportOptions transport;

@@ -4,9 +4,10 @@ costs the server: one connection opens streams and cancels each at once
 (HEADERS, then RST_STREAM), as fast as the server reads them.
 
 gRPC 1.51, the version Debian ships and xformd links, has none of the
-mitigations gRPC added later; xformd's own guard cuts such a connection off
-(--max_calls_per_connection_per_second; docs/security.md, "HTTP/2 rapid
-reset"). Run it beside xform-load to see what it does to healthy clients:
+mitigations gRPC added later; xformd's own defences cut such a connection
+off (--max_calls_per_connection_per_second, --max_queued_stream_resets;
+docs/security.md, "HTTP/2 rapid reset"). Run it beside xform-load to see
+what it does to healthy clients (one process per attacking connection):
 
   /usr/bin/python3 tools/h2_rapid_reset.py --server=127.0.0.1:50051 --seconds=20
 
