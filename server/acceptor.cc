@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -35,9 +36,12 @@ namespace {
 constexpr int kRetryAfterErrorMs = 50;
 
 // How often the connections' unread bytes are looked at for a rapid reset
-// flood, and how much of them: a flood's pairs of frames are about 100
-// bytes, so 64 KiB holds hundreds of its resets.
+// flood: every 100 ms, or, with many connections, as often as keeps the look
+// (about 1.4 us a connection, measured with 4,000) near 2% of a core. And
+// how much of them: a flood's pairs of frames are about 100 bytes, so 64 KiB
+// holds hundreds of its resets.
 constexpr absl::Duration kResetFloodCheckEvery = absl::Milliseconds(100);
+constexpr absl::Duration kResetFloodCheckPerConnection = absl::Microseconds(70);
 constexpr size_t kPeekBytes = 64 * 1024;
 // An RST_STREAM frame's size, so the fewest bytes that hold a given count.
 constexpr int kResetFrameBytes = 13;
@@ -197,8 +201,10 @@ void Acceptor::Loop(grpc::Server* server) {
     if (fds[1].revents != 0) break;
     wait_ms = -1;
     if (max_queued_stream_resets_ > 0 && absl::Now() >= next_check) {
-      CutOffResetFloods();
-      next_check = absl::Now() + kResetFloodCheckEvery;
+      const int looked_at = CutOffResetFloods();
+      next_check =
+          absl::Now() + std::max(kResetFloodCheckEvery,
+                                 looked_at * kResetFloodCheckPerConnection);
     }
     for (;;) {
       sockaddr_storage peer{};
@@ -261,17 +267,21 @@ bool Acceptor::Admit(int fd, const sockaddr_storage& peer) {
   return true;
 }
 
-void Acceptor::CutOffResetFloods() {
-  static char unread[kPeekBytes];  // The loop's thread alone.
+int Acceptor::CutOffResetFloods() {
+  std::string unread;  // Room made at the first connection worth a peek.
   const int enough_bytes = max_queued_stream_resets_ * kResetFrameBytes;
   std::vector<int> floods;
+  int looked_at = 0;
   per_address_.ForEachCounted([&](int fd) {
+    ++looked_at;
     int waiting = 0;
     if (ioctl(fd, FIONREAD, &waiting) != 0 || waiting < enough_bytes) return;
+    unread.resize(kPeekBytes);
     const ssize_t got =
-        recv(fd, unread, sizeof(unread), MSG_PEEK | MSG_DONTWAIT);
-    if (got >= enough_bytes && CountStreamResets(absl::string_view(
-                                   unread, got)) >= max_queued_stream_resets_) {
+        recv(fd, unread.data(), unread.size(), MSG_PEEK | MSG_DONTWAIT);
+    if (got >= enough_bytes &&
+        CountStreamResets(absl::string_view(unread.data(), got)) >=
+            max_queued_stream_resets_) {
       floods.push_back(fd);
     }
   });
@@ -283,6 +293,7 @@ void Acceptor::CutOffResetFloods() {
                         " or more cancelled streams waiting unread "
                         "(HTTP/2 rapid reset, --max_queued_stream_resets)"));
   }
+  return looked_at;
 }
 
 void Acceptor::CutOff(int fd, absl::string_view why) {

@@ -23,8 +23,9 @@
 // and cuts off one holding `max_queued_stream_resets` RST_STREAM frames or
 // more: an HTTP/2 rapid reset flood that gRPC 1.51's reader would otherwise
 // take in whole before anything above it sees a call (stream_reset_scan.h).
-// Cost: an ioctl(FIONREAD) per connection every 100 ms, and a peek of at
-// most 64 KiB at a connection with that many bytes waiting.
+// Cost: an ioctl(FIONREAD) per connection every 100 ms (every 70 us times
+// the connections, when longer: about 2% of a core), and a peek of at most
+// 64 KiB at a connection with that many bytes waiting.
 //
 // Thread-safe; one thread of its own.
 
@@ -103,8 +104,8 @@ class Acceptor {
   // Whether a connection just accepted as `fd` from `peer` may be kept.
   bool Admit(int fd, const sockaddr_storage& peer);
   // Cuts off the connections with `max_queued_stream_resets_` resets or
-  // more waiting unread. The loop's thread.
-  void CutOffResetFloods();
+  // more waiting unread; returns how many it looked at. The loop's thread.
+  int CutOffResetFloods();
 
   const int listen_fd_;
   const int port_;
