@@ -19,13 +19,13 @@
 // cannot keep every other out.
 //
 // Every 100 ms it also looks at what each connection has sent that gRPC has
-// not read yet (a recv() with MSG_PEEK, where at least that many bytes wait)
-// and cuts off one holding `max_queued_stream_resets` RST_STREAM frames or
-// more: an HTTP/2 rapid reset flood that gRPC 1.51's reader would otherwise
-// take in whole before anything above it sees a call (stream_reset_scan.h).
-// Cost: an ioctl(FIONREAD) per connection every 100 ms (every 70 us times
-// the connections, when longer: about 2% of a core), and a peek of at most
-// 64 KiB at a connection with that many bytes waiting.
+// not read yet (a recv() with MSG_PEEK, where enough bytes wait) and cuts
+// off one holding `max_queued_stream_resets` RST_STREAM frames or more: an
+// HTTP/2 rapid reset flood that gRPC 1.51's reader would otherwise take in
+// whole before anything above it sees a call (stream_reset_scan.h). Cost: an
+// ioctl(FIONREAD) per connection every 100 ms (every 70 us times the
+// connections, when longer: about 2% of a core), and a peek of at most 64 KiB
+// at a connection with enough bytes waiting.
 //
 // Thread-safe; one thread of its own.
 

@@ -9,8 +9,8 @@ namespace xform::server {
 namespace {
 
 constexpr size_t kHeaderBytes = 9;
-constexpr uint32_t kMaxFrameBytes =
-    16 * 1024;  // gRPC's SETTINGS_MAX_FRAME_SIZE.
+// gRPC's SETTINGS_MAX_FRAME_SIZE: no client may send a larger frame.
+constexpr uint32_t kMaxFrameBytes = 16 * 1024;
 constexpr uint8_t kRstStream = 3;
 constexpr uint8_t kLastFrameType = 9;  // CONTINUATION (RFC 9113, section 6).
 
