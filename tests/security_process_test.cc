@@ -244,11 +244,7 @@ TEST_F(SecurityProcessTest, SighupReloadRemovesAPrincipal) {
 // Plaintext on a non-loopback address is served, with a warning.
 TEST_F(SecurityProcessTest, PlaintextOffLoopbackIsWarnedAbout) {
   Xformd xformd({"--listen=0.0.0.0:0"});
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
-  while (xformd.Log().find("serving on") == std::string::npos &&
-         absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(50));
-  }
+  xformd.WaitForLog("serving on", absl::Seconds(20));
   EXPECT_NE(xformd.Log().find("serving PLAINTEXT on 0.0.0.0"),
             std::string::npos)
       << xformd.Log();

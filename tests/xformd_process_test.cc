@@ -249,6 +249,23 @@ int ConnectFrom(const char* source, int port) {
   return fd;
 }
 
+// Whether xformd closed the connection `fd` (EOF or a reset) rather than
+// keeping it; what it sent before is left unread.
+bool ClosedByServer(int fd) {
+  char byte;
+  const ssize_t got = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+  return got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+// Whether a new connection from `source` is closed by xformd at once.
+bool Refused(const char* source, int port) {
+  const int fd = ConnectFrom(source, port);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const bool refused = ClosedByServer(fd);
+  close(fd);
+  return refused;
+}
+
 // One host cannot keep every other out by holding every connection slot:
 // before --max_connections_per_address, 100 silent connections from
 // 127.0.0.2 took all 64 and the health check from 127.0.0.1 was refused.
@@ -258,18 +275,12 @@ TEST(XformdProcessTest, OneAddressCannotTakeEveryConnection) {
   Xformd xformd({"--max_connections=64"});
   ASSERT_FALSE(xformd.address().empty()) << xformd.Log();
   const int port = std::stoi(xformd.address().substr(10));
-  // Whether xformd closed it (EOF or a reset) rather than keeping it.
-  const auto closed_by_server = [](int fd) {
-    char byte;
-    const ssize_t got = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-    return got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
-  };
   std::vector<int> flood;
   for (int k = 0; k < 100; ++k) flood.push_back(ConnectFrom("127.0.0.2", port));
   std::this_thread::sleep_for(std::chrono::seconds(1));
   std::vector<int> kept;
   for (int fd : flood) {
-    if (closed_by_server(fd)) {
+    if (ClosedByServer(fd)) {
       close(fd);
     } else {
       kept.push_back(fd);
@@ -285,17 +296,11 @@ TEST(XformdProcessTest, OneAddressCannotTakeEveryConnection) {
             std::string::npos)
       << xformd.Log();
   // At its limit until one of its own closes; checked again 100 ms on.
-  const int over = ConnectFrom("127.0.0.2", port);
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  EXPECT_TRUE(closed_by_server(over));
-  close(over);
+  EXPECT_TRUE(Refused("127.0.0.2", port));
   close(kept.back());
   kept.pop_back();
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  const int again = ConnectFrom("127.0.0.2", port);
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  EXPECT_FALSE(closed_by_server(again));
-  close(again);
+  EXPECT_FALSE(Refused("127.0.0.2", port));
   for (int fd : kept) close(fd);
 }
 
@@ -321,23 +326,12 @@ bool ResetStreamsUntilCutOff(const char* source, int port,
       break;
     }
     char drain[65536];
-    ssize_t got;
-    while ((got = recv(attacker, drain, sizeof(drain), MSG_DONTWAIT)) > 0) {
+    while (recv(attacker, drain, sizeof(drain), MSG_DONTWAIT) > 0) {
     }
-    cut_off = got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+    cut_off = ClosedByServer(attacker);
   }
   close(attacker);
   return cut_off;
-}
-
-// Whether a new connection from `source` is closed by xformd at once.
-bool Refused(const char* source, int port) {
-  const int again = ConnectFrom(source, port);
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  char byte;
-  const ssize_t got = recv(again, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-  close(again);
-  return got == 0 || (got < 0 && errno != EAGAIN);
 }
 
 // HTTP/2 rapid reset (CVE-2023-44487): streams opened and cancelled at once
