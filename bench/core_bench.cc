@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -103,6 +104,9 @@ class WorldPeer {
     }
   }
   static void Propagate(World& world) { world.Propagate(); }
+  static void RestructureAt(World& world, size_t commands) {
+    world.restructure_at_ = commands;
+  }
 };
 
 namespace {
@@ -276,6 +280,62 @@ void BM_LinkBatchUnderLeaf(benchmark::State& state) {
   }
   state.SetLabel(
       absl::StrCat("5,000 links under the leaf of a chain ", depth, " deep"));
+}
+
+// One batch of links, each taking one of the scene's first entities under its
+// last root, the latest first (ids n down to 1): shifting the columns moves
+// nearly the whole world for each. Arg 1: 1 restructures past kRestructureAt
+// links (as xformd does), 0 never.
+void BM_RelinkBatch(benchmark::State& state) {
+  const std::vector<CreateOp> scene = MakeShape(kScene);
+  const EntityId last_root = Roots(scene).back();
+  std::vector<Command> links;
+  for (EntityId e = static_cast<EntityId>(state.range(0)); e >= 1; --e) {
+    links.push_back(LinkOp{e, last_root});
+  }
+  uint64_t relocated = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    World world;
+    if (!world.CreateMany(scene).ok()) state.SkipWithError("create failed");
+    if (state.range(1) == 0) {
+      WorldPeer::RestructureAt(world, std::numeric_limits<size_t>::max());
+    }
+    const uint64_t before = world.stats().relocated;
+    state.ResumeTiming();
+    if (!world.Apply(links).ok()) state.SkipWithError("links failed");
+    state.PauseTiming();
+    relocated += world.stats().relocated - before;
+    state.ResumeTiming();
+  }
+  SetRelocated(state, relocated);
+  state.SetLabel(state.range(1) ? "restructuring" : "shifting each");
+}
+
+// One batch creating 5,000 entities, each under one of the 5,000 deepest
+// nodes of a chain: one run of creates in 5,000 blocks.
+void BM_SpawnUnderChain(benchmark::State& state) {
+  const EntityId depth = static_cast<EntityId>(state.range(0));
+  constexpr EntityId kSpawned = 5'000;
+  std::vector<Command> creates;
+  for (EntityId k = 0; k < kSpawned; ++k) {
+    creates.push_back(CreateOp{depth + 1 + k, depth - k % depth, {}});
+  }
+  for (auto _ : state) {
+    state.PauseTiming();
+    World world;
+    std::vector<CreateOp> chain;
+    for (EntityId e = 1; e <= depth; ++e) {
+      chain.push_back({e, e > 1 ? e - 1 : kNoEntity, {}});
+    }
+    if (!world.CreateMany(chain).ok()) state.SkipWithError("create failed");
+    state.ResumeTiming();
+    if (!world.Apply(creates).ok()) state.SkipWithError("spawn failed");
+  }
+  state.SetLabel(
+      absl::StrCat("5,000 creates under the deepest nodes of a "
+                   "chain ",
+                   depth, " deep"));
 }
 
 void BM_Destroy1k(benchmark::State& state) {
@@ -519,6 +579,16 @@ void RegisterAll() {
       ->Unit(benchmark::kMicrosecond);
   benchmark::RegisterBenchmark("BM_Destroy1k", BM_Destroy1k)
       ->Unit(benchmark::kMicrosecond);
+  benchmark::RegisterBenchmark("BM_RelinkBatch", BM_RelinkBatch)
+      ->ArgsProduct({{1, 4, 8, 16, 64}, {0, 1}})
+      ->Args({65'536, 1})
+      ->Unit(benchmark::kMillisecond)
+      ->Iterations(3);
+  benchmark::RegisterBenchmark("BM_SpawnUnderChain", BM_SpawnUnderChain)
+      ->Arg(5'000)
+      ->Arg(80'000)
+      ->Unit(benchmark::kMillisecond)
+      ->Iterations(3);
   benchmark::RegisterBenchmark("BM_LinkBatchUnderLeaf", BM_LinkBatchUnderLeaf)
       ->Arg(1)
       ->Arg(80'000)

@@ -9,6 +9,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "src/command_checks.h"
+#include "src/sibling_lists.h"
 #include "src/world_internal.h"
 #include "src/world_validator.h"
 #include "xform/internal/math_kernels.h"
@@ -98,8 +99,10 @@ absl::Status World::Apply(absl::Span<const Command> batch,
     }
   };
   const ListsMark mark = MarkLists();
+  if (CountShifting(batch) >= restructure_at_) BeginRestructure();
   std::vector<UndoStep> undo;
-  for (const Command& command : batch) {
+  for (size_t k = 0; k < batch.size(); ++k) {
+    const Command& command = batch[k];
     if (const auto* create = std::get_if<CreateOp>(&command)) {
       RecordUndo(command, &undo);
       creates.push_back(*create);
@@ -110,11 +113,27 @@ absl::Status World::Apply(absl::Span<const Command> batch,
     std::visit(Applier{*this}, command);
   }
   flush_creates();
+  if (restructuring_) EndRestructure();
   if (!Propagate()) return TakeBack(undo, mark, NotFinite());
   if (absl::Status committed = commit(); !committed.ok()) {
     return TakeBack(undo, mark, committed);
   }
   return absl::OkStatus();
+}
+
+size_t World::CountShifting(absl::Span<const Command> batch) {
+  size_t shifting = 0;
+  bool in_creates = false;
+  for (const Command& command : batch) {
+    const bool create = std::holds_alternative<CreateOp>(command);
+    if (create ? !in_creates
+               : std::holds_alternative<LinkOp>(command) ||
+                     std::holds_alternative<DestroyOp>(command)) {
+      ++shifting;
+    }
+    in_creates = create;
+  }
+  return shifting;
 }
 
 absl::Status World::CreateMany(absl::Span<const CreateOp> ops) {
@@ -280,10 +299,12 @@ void World::RecordUndo(const Command& command,
   }
   const auto& op = std::get<DestroyOp>(command);
   const Index i = index_of(op.entity);
+  std::vector<Index> instances;
   if (op.mode == DestroyMode::kReparentChildren) {
     // Undone in reverse: the entity comes back, then its children rejoin it
     // with their locals as they were.
-    for (Index c = i + 1; c < end_of(i); c = end_of(c)) {
+    AppendChildren(i, &instances);
+    for (Index c : instances) {
       steps->push_back(
           {UndoStep::kRestoreLocal, entity_of(c), kNoEntity, SaveLocal(c)});
       steps->push_back({UndoStep::kLinkBack, entity_of(c), op.entity});
@@ -293,9 +314,10 @@ void World::RecordUndo(const Command& command,
     return;
   }
   // The subtree in reverse pre-order, so that it comes back parents first.
-  for (Index j = end_of(i); j-- > i;) {
-    steps->push_back({UndoStep::kRecreate, entity_of(j), parent_entity_of(j),
-                      SaveLocal(j), frame_flags_[j]});
+  AppendSubtree(i, &instances);
+  for (auto j = instances.rbegin(); j != instances.rend(); ++j) {
+    steps->push_back({UndoStep::kRecreate, entity_of(*j), parent_entity_of(*j),
+                      SaveLocal(*j), frame_flags_[*j]});
   }
 }
 
@@ -307,7 +329,12 @@ World::ListsMark World::MarkLists() {
 absl::Status World::TakeBack(absl::Span<const UndoStep> steps, ListsMark mark,
                              absl::Status refusal) {
   // Nothing here reads a world matrix: those the batch made may not be
-  // finite.
+  // finite. Undoing a batch that restructured may restructure too.
+  const size_t shifting =
+      std::count_if(steps.begin(), steps.end(), [](const UndoStep& step) {
+        return step.kind != UndoStep::kRestoreLocal;
+      });
+  if (shifting >= restructure_at_) BeginRestructure();
   std::vector<size_t> recreated;  // Steps.
   for (size_t k = steps.size(); k-- > 0;) {
     const UndoStep& step = steps[k];
@@ -332,6 +359,7 @@ absl::Status World::TakeBack(absl::Span<const UndoStep> steps, ListsMark mark,
       }
     }
   }
+  if (restructuring_) EndRestructure();
   Propagate();
   // The batch's and the undo's entries go from the change lists: every
   // parent, local and world is as it was.
@@ -392,10 +420,11 @@ absl::StatusOr<std::vector<EntityId>> World::Children(EntityId entity) const {
   const Index i = index_of(entity);
   if (i == kNoIndex)
     return absl::NotFoundError(absl::StrCat(entity, " not found"));
+  std::vector<Index> instances;
+  AppendChildren(i, &instances);
   std::vector<EntityId> children;
-  for (Index c = i + 1; c < end_of(i); c = end_of(c)) {
-    children.push_back(entity_of(c));
-  }
+  children.reserve(instances.size());
+  for (Index c : instances) children.push_back(entity_of(c));
   return children;
 }
 

@@ -9,6 +9,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
+#include "src/sibling_lists.h"
 #include "src/world_internal.h"
 #include "xform/internal/math_kernels.h"
 #include "xform/world.h"
@@ -63,6 +64,10 @@ World::Slot World::AllocateSlot(EntityId entity) {
 }
 
 void World::ApplyCreates(absl::Span<const CreateOp> ops) {
+  if (restructuring_) {
+    ApplyCreatesRestructuring(ops);
+    return;
+  }
   const uint32_t old_size = static_cast<uint32_t>(size());
   const uint32_t count = static_cast<uint32_t>(ops.size());
   if (count == 0) return;
@@ -152,9 +157,7 @@ void World::ApplyCreates(absl::Span<const CreateOp> ops) {
     }
   }
   // Only now, with every insertion point taken from the old layout.
-  for (const InsertBlock& block : blocks) {
-    AddToAncestorSizes(block.parent, block.count);
-  }
+  AddBlocksToAncestorSizes(blocks);
   // Parents whose ranges end at the same point are one ancestor chain; the
   // deepest (largest index) takes its blocks first, so each block lands inside
   // its parent's range. New roots go last.
@@ -173,6 +176,92 @@ void World::ApplyCreates(absl::Span<const CreateOp> ops) {
   for (const InsertBlock& block : blocks) {
     MarkDirty(slot_index_[slots[order[block.first]]]);
   }
+}
+
+void World::ApplyCreatesRestructuring(absl::Span<const CreateOp> ops) {
+  // Appended where they are, in the order given: each its parent's last
+  // child, as a run inserted into the columns would be. Each is a subtree
+  // root to recompute, so that ExactWorld never takes an unswept one's
+  // world matrix for exact.
+  const Index first = static_cast<Index>(size());
+  ForEachColumn([&](auto& column) { column.resize(first + ops.size()); });
+  for (size_t k = 0; k < ops.size(); ++k) {
+    const CreateOp& op = ops[k];
+    const Index at = first + static_cast<Index>(k);
+    const Slot slot = AllocateSlot(op.entity);
+    slot_index_[slot] = at;
+    slot_of_.InsertOrAssign(op.entity, slot);
+    const Index parent =
+        op.parent == kNoEntity ? kNoIndex : index_of(op.parent);
+    SetLocalColumns(at, op.local);
+    parent_[at] = parent;
+    subtree_size_[at] = 1;  // Set for all when the restructuring ends.
+    slot_[at] = slot;
+    frame_flags_[at] = kCreatedThisFrame;
+    restructuring_->Append(parent, at);
+    created_slots_.push_back(slot);
+    MarkDirty(at);
+  }
+}
+
+void World::BeginRestructure() {
+  ListSwept();  // The sweeps' ranges are positions, which will change.
+  restructuring_ = std::make_shared<internal::SiblingLists>(
+      absl::MakeConstSpan(parent_.data(), parent_.size()));
+}
+
+void World::EndRestructure() {
+  const std::vector<Index> order = restructuring_->PreOrder(
+      absl::MakeConstSpan(parent_.data(), parent_.size()));
+  restructuring_.reset();
+  // Instances before the first change keep their place; the rest are
+  // gathered in their new order.
+  Index from = 0;
+  while (from < order.size() && order[from] == from) ++from;
+  internal::Column<Index> position(size(), kNoIndex);
+  for (Index t = from; t < order.size(); ++t) position[order[t]] = t;
+  ForEachColumn([&](auto& column) {
+    // A column of its own kind, for the 2 MB pages: fresh memory's page
+    // faults were most of the cost with 4 KB ones.
+    std::decay_t<decltype(column)> sorted;
+    sorted.reserve(order.size());
+    sorted.insert(sorted.end(), column.begin(), column.begin() + from);
+    for (size_t t = from; t < order.size(); ++t) {
+      sorted.push_back(column[order[t]]);
+    }
+    column.swap(sorted);
+  });
+  for (Index t = from; t < size(); ++t) {
+    if (parent_[t] >= from && parent_[t] != kNoIndex) {
+      parent_[t] = position[parent_[t]];
+    }
+  }
+  std::fill(subtree_size_.begin(), subtree_size_.end(), 1);
+  for (Index t = static_cast<Index>(size()); t-- > 0;) {
+    if (parent_[t] != kNoIndex) subtree_size_[parent_[t]] += subtree_size_[t];
+  }
+  stats_.relocated += size() - from;
+  RefreshSlots(from, static_cast<Index>(size()));
+}
+
+void World::AppendChildren(Index i, std::vector<Index>* out) const {
+  if (restructuring_) {
+    for (Index c = restructuring_->first_child(i); c != kNoIndex;
+         c = restructuring_->next_sibling(c)) {
+      out->push_back(c);
+    }
+    return;
+  }
+  for (Index c = i + 1; c < end_of(i); c = end_of(c)) out->push_back(c);
+}
+
+void World::AppendSubtree(Index i, std::vector<Index>* out) const {
+  if (restructuring_) {
+    restructuring_->AppendSubtree(
+        i, absl::MakeConstSpan(parent_.data(), parent_.size()), out);
+    return;
+  }
+  for (Index j = i; j < end_of(i); ++j) out->push_back(j);
 }
 
 void World::InsertBlocks(uint32_t old_size,
@@ -271,6 +360,32 @@ void World::AddToAncestorSizes(Index parent, int64_t delta) {
   }
 }
 
+void World::AddBlocksToAncestorSizes(absl::Span<const InsertBlock> blocks) {
+  if (blocks.size() < restructure_at_) {
+    for (const InsertBlock& block : blocks) {
+      AddToAncestorSizes(block.parent, block.count);
+    }
+    return;
+  }
+  // Walking up from each block's parent costs blocks x depth: a spawn wave
+  // under the nodes of a long chain. Instead each parent's count is carried
+  // up in one pass over the positions below the deepest parent (ancestors
+  // come first in pre-order): O(n), as the insertion itself is.
+  Index top = 0;
+  for (const InsertBlock& block : blocks) {
+    if (block.parent != kNoIndex) top = std::max(top, block.parent + 1);
+  }
+  std::vector<uint32_t> carry(top, 0);
+  for (const InsertBlock& block : blocks) {
+    if (block.parent != kNoIndex) carry[block.parent] += block.count;
+  }
+  for (Index i = top; i-- > 0;) {
+    if (carry[i] == 0) continue;
+    subtree_size_[i] += carry[i];
+    if (parent_[i] != kNoIndex) carry[parent_[i]] += carry[i];
+  }
+}
+
 void World::RefreshSlots(Index first, Index last) {
   for (Index j = first; j < last; ++j) slot_index_[slot_[j]] = j;
 }
@@ -278,21 +393,27 @@ void World::RefreshSlots(Index first, Index last) {
 void World::ApplyDestroy(const DestroyOp& op) {
   const Index i = index_of(op.entity);
   const Index parent = parent_[i];
-  Index last = end_of(i);
+  std::vector<Index> gone;
   if (op.mode == DestroyMode::kReparentChildren) {
     // Children keep their world: their new local is relative to the parent.
     const Matrix3x4 parent_world =
         parent == kNoIndex ? Matrix3x4{} : ExactWorld(parent);
-    for (Index c = i + 1; c < end_of(i); c = end_of(c)) {
+    std::vector<Index> children;
+    AppendChildren(i, &children);
+    for (Index c : children) {
       const Transform local = LocalForWorld(parent_world, ExactWorld(c));
       TouchStructure(entity_of(c), c);
       ApplySetLocal(c, local);
       parent_[c] = parent;
       MarkDirty(c);  // Even if its local came out the same.
     }
-    last = i + 1;
+    if (restructuring_) restructuring_->Dissolve(parent, i);
+    gone.push_back(i);
+  } else {
+    AppendSubtree(i, &gone);
+    if (restructuring_) restructuring_->Detach(parent, i);
   }
-  for (Index j = i; j < last; ++j) {
+  for (Index j : gone) {
     TouchStructure(entity_of(j), j);
     const Slot slot = slot_[j];
     slot_of_.Erase(slot_entity_[slot]);
@@ -300,8 +421,10 @@ void World::ApplyDestroy(const DestroyOp& op) {
     slot_flags_[slot] = 0;
     freed_this_frame_.push_back(slot);
   }
-  AddToAncestorSizes(parent, -static_cast<int64_t>(last - i));
-  EraseRange(i, last);
+  // Restructuring, the instances stay where they are until it ends.
+  if (restructuring_) return;
+  AddToAncestorSizes(parent, -static_cast<int64_t>(gone.size()));
+  EraseRange(i, i + static_cast<Index>(gone.size()));
 }
 
 void World::ApplyLink(const LinkOp& op) {
@@ -315,6 +438,13 @@ void World::ApplyLink(const LinkOp& op) {
   }
   if (parent_[i] == new_parent) return;
   TouchStructure(op.entity, i);
+  if (restructuring_) {
+    restructuring_->Detach(parent_[i], i);
+    restructuring_->Append(new_parent, i);
+    parent_[i] = new_parent;
+    MarkDirty(i);
+    return;
+  }
   const Index last = end_of(i);
   const uint32_t count = last - i;
   // Computed before the sizes change: when the new parent is an old ancestor
