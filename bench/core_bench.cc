@@ -338,6 +338,35 @@ void BM_SpawnUnderChain(benchmark::State& state) {
                    depth, " deep"));
 }
 
+// One batch of 1,000 set-worlds on the leaf of a chain: each walks the chain
+// to its root (the walk --max_ancestor_walk bounds). Reports ns a step.
+void BM_SetWorldsOnADeepLeaf(benchmark::State& state) {
+  const EntityId depth = static_cast<EntityId>(state.range(0));
+  constexpr int kSets = 1'000;
+  World world;
+  std::vector<CreateOp> chain;
+  for (EntityId e = 1; e <= depth; ++e) {
+    chain.push_back({e, e > 1 ? e - 1 : kNoEntity, {}});
+  }
+  if (!world.CreateMany(chain).ok()) state.SkipWithError("create failed");
+  std::vector<Command> sets;
+  for (int k = 0; k < kSets; ++k) {
+    Transform t;
+    t.position = {static_cast<float>(k), 0, 0};
+    sets.push_back(SetWorldOp{depth, t});
+  }
+  FrameChanges changes;
+  for (auto _ : state) {
+    if (!world.Apply(sets).ok()) state.SkipWithError("sets failed");
+    state.PauseTiming();
+    world.EndFrame(&changes);
+    state.ResumeTiming();
+  }
+  state.counters["ns_per_step"] = benchmark::Counter(
+      static_cast<double>(state.iterations()) * kSets * depth,
+      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+
 void BM_Destroy1k(benchmark::State& state) {
   World& world = SharedWorld(kWide);
   std::mt19937 rng(17);
@@ -586,6 +615,12 @@ void RegisterAll() {
       ->Iterations(3);
   benchmark::RegisterBenchmark("BM_SpawnUnderChain", BM_SpawnUnderChain)
       ->Arg(5'000)
+      ->Arg(80'000)
+      ->Unit(benchmark::kMillisecond)
+      ->Iterations(3);
+  benchmark::RegisterBenchmark("BM_SetWorldsOnADeepLeaf",
+                               BM_SetWorldsOnADeepLeaf)
+      ->Arg(1'000)
       ->Arg(80'000)
       ->Unit(benchmark::kMillisecond)
       ->Iterations(3);

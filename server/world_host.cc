@@ -122,6 +122,7 @@ absl::StatusOr<uint64_t> HostedWorld::ApplyLocked(
     written = *std::move(appended);
     return absl::OkStatus();
   };
+  world_.set_max_ancestor_walk(limits.max_ancestor_walk);
   if (absl::Status s = world_.Apply(commands, journal); !s.ok()) return s;
   // Remember who set what, for subscribers that want no echo. Tracked only
   // once such a subscriber exists; anonymous writes ("") block suppression.

@@ -101,6 +101,7 @@ absl::Status World::Apply(absl::Span<const Command> batch,
   const ListsMark mark = MarkLists();
   if (CountShifting(batch) >= restructure_at_) BeginRestructure();
   std::vector<UndoStep> undo;
+  walked_ = 0;
   for (size_t k = 0; k < batch.size(); ++k) {
     const Command& command = batch[k];
     if (const auto* create = std::get_if<CreateOp>(&command)) {
@@ -111,6 +112,17 @@ absl::Status World::Apply(absl::Span<const Command> batch,
     flush_creates();
     RecordUndo(command, &undo);
     std::visit(Applier{*this}, command);
+    if (walked_ > max_ancestor_walk_) {
+      if (restructuring_) EndRestructure();
+      return TakeBack(
+          undo, mark,
+          absl::ResourceExhaustedError(absl::StrCat(
+              "command ", k, ": the batch's set-worlds, keep-world links and ",
+              "children-keeping destroys walked ", walked_,
+              " ancestors to the root, more than the ", max_ancestor_walk_,
+              " allowed (each walks its entity's depth); nothing was applied: "
+              "split the batch, or set locals")));
+    }
   }
   flush_creates();
   if (restructuring_) EndRestructure();

@@ -73,6 +73,7 @@ Matrix3x4 World::ExactWorld(Index i) const {
     chain.push_back(a);
     if (slot_flags_[slot_[a]] & kDirty) stale = chain.size();
   }
+  walked_ += chain.size();
   if (stale == 0) return world_[i];
   const Index top = chain[stale - 1];
   Matrix3x4 world =

@@ -1172,6 +1172,7 @@ class BadInputTest : public ServerTest {
     limits.max_commands = 20;
     limits.max_subscribers = 2;
     limits.max_filter_ids = 30;
+    limits.max_ancestor_walk = 100;
     StartServer(limits);
     ASSERT_TRUE(CreateWorld("w", v1::FRAME_MODE_DRIVEN).ok());
     v1::ApplyRequest scene;
@@ -1496,6 +1497,33 @@ TEST_F(BadInputTest, CyclesAreFailedPrecondition) {
   self_link->add_entity(4);
   self_link->add_parent(4);
   ExpectRefused(self, grpc::StatusCode::FAILED_PRECONDITION);
+}
+
+// Each set-world walks from its entity to the root: on the leaf of the
+// 10-deep chain, 9 ancestors. Eleven walk 99; twelve would walk 108.
+TEST_F(BadInputTest, WalksToTheRootPastTheLimitAreResourceExhausted) {
+  const auto set_worlds = [](int count) {
+    v1::ApplyRequest walks;
+    walks.set_world("w");
+    walks.set_end_frame(true);
+    auto* set = walks.add_commands()->mutable_set_world();
+    Transform t;
+    t.position = {1, 2, 3};
+    for (int k = 0; k < count; ++k) {
+      set->add_entity(10);
+      v1::AppendTransform(t, set->mutable_world());
+    }
+    return walks;
+  };
+  const grpc::Status status = Apply(set_worlds(12));
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << status.error_message();
+  EXPECT_NE(status.error_message().find("walked 108 ancestors"),
+            std::string::npos)
+      << status.error_message();
+  ExpectRefused(set_worlds(12), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  ASSERT_EQ(Apply(set_worlds(11)).error_code(), grpc::StatusCode::OK);
+  EXPECT_NE(ReadAll("w", {1}), before_);
 }
 
 TEST_F(BadInputTest, OverALimitIsResourceExhausted) {

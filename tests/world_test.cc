@@ -567,6 +567,50 @@ TEST_F(OverflowTest, EarlierMovesOfTheFrameStayListed) {
   EXPECT_EQ(listed, (std::set<EntityId>{9, 10}));
 }
 
+// Each set-world walks from its entity to the root: a batch of them on the
+// leaf of a deep chain is bounded in all, and past the bound taken back whole
+// (including the links before it, here enough to restructure the world).
+TEST(WorldTest, WalksToTheRootAreBoundedPerBatch) {
+  constexpr EntityId kDepth = 10'000;
+  constexpr EntityId kLeaf = kDepth;
+  constexpr EntityId kOther = kDepth + 1;
+  World world;
+  std::vector<CreateOp> chain;
+  for (EntityId e = 1; e <= kDepth; ++e) {
+    chain.push_back({e, e > 1 ? e - 1 : kNoEntity, At(0, 1, 0)});
+  }
+  chain.push_back({kOther, kNoEntity, At(5, 0, 0)});
+  for (EntityId e = kOther + 1; e <= kOther + 20; ++e) {
+    chain.push_back({e, kNoEntity, {}});
+  }
+  ASSERT_TRUE(world.CreateMany(chain).ok());
+  world.set_max_ancestor_walk(100'000);
+  FrameChanges changes;
+  world.EndFrame(&changes);
+
+  // Five walk 50,000 ancestors: within the bound.
+  std::vector<Command> five(5, SetWorldOp{kLeaf, At(1, 2, 3)});
+  ASSERT_TRUE(world.Apply(five).ok());
+  EXPECT_EQ(world.WorldMatrix(kLeaf)->translation(), glm::vec3(1, 2, 3));
+  world.EndFrame(&changes);
+  const Fingerprint before = Take(world);
+
+  std::vector<Command> many;
+  for (EntityId e = kOther + 1; e <= kOther + 20; ++e) {
+    many.push_back(LinkOp{e, kOther});
+  }
+  many.push_back(SetLocalOp{kOther, At(7, 0, 0)});
+  for (int k = 0; k < 20; ++k) many.push_back(SetWorldOp{kLeaf, At(k, 0, 0)});
+  const absl::Status refused = world.Apply(many);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_NE(refused.message().find("command 31:"), std::string::npos)
+      << refused;
+  EXPECT_EQ(Take(world), before);
+  EXPECT_TRUE(world.CheckConsistency().ok()) << world.CheckConsistency();
+  world.EndFrame(&changes);
+  EXPECT_TRUE(changes.empty());
+}
+
 TEST_F(SceneTest, UnknownEntityIsNotFound) {
   ExpectRefused(world_.SetLocal(99, At(0, 0, 0)), absl::StatusCode::kNotFound);
   ExpectRefused(world_.SetWorld(99, At(0, 0, 0)), absl::StatusCode::kNotFound);

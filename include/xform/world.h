@@ -210,6 +210,16 @@ class World {
   absl::Status Apply(absl::Span<const Command> batch,
                      absl::FunctionRef<absl::Status()> commit);
 
+  // Set-worlds, keep-world links and children-keeping destroys each need a
+  // world matrix that the batch may have made stale, computed by walking
+  // from the entity up to the root: O(depth) each, so a batch of them on the
+  // leaves of a deep chain costs commands x depth. A batch whose walks pass
+  // more than `steps` ancestors in all is taken back whole, with
+  // ResourceExhausted, from the command that crossed the line. Unlimited
+  // unless set (a server sets it from a flag; a journal's replay must not
+  // refuse what was once accepted).
+  void set_max_ancestor_walk(uint64_t steps) { max_ancestor_walk_ = steps; }
+
   // Fast paths for the two common homogeneous batches: a scene load or spawn
   // wave, and a physics step's worth of local transforms.
   absl::Status CreateMany(absl::Span<const CreateOp> ops);
@@ -354,7 +364,7 @@ class World {
   void MarkDirty(Index i);
 
   // The world matrix `i` will have once pending changes propagate, computed
-  // from the nearest exact ancestor. O(depth).
+  // from the nearest exact ancestor. O(depth), counted in walked_.
   Matrix3x4 ExactWorld(Index i) const;
   // Recomputes the union of the pending dirty subtrees; false when a result
   // was not finite.
@@ -439,6 +449,10 @@ class World {
   std::shared_ptr<internal::SiblingLists> restructuring_;
   // kRestructureAt; tests set it to compare the two ways of applying.
   size_t restructure_at_ = kRestructureAt;
+
+  // Ancestors ExactWorld passed in this batch, and how many it may.
+  mutable uint64_t walked_ = 0;
+  uint64_t max_ancestor_walk_ = UINT64_MAX;
 
   // This frame's changes so far. A sweep does no bookkeeping per instance:
   // it records its ranges in swept_, which stay valid until a structural
