@@ -367,6 +367,23 @@ void BM_SetWorldsOnADeepLeaf(benchmark::State& state) {
       benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
+// One batch that links k roots into a chain, each under the one before:
+// each link's cycle check walks up through the links before it.
+void BM_LinkRootsIntoAChain(benchmark::State& state) {
+  const EntityId count = static_cast<EntityId>(state.range(0));
+  std::vector<CreateOp> roots;
+  for (EntityId e = 1; e <= count; ++e) roots.push_back({e, kNoEntity, {}});
+  std::vector<Command> links;
+  for (EntityId e = 2; e <= count; ++e) links.push_back(LinkOp{e, e - 1});
+  for (auto _ : state) {
+    state.PauseTiming();
+    World world;
+    if (!world.CreateMany(roots).ok()) state.SkipWithError("create failed");
+    state.ResumeTiming();
+    if (!world.Apply(links).ok()) state.SkipWithError("links failed");
+  }
+}
+
 void BM_Destroy1k(benchmark::State& state) {
   World& world = SharedWorld(kWide);
   std::mt19937 rng(17);
@@ -624,6 +641,11 @@ void RegisterAll() {
       ->Arg(80'000)
       ->Unit(benchmark::kMillisecond)
       ->Iterations(3);
+  benchmark::RegisterBenchmark("BM_LinkRootsIntoAChain", BM_LinkRootsIntoAChain)
+      ->Arg(4'096)
+      ->Arg(16'384)
+      ->Unit(benchmark::kMillisecond)
+      ->Iterations(1);
   benchmark::RegisterBenchmark("BM_LinkBatchUnderLeaf", BM_LinkBatchUnderLeaf)
       ->Arg(1)
       ->Arg(80'000)

@@ -60,7 +60,7 @@ struct Limits {
   size_t max_commands = 65'536;  // Commands in one Apply request.
   // Ancestors one request's exact-world lookups may walk in all (see
   // World::set_max_ancestor_walk).
-  uint64_t max_ancestor_walk = 100'000'000;
+  uint64_t max_ancestor_walk = 30'000'000;
   size_t max_subscribers = 256;    // Per world.
   size_t max_filter_ids = 65'536;  // Entities + subtrees in one Subscribe.
   // Changed entities a subscriber may have unsent before it is resent its

@@ -52,10 +52,11 @@ ABSL_FLAG(uint64_t, max_entities, 4'000'000, "Most entities per world");
 ABSL_FLAG(uint64_t, max_batch, 1'000'000, "Most entities named by one write");
 ABSL_FLAG(uint64_t, max_commands, 65'536,
           "Most commands in one write (each is a list of entities)");
-ABSL_FLAG(uint64_t, max_ancestor_walk, 100'000'000,
-          "Most ancestors one write's set-worlds, keep-world links and "
-          "children-keeping destroys may walk in all (each walks its "
-          "entity's depth; about 2-3 ns a step)");
+ABSL_FLAG(uint64_t, max_ancestor_walk, 30'000'000,
+          "Most ancestors one write's walks to the root may pass in all: "
+          "set-worlds, keep-world links and children-keeping destroys walk "
+          "their entity's depth (2-3 ns a step), a link's cycle check what "
+          "the write re-parented above its new parent (about 14 ns a step)");
 ABSL_FLAG(uint64_t, max_subscribers, 256, "Most subscribers per world");
 ABSL_FLAG(uint64_t, max_filter_ids, 65'536,
           "Most entities and subtrees one subscription may list");

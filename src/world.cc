@@ -73,6 +73,7 @@ absl::Status World::Apply(absl::Span<const Command> batch,
         },
         commit);
   }
+  walked_ = 0;  // The validator's walks count too.
   {
     BatchValidator validator(*this);
     for (size_t k = 0; k < batch.size(); ++k) {
@@ -101,7 +102,6 @@ absl::Status World::Apply(absl::Span<const Command> batch,
   const ListsMark mark = MarkLists();
   if (CountShifting(batch) >= restructure_at_) BeginRestructure();
   std::vector<UndoStep> undo;
-  walked_ = 0;
   for (size_t k = 0; k < batch.size(); ++k) {
     const Command& command = batch[k];
     if (const auto* create = std::get_if<CreateOp>(&command)) {
@@ -112,16 +112,12 @@ absl::Status World::Apply(absl::Span<const Command> batch,
     flush_creates();
     RecordUndo(command, &undo);
     std::visit(Applier{*this}, command);
-    if (walked_ > max_ancestor_walk_) {
+    if (absl::Status walked = CheckWalked(); !walked.ok()) {
       if (restructuring_) EndRestructure();
       return TakeBack(
           undo, mark,
-          absl::ResourceExhaustedError(absl::StrCat(
-              "command ", k, ": the batch's set-worlds, keep-world links and ",
-              "children-keeping destroys walked ", walked_,
-              " ancestors to the root, more than the ", max_ancestor_walk_,
-              " allowed (each walks its entity's depth); nothing was applied: "
-              "split the batch, or set locals")));
+          absl::Status(walked.code(),
+                       absl::StrCat("command ", k, ": ", walked.message())));
     }
   }
   flush_creates();
@@ -131,6 +127,15 @@ absl::Status World::Apply(absl::Span<const Command> batch,
     return TakeBack(undo, mark, committed);
   }
   return absl::OkStatus();
+}
+
+absl::Status World::CheckWalked() const {
+  if (walked_ <= max_ancestor_walk_) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "the batch's walks to the root (set-worlds, keep-world links, "
+      "children-keeping destroys, cycle checks) passed ",
+      walked_, " ancestors, more than the ", max_ancestor_walk_,
+      " allowed; nothing was applied: split the batch"));
 }
 
 size_t World::CountShifting(absl::Span<const Command> batch) {

@@ -89,7 +89,11 @@ absl::Status BatchValidator::CheckLink(const LinkOp& op) {
       return absl::NotFoundError(
           absl::StrCat("parent ", op.parent, " not found"));
     }
-    if (IsAncestorOrSelf(op.entity, op.parent)) {
+    const bool cycle = IsAncestorOrSelf(op.entity, op.parent);
+    if (absl::Status walked = world_.CheckWalked(); !walked.ok()) {
+      return walked;
+    }
+    if (cycle) {
       return absl::FailedPreconditionError(
           absl::StrCat("parent ", op.parent,
                        " is a descendant: the link would make a cycle"));
@@ -172,6 +176,7 @@ bool BatchValidator::InTouchedSubtree(World::Index i) const {
 bool BatchValidator::IsAncestorOrSelf(EntityId ancestor,
                                       EntityId entity) const {
   for (EntityId e = entity; e != kNoEntity;) {
+    ++world_.walked_;
     if (e == ancestor) return true;
     if (auto it = nodes_.find(e); it != nodes_.end()) {
       e = it->second.parent;

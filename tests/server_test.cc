@@ -1518,7 +1518,7 @@ TEST_F(BadInputTest, WalksToTheRootPastTheLimitAreResourceExhausted) {
   const grpc::Status status = Apply(set_worlds(12));
   EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
       << status.error_message();
-  EXPECT_NE(status.error_message().find("walked 108 ancestors"),
+  EXPECT_NE(status.error_message().find("passed 108 ancestors"),
             std::string::npos)
       << status.error_message();
   ExpectRefused(set_worlds(12), grpc::StatusCode::RESOURCE_EXHAUSTED);

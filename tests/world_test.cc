@@ -600,15 +600,44 @@ TEST(WorldTest, WalksToTheRootAreBoundedPerBatch) {
     many.push_back(LinkOp{e, kOther});
   }
   many.push_back(SetLocalOp{kOther, At(7, 0, 0)});
+  // The links' cycle checks walk one each; the tenth set-world (command 30)
+  // brings the count to 20 + 10 x 9,999 = 100,010.
   for (int k = 0; k < 20; ++k) many.push_back(SetWorldOp{kLeaf, At(k, 0, 0)});
   const absl::Status refused = world.Apply(many);
   EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
-  EXPECT_NE(refused.message().find("command 31:"), std::string::npos)
+  EXPECT_NE(refused.message().find("command 30:"), std::string::npos)
       << refused;
   EXPECT_EQ(Take(world), before);
   EXPECT_TRUE(world.CheckConsistency().ok()) << world.CheckConsistency();
   world.EndFrame(&changes);
   EXPECT_TRUE(changes.empty());
+}
+
+// A link's cycle check walks up from the new parent through what the batch
+// re-parented: linking k roots into a chain walks k^2/2 (65,536 of them:
+// 2.1e9 steps, half a minute). The same bound refuses it before anything
+// applies.
+TEST(WorldTest, CycleChecksWalksAreBoundedPerBatch) {
+  World world;
+  std::vector<CreateOp> roots;
+  for (EntityId e = 1; e <= 200; ++e) roots.push_back({e, kNoEntity, {}});
+  ASSERT_TRUE(world.CreateMany(roots).ok());
+  FrameChanges changes;
+  world.EndFrame(&changes);
+  world.set_max_ancestor_walk(1'000);
+  const Fingerprint before = Take(world);
+  std::vector<Command> chain;
+  for (EntityId e = 2; e <= 200; ++e) chain.push_back(LinkOp{e, e - 1});
+  const absl::Status refused = world.Apply(chain);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_NE(refused.message().find("(link entity"), std::string::npos)
+      << refused;
+  EXPECT_EQ(Take(world), before);
+  world.EndFrame(&changes);
+  EXPECT_TRUE(changes.empty());
+  // Forty links walk 40 x 41 / 2 = 820.
+  chain.resize(40);
+  EXPECT_TRUE(world.Apply(chain).ok());
 }
 
 TEST_F(SceneTest, UnknownEntityIsNotFound) {

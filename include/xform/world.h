@@ -212,10 +212,12 @@ class World {
 
   // Set-worlds, keep-world links and children-keeping destroys each need a
   // world matrix that the batch may have made stale, computed by walking
-  // from the entity up to the root: O(depth) each, so a batch of them on the
-  // leaves of a deep chain costs commands x depth. A batch whose walks pass
-  // more than `steps` ancestors in all is taken back whole, with
-  // ResourceExhausted, from the command that crossed the line. Unlimited
+  // from the entity up to the root; a link's cycle check walks up from the
+  // new parent through what the batch re-parented. O(depth) each, so a batch
+  // of them on the leaves of a deep chain, or linking a long chain together,
+  // costs commands x depth. A batch whose walks pass more than `steps`
+  // ancestors in all is refused (or taken back) whole with
+  // ResourceExhausted, naming the command that crossed the line. Unlimited
   // unless set (a server sets it from a flag; a journal's replay must not
   // refuse what was once accepted).
   void set_max_ancestor_walk(uint64_t steps) { max_ancestor_walk_ = steps; }
@@ -450,9 +452,12 @@ class World {
   // kRestructureAt; tests set it to compare the two ways of applying.
   size_t restructure_at_ = kRestructureAt;
 
-  // Ancestors ExactWorld passed in this batch, and how many it may.
+  // Ancestors this batch's walks to the root passed (ExactWorld's, and the
+  // validator's cycle checks), and how many they may.
   mutable uint64_t walked_ = 0;
   uint64_t max_ancestor_walk_ = UINT64_MAX;
+  // ResourceExhausted when walked_ is past the limit, else OK.
+  absl::Status CheckWalked() const;
 
   // This frame's changes so far. A sweep does no bookkeeping per instance:
   // it records its ranges in swept_, which stay valid until a structural
