@@ -260,6 +260,15 @@ void BM_Reparent1k(benchmark::State& state) {
 
 // One batch linking 5,000 roots under the leaf of a chain `depth` deep (1:
 // under a root): validation's cycle check and the subtree sizes, per link.
+// Entities 1..depth, each the child of the one before.
+std::vector<CreateOp> Chain(EntityId depth) {
+  std::vector<CreateOp> chain;
+  for (EntityId e = 1; e <= depth; ++e) {
+    chain.push_back({e, e > 1 ? e - 1 : kNoEntity, {}});
+  }
+  return chain;
+}
+
 void BM_LinkBatchUnderLeaf(benchmark::State& state) {
   const EntityId depth = static_cast<EntityId>(state.range(0));
   constexpr EntityId kLinks = 5'000;
@@ -270,9 +279,9 @@ void BM_LinkBatchUnderLeaf(benchmark::State& state) {
   for (auto _ : state) {
     state.PauseTiming();
     World world;
-    std::vector<CreateOp> ops;
-    for (EntityId e = 1; e <= depth + kLinks; ++e) {
-      ops.push_back({e, e > 1 && e <= depth ? e - 1 : kNoEntity, {}});
+    std::vector<CreateOp> ops = Chain(depth);
+    for (EntityId e = depth + 1; e <= depth + kLinks; ++e) {
+      ops.push_back({e, kNoEntity, {}});
     }
     if (!world.CreateMany(ops).ok()) state.SkipWithError("create failed");
     state.ResumeTiming();
@@ -324,11 +333,9 @@ void BM_SpawnUnderChain(benchmark::State& state) {
   for (auto _ : state) {
     state.PauseTiming();
     World world;
-    std::vector<CreateOp> chain;
-    for (EntityId e = 1; e <= depth; ++e) {
-      chain.push_back({e, e > 1 ? e - 1 : kNoEntity, {}});
+    if (!world.CreateMany(Chain(depth)).ok()) {
+      state.SkipWithError("create failed");
     }
-    if (!world.CreateMany(chain).ok()) state.SkipWithError("create failed");
     state.ResumeTiming();
     if (!world.Apply(creates).ok()) state.SkipWithError("spawn failed");
   }
@@ -344,11 +351,8 @@ void BM_SetWorldsOnADeepLeaf(benchmark::State& state) {
   const EntityId depth = static_cast<EntityId>(state.range(0));
   constexpr int kSets = 1'000;
   World world;
-  std::vector<CreateOp> chain;
-  for (EntityId e = 1; e <= depth; ++e) {
-    chain.push_back({e, e > 1 ? e - 1 : kNoEntity, {}});
-  }
-  if (!world.CreateMany(chain).ok()) state.SkipWithError("create failed");
+  if (!world.CreateMany(Chain(depth)).ok())
+    state.SkipWithError("create failed");
   std::vector<Command> sets;
   for (int k = 0; k < kSets; ++k) {
     Transform t;
