@@ -58,8 +58,8 @@ struct Limits {
   size_t max_entities_per_world = 4'000'000;
   size_t max_batch = 1'000'000;  // Entities named by one Apply request.
   size_t max_commands = 65'536;  // Commands in one Apply request.
-  // Ancestors one request's exact-world lookups may walk in all (see
-  // World::set_max_ancestor_walk).
+  // Ancestors one request's walks to the root (exact-world lookups, cycle
+  // checks) may pass in all (see World::set_max_ancestor_walk).
   uint64_t max_ancestor_walk = 30'000'000;
   size_t max_subscribers = 256;    // Per world.
   size_t max_filter_ids = 65'536;  // Entities + subtrees in one Subscribe.
