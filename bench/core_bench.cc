@@ -25,6 +25,7 @@
 #include "benchmark/benchmark.h"
 #include "glm/gtc/matrix_transform.hpp"
 #include "glm/gtc/quaternion.hpp"
+#include "tests/world_peer.h"
 #include "tools/scenes.h"
 #include "xform/internal/huge_page_allocator.h"
 #include "xform/world.h"
@@ -90,26 +91,6 @@ double Median(std::vector<double>& ratios) {
   std::sort(ratios.begin(), ratios.end());
   return ratios[ratios.size() / 2];
 }
-
-}  // namespace
-
-// Sets locals without propagating, so that BM_Propagate times the sweep over
-// every instance alone; BM_MoveAllRoots times the public call doing both.
-class WorldPeer {
- public:
-  static void SetLocalsWithoutPropagating(World& world,
-                                          const std::vector<SetLocalOp>& ops) {
-    for (const SetLocalOp& op : ops) {
-      world.ApplySetLocal(world.index_of(op.entity), op.local);
-    }
-  }
-  static void Propagate(World& world) { world.Propagate(); }
-  static void RestructureAt(World& world, size_t commands) {
-    world.restructure_at_ = commands;
-  }
-};
-
-namespace {
 
 // Closes the frame outside the timing, checking every instance was listed.
 void EndFrameUntimed(benchmark::State& state, World& world,

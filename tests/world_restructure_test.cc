@@ -6,82 +6,22 @@
 // many such commands the batch holds, and that it leaves exactly the world,
 // the frame's changes and the refusals that shifting command by command does.
 
-#include <algorithm>
-#include <cstring>
 #include <limits>
-#include <tuple>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "tests/random_batches.h"
 #include "tests/seeds.h"
+#include "tests/world_compare.h"
+#include "tests/world_peer.h"
 #include "xform/world.h"
 
 namespace xform {
 
-// Reaches the threshold, to apply the same batch both ways.
-class WorldPeer {
- public:
-  static void RestructureAt(World& world, size_t commands) {
-    world.restructure_at_ = commands;
-  }
-};
-
 namespace {
 
-// The world in its pre-order: entity, parent and world matrix's bits.
-using Instances = std::vector<std::tuple<EntityId, EntityId, Matrix3x4>>;
-Instances InOrder(const World& world) {
-  Instances out;
-  world.ForEach([&](EntityId e, EntityId parent, const Matrix3x4& m) {
-    out.emplace_back(e, parent, m);
-  });
-  return out;
-}
-
-bool SameBits(const Instances& a, const Instances& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t k = 0; k < a.size(); ++k) {
-    if (std::get<0>(a[k]) != std::get<0>(b[k]) ||
-        std::get<1>(a[k]) != std::get<1>(b[k]) ||
-        std::memcmp(&std::get<2>(a[k]), &std::get<2>(b[k]),
-                    sizeof(Matrix3x4)) != 0) {
-      return false;
-    }
-  }
-  return true;
-}
-
-// A frame's changes, each list in an order of its own making.
-struct SortedChanges {
-  std::vector<std::pair<EntityId, std::vector<float>>> moved;
-  std::vector<std::pair<EntityId, EntityId>> created;
-  std::vector<EntityId> destroyed;
-  std::vector<std::pair<EntityId, EntityId>> reparented;
-  bool operator==(const SortedChanges&) const = default;
-};
-SortedChanges Sorted(const FrameChanges& changes) {
-  SortedChanges out;
-  for (size_t k = 0; k < changes.moved.size(); ++k) {
-    out.moved.emplace_back(
-        changes.moved[k],
-        std::vector<float>(changes.moved_world.begin() + 12 * k,
-                           changes.moved_world.begin() + 12 * (k + 1)));
-  }
-  for (size_t k = 0; k < changes.created.size(); ++k) {
-    out.created.emplace_back(changes.created[k], changes.created_parent[k]);
-  }
-  out.destroyed = changes.destroyed;
-  for (size_t k = 0; k < changes.reparented.size(); ++k) {
-    out.reparented.emplace_back(changes.reparented[k],
-                                changes.reparented_parent[k]);
-  }
-  std::sort(out.moved.begin(), out.moved.end());
-  std::sort(out.created.begin(), out.created.end());
-  std::sort(out.destroyed.begin(), out.destroyed.end());
-  std::sort(out.reparented.begin(), out.reparented.end());
-  return out;
-}
+using ::xform::testing::InOrder;
+using ::xform::testing::Sorted;
 
 TEST(RestructureTest, ManyLinksRelocateTheWorldOnce) {
   // 10,000 roots; the first 2,000 go under the last, one link each. Shifting
@@ -138,7 +78,7 @@ TEST(RestructureTest, ASpawnUnderAChainAddsUpAsWalkingDoes) {
   ASSERT_TRUE(carried.Apply(spawn).ok());
   ASSERT_TRUE(walked.Apply(spawn).ok());
   ASSERT_TRUE(carried.CheckConsistency().ok()) << carried.CheckConsistency();
-  EXPECT_TRUE(SameBits(InOrder(carried), InOrder(walked)));
+  EXPECT_TRUE(InOrder(carried) == InOrder(walked));
   EXPECT_EQ(carried.Subtree(1)->size(), walked.Subtree(1)->size());
 }
 
@@ -177,7 +117,7 @@ TEST(RestructureTest, AgreesWithShiftingCommandByCommand) {
       refused += !first.ok();
       ASSERT_TRUE(restructuring.CheckConsistency().ok())
           << restructuring.CheckConsistency();
-      ASSERT_TRUE(SameBits(InOrder(shifting), InOrder(restructuring)))
+      ASSERT_TRUE(InOrder(shifting) == InOrder(restructuring))
           << "round " << round;
       if (overflow) {
         // The model has the batch; the worlds do not. What the batch
