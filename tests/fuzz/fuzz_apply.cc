@@ -68,6 +68,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   shifting.EndFrame(&a);
   restructuring.EndFrame(&b);
   Check(shifting.CheckConsistency().ok());
+  Check(restructuring.CheckConsistency().ok());
   Check(xform::testing::Sorted(a) == xform::testing::Sorted(b));
   return 0;
 }
