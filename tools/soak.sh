@@ -9,7 +9,8 @@
 #     hog of connections from one address: tools/soak_hostile.py.
 # Samples xformd's RSS every 10 s, and at the end prints the healthy
 # subscribers' p99 (xform-load's report), the statuses the hostile client
-# saw, and whether any was INTERNAL or UNKNOWN. Not run in CI.
+# saw, and whether any was INTERNAL or UNKNOWN; fails on one of those, or on
+# a world the hostile client left behind. Not run in CI.
 #
 #   bash tools/soak.sh [BUILD_DIR] [SECONDS]
 set -euo pipefail
@@ -92,4 +93,13 @@ echo "--- xformd warnings and errors:"
 grep -E ' [WE] ' "$out/xformd.log" | cut -d' ' -f2- | sed 's/[0-9][0-9.]*/N/g' |
   sort | uniq -c | sort -rn | head -10 || true
 kill -0 "$xformd" && echo "xformd: still up"
+# The hostile client deletes every world it makes (the deep chains, what its
+# fuzz creates): any but the load's left behind would fill --max_worlds in a
+# long soak.
+left=$("$build/tools/xformctl" --server="$address" worlds list |
+  awk '$1 != "soak" { print $1 }')
+if [[ -n "$left" ]]; then
+  echo "worlds left behind:" $left
+  hostile_status=1
+fi
 exit "$hostile_status"
