@@ -634,9 +634,10 @@ TEST_F(ClientTest, RawMatricesReadOffTheWireComeOutExact) {
     }
   };
   // Which entities were listed, not how often: how often depends on how the
-  // frames came (one of them sets entity 2601 to the local it was created
-  // with, which lists nothing; a subscriber that fell behind gets frames
-  // folded; a CI run saw 79,999 listings of 4 x 20,000).
+  // frames came. The snapshot lists 20,000 and the frames 79,999 (one sets
+  // entity 2601 to the local it was created with, which lists nothing); a
+  // subscriber that falls behind gets frames folded (a CI run, with frames 3
+  // and 4 folded into one message, saw 79,999 in all).
   absl::flat_hash_set<EntityId> ids_without;
   bool any_matrices_without = false;
   MirrorOptions without_matrices = {.world = "w"};

@@ -206,8 +206,9 @@ def fuzz(client, world, rng, count):
             body = bytes(body)
         if client.unary(method, body, timeout=10) and method == "CreateWorld":
             # A world it made (under a mutated name, or "fuzz"): gone again,
-            # so that a long soak does not fill --max_worlds. DeleteWorldRequest's name is field
-            # 1 as CreateWorldRequest's is; the other fields it ignores.
+            # so that a long soak does not fill --max_worlds.
+            # DeleteWorldRequest's name is field 1, as CreateWorldRequest's
+            # is; the other fields it ignores.
             client.unary("DeleteWorld", body)
 
 
