@@ -5,6 +5,7 @@
 
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdio>
@@ -12,6 +13,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -238,6 +240,41 @@ TEST_F(ToolsTest, XformLoadReportsEveryMode) {
     } else {
       EXPECT_GT(streamed, 0) << mode["mode"];
     }
+  }
+}
+
+// --rounds: the modes and encodings take turns, round after round, each
+// moving the world on, and the report's medians are each mode's middle
+// round.
+TEST_F(ToolsTest, XformLoadRoundsTakeTurnsAndReportMedians) {
+  Ran ran = RunShell(absl::StrCat(
+      XFORM_LOAD_PATH, " --server=", server_.address(),
+      " --mode=stream --encoding=raw,compact --rounds=3 --shape=wide",
+      " --entities=3000 --move=100 --hz=30 --subscribers=2 --seconds=0.5",
+      " --json"));
+  ASSERT_EQ(ran.exit_code, 0) << ran.err;
+  const Json report = Json::parse(ran.out);
+  EXPECT_EQ(report["rounds"], 3);
+  ASSERT_EQ(report["modes"].size(), 6u);
+  for (int k = 0; k < 6; ++k) {
+    const Json& mode = report["modes"][k];
+    EXPECT_EQ(mode["mode"], k % 2 == 0 ? "stream" : "stream (compact)");
+    EXPECT_EQ(mode["round"], k / 2 + 1);
+    // Each turn's writers move on from where the turn before left the
+    // world; replaying its poses would be no moves at all.
+    for (const Json& sub : mode["subscribers"]) {
+      EXPECT_GT(sub["updates"].get<int>(), 0) << k;
+    }
+  }
+  ASSERT_EQ(report["medians"].size(), 2u);
+  for (const Json& median : report["medians"]) {
+    std::vector<double> p99s =
+        median["latency_p99_ms_each_round"].get<std::vector<double>>();
+    ASSERT_EQ(p99s.size(), 3u) << median["mode"];
+    for (double p99 : p99s) EXPECT_GT(p99, 0) << median["mode"];
+    std::sort(p99s.begin(), p99s.end());
+    EXPECT_EQ(median["latency_p99_ms"].get<double>(), p99s[1]);
+    EXPECT_GT(median["frames_per_s"].get<double>(), 10) << median["mode"];
   }
 }
 

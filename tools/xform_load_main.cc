@@ -74,6 +74,9 @@ ABSL_FLAG(bool, max_rate, false,
 ABSL_FLAG(double, stall_s, 0,
           "One subscriber stops reading for this long, a third of the way in");
 ABSL_FLAG(double, seconds, 10, "Measured seconds per mode");
+ABSL_FLAG(int, rounds, 1,
+          "Run the modes (and encodings) in turn this many times and report "
+          "each mode's medians over them as well");
 ABSL_FLAG(std::string, mode, "stream",
           "stream, poll, redis, a list of them (stream,redis), or all");
 ABSL_FLAG(std::string, redis_server, "redis-server",
@@ -139,6 +142,7 @@ int Main() {
   config.stall_s = absl::GetFlag(FLAGS_stall_s);
   config.subscriber_hz = absl::GetFlag(FLAGS_subscriber_hz);
   config.seconds = absl::GetFlag(FLAGS_seconds);
+  config.rounds = absl::GetFlag(FLAGS_rounds);
   config.server_pid = absl::GetFlag(FLAGS_server_pid);
   config.precision = tools::PrecisionFlag();
   const absl::StatusOr<std::vector<MirrorOptions::Encoding>> encodings =
@@ -159,7 +163,7 @@ int Main() {
   if (!shape || modes.empty() || !encodings.ok() ||
       (frame_mode != "tick" && frame_mode != "driven") || config.entities < 1 ||
       config.writers < 1 || config.move < 1 || !(config.hz > 0) ||
-      config.subscribers < 1 || !(config.seconds > 0)) {
+      config.subscribers < 1 || !(config.seconds > 0) || config.rounds < 1) {
     std::fprintf(stderr, "xform-load: bad flags; see --help\n");
     return 2;
   }
@@ -207,30 +211,36 @@ int Main() {
                    built.ToString().c_str());
       exit_code = 1;
     }
-    // Stream mode runs once per --encoding.
-    struct Round {
+    // Stream mode runs once per --encoding; the lot, --rounds times.
+    struct Turn {
       std::string mode;
       MirrorOptions::Encoding encoding = MirrorOptions::Encoding::kRaw;
+      int round = 1;
     };
-    std::vector<Round> rounds;
-    for (const std::string& m : modes) {
-      if (m != "stream") {
-        rounds.push_back({m});
-        continue;
+    std::vector<Turn> turns;
+    for (int round = 1; round <= config.rounds; ++round) {
+      for (const std::string& m : modes) {
+        if (m != "stream") {
+          turns.push_back({.mode = m, .round = round});
+          continue;
+        }
+        for (MirrorOptions::Encoding e : *encodings) {
+          turns.push_back({.mode = m, .encoding = e, .round = round});
+        }
       }
-      for (MirrorOptions::Encoding e : *encodings) rounds.push_back({m, e});
     }
-    for (size_t r = 0; r < rounds.size() && exit_code == 0; ++r) {
-      const Round& round = rounds[r];
+    for (size_t t = 0; t < turns.size() && exit_code == 0; ++t) {
+      const Turn& turn = turns[t];
       absl::StatusOr<ModeResult> result =
-          run.Run(round.mode, round.mode == "redis" ? redis : 0, redis_port,
-                  round.encoding);
+          run.Run(turn.mode, turn.mode == "redis" ? redis : 0, redis_port,
+                  turn.encoding);
       if (!result.ok()) {
-        std::fprintf(stderr, "%s: %s\n", round.mode.c_str(),
+        std::fprintf(stderr, "%s: %s\n", turn.mode.c_str(),
                      result.status().ToString().c_str());
         exit_code = 1;
         break;
       }
+      result->round = turn.round;
       results.push_back(*std::move(result));
     }
   }

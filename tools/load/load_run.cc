@@ -7,6 +7,7 @@
 #include <random>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "tools/load/transports.h"
@@ -250,6 +251,14 @@ void LoadRun::Write(int w, absl::Time end, std::atomic<uint64_t>* written,
     motion[i] = {locals_[mine[i] - 1], heading * (u(rng) * dt),
                  glm::angleAxis(u(rng) * dt, axis)};
   }
+  // The next run (mode, round) moves on from here rather than replaying
+  // this one's poses, which would be no moves at first and then jumps back.
+  // Writers own disjoint entities, so their stores do not race.
+  absl::Cleanup keep_poses = [&] {
+    for (size_t i = 0; i < mine.size(); ++i) {
+      locals_[mine[i] - 1] = motion[i].pose;
+    }
+  };
   std::vector<Command> batch(per_frame);
   const absl::Duration period = absl::Seconds(1 / config_.hz);
   size_t cursor = 0;

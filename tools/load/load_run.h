@@ -51,11 +51,16 @@ struct Config {
   bool keep_world = false;
   double stall_s;  // One subscriber stops reading this long, a third in.
   double seconds;
+  // Each mode runs this many times, the modes taking turns, so that a noisy
+  // machine's drift falls on all of them alike; the report adds each mode's
+  // medians over its runs.
+  int rounds = 1;
   pid_t server_pid;  // 0: the server is not local; no CPU or RSS.
 };
 
 struct ModeResult {
   std::string mode;
+  int round = 1;            // Which of Config::rounds.
   double frames_per_s = 0;  // Written.
   // Every batch's time from sent to acknowledged, over all writers, and the
   // entities they set a second.
@@ -96,7 +101,8 @@ class LoadRun {
   ClientOptions options_;
   std::unique_ptr<Client> client_;
   std::vector<EntityId> ids_;
-  std::vector<Transform> locals_;  // The scene's, by id - 1.
+  // By id - 1: the scene's, then where the last run's writers left them.
+  std::vector<Transform> locals_;
   std::vector<EntityId> movable_;
   AckLog acks_;
 };

@@ -2,10 +2,15 @@
 
 #include "tools/load/report.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 #include "tools/process_stats.h"
 
@@ -39,6 +44,7 @@ Json ToJson(const ModeResult& r) {
     subs.push_back(j);
   }
   return {{"mode", r.mode},
+          {"round", r.round},
           {"frames_per_s", r.frames_per_s},
           {"entities_written_per_s", r.entities_per_s},
           {"apply_p50_ms", Percentile(r.apply_ms, 0.5)},
@@ -58,49 +64,113 @@ Json ToJson(const ModeResult& r) {
           {"subscribers", subs}};
 }
 
+// One run's subscribers' figures, pooled: the latency of all but a stalled
+// one, and what they were sent.
+struct Figures {
+  double p50 = 0, p99 = 0, max = 0;
+  double arrived_p50 = 0, arrived_p99 = 0;  // 0 for a mode without arrivals.
+  double updates_per_subscriber_s = 0;
+  double bytes_per_update = 0;
+  std::string stalled = "-";  // What the stalled subscriber saw.
+};
+
+Figures Summarize(const Config& c, const ModeResult& r) {
+  Figures f;
+  std::vector<double> latency, arrived;
+  double updates = 0;
+  uint64_t bytes = 0, count = 0;
+  for (const Received& s : r.subscribers) {
+    updates += static_cast<double>(s.updates);
+    bytes += s.bytes;
+    count += s.updates;
+    if (s.stalled) {
+      f.stalled = absl::StrFormat(
+          "first data %.0f ms old; current after %.0f ms, %u messages%s",
+          s.first_after_stall_ms, s.catch_up_ms, s.backlog_messages,
+          s.disconnects ? absl::StrCat("; dropped ", s.disconnects, "x") : "");
+    } else {
+      latency.insert(latency.end(), s.latency_ms.begin(), s.latency_ms.end());
+      arrived.insert(arrived.end(), s.arrived_ms.begin(), s.arrived_ms.end());
+    }
+  }
+  f.p50 = Percentile(latency, 0.5);
+  f.p99 = Percentile(latency, 0.99);
+  f.max = Percentile(latency, 1.0);
+  f.arrived_p50 = Percentile(arrived, 0.5);
+  f.arrived_p99 = Percentile(std::move(arrived), 0.99);
+  f.updates_per_subscriber_s =
+      updates / static_cast<double>(r.subscribers.size()) / c.seconds;
+  f.bytes_per_update =
+      count ? static_cast<double>(bytes) / static_cast<double>(count) : 0.0;
+  return f;
+}
+
+// The mode, and with more than one round, which round.
+std::string Label(const Config& c, const ModeResult& r) {
+  return c.rounds > 1 ? absl::StrCat(r.mode, " #", r.round) : r.mode;
+}
+
+// Each mode's medians over its rounds, in the order the modes first ran.
+struct Medians {
+  std::string mode;
+  double frames_per_s = 0, p50 = 0, p99 = 0, arrived_p99 = 0,
+         server_cpu_ms_per_frame = 0;
+  std::vector<double> p99s;  // Each round's, in the order they ran.
+};
+
+std::vector<Medians> MediansByMode(const Config& c,
+                                   const std::vector<ModeResult>& results) {
+  std::vector<Medians> all;
+  for (const ModeResult& r : results) {
+    if (std::none_of(all.begin(), all.end(),
+                     [&](const Medians& m) { return m.mode == r.mode; })) {
+      all.push_back({.mode = r.mode});
+    }
+  }
+  for (Medians& m : all) {
+    std::vector<double> frames, p50, arrived, cpu;
+    for (const ModeResult& r : results) {
+      if (r.mode != m.mode) continue;
+      const Figures f = Summarize(c, r);
+      frames.push_back(r.frames_per_s);
+      p50.push_back(f.p50);
+      m.p99s.push_back(f.p99);
+      arrived.push_back(f.arrived_p99);
+      cpu.push_back(r.server_cpu_ms_per_frame);
+    }
+    m.frames_per_s = Percentile(frames, 0.5);
+    m.p50 = Percentile(p50, 0.5);
+    m.p99 = Percentile(m.p99s, 0.5);
+    m.arrived_p99 = Percentile(arrived, 0.5);
+    m.server_cpu_ms_per_frame = Percentile(cpu, 0.5);
+  }
+  return all;
+}
+
 }  // namespace
 
 void PrintTable(const Config& c, const std::vector<ModeResult>& results) {
   absl::PrintF(
       "\n%s world (%s), %d entities; %d writer(s) moving %d per frame at "
-      "%.0f Hz; %d subscriber(s)%s; %.0f s per mode\n\n",
+      "%.0f Hz; %d subscriber(s)%s; %.0f s per mode%s\n\n",
       SceneShapeName(c.shape), c.driven ? "driven" : "tick", c.entities,
       c.writers, c.move, c.hz, c.subscribers,
       c.stall_s > 0
           ? absl::StrFormat(", one stalling %.1f s", c.stall_s).c_str()
           : "",
-      c.seconds);
+      c.seconds,
+      c.rounds > 1 ? absl::StrFormat(", %d rounds", c.rounds).c_str() : "");
   absl::PrintF(
       "| mode | frames/s written | updates/s per subscriber | latency p50 | "
       "p99 | max | bytes/update | server CPU/frame | server RSS | stalled "
       "subscriber |\n|---|---|---|---|---|---|---|---|---|---|\n");
   for (const ModeResult& r : results) {
-    std::vector<double> latency;
-    double updates = 0;
-    uint64_t bytes = 0, count = 0;
-    std::string stalled = "-";
-    for (const Received& s : r.subscribers) {
-      updates += static_cast<double>(s.updates);
-      bytes += s.bytes;
-      count += s.updates;
-      if (s.stalled) {
-        stalled = absl::StrFormat(
-            "first data %.0f ms old; current after %.0f ms, %u messages%s",
-            s.first_after_stall_ms, s.catch_up_ms, s.backlog_messages,
-            s.disconnects ? absl::StrCat("; dropped ", s.disconnects, "x")
-                          : "");
-      } else {
-        latency.insert(latency.end(), s.latency_ms.begin(), s.latency_ms.end());
-      }
-    }
-    const double per_sub =
-        updates / static_cast<double>(r.subscribers.size()) / c.seconds;
+    const Figures f = Summarize(c, r);
     absl::PrintF(
         "| %s | %.1f | %.0f | %.2f ms | %.2f ms | %.2f ms | %.1f | %s | %s | "
         "%s |\n",
-        r.mode, r.frames_per_s, per_sub, Percentile(latency, 0.5),
-        Percentile(latency, 0.99), Percentile(latency, 1.0),
-        count ? static_cast<double>(bytes) / static_cast<double>(count) : 0.0,
+        Label(c, r), r.frames_per_s, f.updates_per_subscriber_s, f.p50, f.p99,
+        f.max, f.bytes_per_update,
         r.server_cpu_ms_per_frame > 0
             ? absl::StrFormat("%.2f ms%s", r.server_cpu_ms_per_frame,
                               r.redis_cpu_ms_per_frame > 0
@@ -112,7 +182,7 @@ void PrintTable(const Config& c, const std::vector<ModeResult>& results) {
         r.server_rss_mb > 0
             ? absl::StrFormat("%.0f MB", r.server_rss_mb).c_str()
             : "n/a",
-        stalled);
+        f.stalled);
   }
   // What snapshots carried while measuring (resyncs, or snapshots that
   // keep a laggard's view), which the latency and bytes above leave out.
@@ -130,7 +200,7 @@ void PrintTable(const Config& c, const std::vector<ModeResult>& results) {
     absl::PrintF(
         "\n%s: snapshots while measuring, per subscriber: %.1f messages/s, "
         "%.0f entities/s, %.2f MB/s (all messages: %.2f MB/s)\n",
-        r.mode, static_cast<double>(messages) / per_sub_s,
+        Label(c, r), static_cast<double>(messages) / per_sub_s,
         static_cast<double>(updates) / per_sub_s,
         static_cast<double>(bytes) / per_sub_s / 1e6,
         static_cast<double>(all_bytes) / per_sub_s / 1e6);
@@ -145,42 +215,54 @@ void PrintTable(const Config& c, const std::vector<ModeResult>& results) {
         "\n%s: xformd's streams of the world over the run: %.2f MB/s, %u "
         "messages; %u frames folded (and %u by rate limits); views resent "
         "whole %u, kept %u; %u cut off\n",
-        r.mode, static_cast<double>(s.bytes) / c.seconds / 1e6, s.messages,
+        Label(c, r), static_cast<double>(s.bytes) / c.seconds / 1e6, s.messages,
         s.frames_folded, s.frames_folded_by_rate_limit, s.views_resent_whole,
         s.kept_view_snapshots, s.streams_cut_off);
   }
   // Where a stream's latency goes: before the message reaches the
   // subscriber's process (the server, the transport) or after (its queue,
   // decoding and committing).
-  bool arrivals = false;
-  for (const ModeResult& r : results) {
-    for (const Received& s : r.subscribers) arrivals |= !s.arrived_ms.empty();
-  }
-  if (arrivals) {
+  auto has_arrivals = [](const ModeResult& r) {
+    return std::any_of(r.subscribers.begin(), r.subscribers.end(),
+                       [](const Received& s) { return !s.arrived_ms.empty(); });
+  };
+  if (std::any_of(results.begin(), results.end(), has_arrivals)) {
     absl::PrintF(
         "\n| mode | arrived p50 | arrived p99 | applied p50 | applied p99 "
         "|\n|---|---|---|---|---|\n");
   }
   for (const ModeResult& r : results) {
-    std::vector<double> arrived, latency;
-    for (const Received& s : r.subscribers) {
-      if (s.arrived_ms.empty()) continue;
-      arrived.insert(arrived.end(), s.arrived_ms.begin(), s.arrived_ms.end());
-      latency.insert(latency.end(), s.latency_ms.begin(), s.latency_ms.end());
-    }
-    if (arrived.empty()) continue;
-    absl::PrintF("| %s | %.2f ms | %.2f ms | %.2f ms | %.2f ms |\n", r.mode,
-                 Percentile(arrived, 0.5), Percentile(arrived, 0.99),
-                 Percentile(latency, 0.5), Percentile(latency, 0.99));
+    if (!has_arrivals(r)) continue;
+    const Figures f = Summarize(c, r);
+    absl::PrintF("| %s | %.2f ms | %.2f ms | %.2f ms | %.2f ms |\n",
+                 Label(c, r), f.arrived_p50, f.arrived_p99, f.p50, f.p99);
   }
   absl::PrintF(
       "\n| mode | batches/s written | entities/s written | apply p50 | "
       "apply p99 | apply max |\n|---|---|---|---|---|---|\n");
   for (const ModeResult& r : results) {
-    absl::PrintF("| %s | %.1f | %.0f | %.2f ms | %.2f ms | %.2f ms |\n", r.mode,
-                 r.frames_per_s * c.writers, r.entities_per_s,
+    absl::PrintF("| %s | %.1f | %.0f | %.2f ms | %.2f ms | %.2f ms |\n",
+                 Label(c, r), r.frames_per_s * c.writers, r.entities_per_s,
                  Percentile(r.apply_ms, 0.5), Percentile(r.apply_ms, 0.99),
                  Percentile(r.apply_ms, 1.0));
+  }
+  // A single run's p99 on a noisy machine says little; the median of the
+  // rounds' says more, and the spread says how much.
+  if (c.rounds > 1) {
+    absl::PrintF(
+        "\nMedians over %d rounds (each figure the median of the rounds')\n\n"
+        "| mode | frames/s written | latency p50 | p99 | arrived p99 | server "
+        "CPU/frame | p99 in each round |\n|---|---|---|---|---|---|---|\n",
+        c.rounds);
+    for (const Medians& m : MediansByMode(c, results)) {
+      absl::PrintF(
+          "| %s | %.1f | %.2f ms | %.2f ms | %.2f ms | %.2f ms | %s |\n",
+          m.mode, m.frames_per_s, m.p50, m.p99, m.arrived_p99,
+          m.server_cpu_ms_per_frame,
+          absl::StrJoin(m.p99s, ", ", [](std::string* out, double v) {
+            absl::StrAppendFormat(out, "%.2f", v);
+          }));
+    }
   }
   std::fflush(stdout);
 }
@@ -189,6 +271,16 @@ std::string ReportJson(const Config& config,
                        const std::vector<ModeResult>& results) {
   Json all = Json::array();
   for (const ModeResult& r : results) all.push_back(ToJson(r));
+  Json medians = Json::array();
+  for (const Medians& m : MediansByMode(config, results)) {
+    medians.push_back({{"mode", m.mode},
+                       {"frames_per_s", m.frames_per_s},
+                       {"latency_p50_ms", m.p50},
+                       {"latency_p99_ms", m.p99},
+                       {"arrived_p99_ms", m.arrived_p99},
+                       {"server_cpu_ms_per_frame", m.server_cpu_ms_per_frame},
+                       {"latency_p99_ms_each_round", m.p99s}});
+  }
   return Json{{"shape", SceneShapeName(config.shape)},
               {"entities", config.entities},
               {"writers", config.writers},
@@ -198,7 +290,9 @@ std::string ReportJson(const Config& config,
               {"subscribers", config.subscribers},
               {"stall_s", config.stall_s},
               {"seconds", config.seconds},
-              {"modes", all}}
+              {"rounds", config.rounds},
+              {"modes", all},
+              {"medians", medians}}
       .dump(2);
 }
 
