@@ -113,8 +113,9 @@ std::string Label(const Config& c, const ModeResult& r) {
 // Each mode's medians over its rounds, in the order the modes first ran.
 struct Medians {
   std::string mode;
-  double frames_per_s = 0, p50 = 0, p99 = 0, arrived_p99 = 0,
-         server_cpu_ms_per_frame = 0;
+  double frames_per_s = 0, p50 = 0, p99 = 0;
+  double arrived_p99 = 0;  // 0 for a mode without arrivals (redis, poll).
+  double server_cpu_ms_per_frame = 0, redis_cpu_ms_per_frame = 0;
   std::vector<double> p99s;  // Each round's, in the order they ran.
 };
 
@@ -128,7 +129,7 @@ std::vector<Medians> MediansByMode(const Config& c,
     }
   }
   for (Medians& m : all) {
-    std::vector<double> frames, p50, arrived, cpu;
+    std::vector<double> frames, p50, arrived, cpu, redis_cpu;
     for (const ModeResult& r : results) {
       if (r.mode != m.mode) continue;
       const Figures f = Summarize(c, r);
@@ -137,14 +138,24 @@ std::vector<Medians> MediansByMode(const Config& c,
       m.p99s.push_back(f.p99);
       arrived.push_back(f.arrived_p99);
       cpu.push_back(r.server_cpu_ms_per_frame);
+      redis_cpu.push_back(r.redis_cpu_ms_per_frame);
     }
     m.frames_per_s = Percentile(frames, 0.5);
     m.p50 = Percentile(p50, 0.5);
     m.p99 = Percentile(m.p99s, 0.5);
     m.arrived_p99 = Percentile(arrived, 0.5);
     m.server_cpu_ms_per_frame = Percentile(cpu, 0.5);
+    m.redis_cpu_ms_per_frame = Percentile(redis_cpu, 0.5);
   }
   return all;
+}
+
+// xformd's CPU a frame, and redis-server's beside it where there is one.
+std::string CpuCell(double server_ms, double redis_ms) {
+  if (server_ms <= 0) return "n/a";
+  return absl::StrFormat(
+      "%.2f ms%s", server_ms,
+      redis_ms > 0 ? absl::StrFormat(" + redis %.2f ms", redis_ms) : "");
 }
 
 }  // namespace
@@ -171,14 +182,7 @@ void PrintTable(const Config& c, const std::vector<ModeResult>& results) {
         "%s |\n",
         Label(c, r), r.frames_per_s, f.updates_per_subscriber_s, f.p50, f.p99,
         f.max, f.bytes_per_update,
-        r.server_cpu_ms_per_frame > 0
-            ? absl::StrFormat("%.2f ms%s", r.server_cpu_ms_per_frame,
-                              r.redis_cpu_ms_per_frame > 0
-                                  ? absl::StrFormat(" + redis %.2f ms",
-                                                    r.redis_cpu_ms_per_frame)
-                                  : "")
-                  .c_str()
-            : "n/a",
+        CpuCell(r.server_cpu_ms_per_frame, r.redis_cpu_ms_per_frame),
         r.server_rss_mb > 0
             ? absl::StrFormat("%.0f MB", r.server_rss_mb).c_str()
             : "n/a",
@@ -256,9 +260,10 @@ void PrintTable(const Config& c, const std::vector<ModeResult>& results) {
         c.rounds);
     for (const Medians& m : MediansByMode(c, results)) {
       absl::PrintF(
-          "| %s | %.1f | %.2f ms | %.2f ms | %.2f ms | %.2f ms | %s |\n",
-          m.mode, m.frames_per_s, m.p50, m.p99, m.arrived_p99,
-          m.server_cpu_ms_per_frame,
+          "| %s | %.1f | %.2f ms | %.2f ms | %s | %s | %s |\n", m.mode,
+          m.frames_per_s, m.p50, m.p99,
+          m.arrived_p99 > 0 ? absl::StrFormat("%.2f ms", m.arrived_p99) : "-",
+          CpuCell(m.server_cpu_ms_per_frame, m.redis_cpu_ms_per_frame),
           absl::StrJoin(m.p99s, ", ", [](std::string* out, double v) {
             absl::StrAppendFormat(out, "%.2f", v);
           }));
@@ -279,6 +284,7 @@ std::string ReportJson(const Config& config,
                        {"latency_p99_ms", m.p99},
                        {"arrived_p99_ms", m.arrived_p99},
                        {"server_cpu_ms_per_frame", m.server_cpu_ms_per_frame},
+                       {"redis_cpu_ms_per_frame", m.redis_cpu_ms_per_frame},
                        {"latency_p99_ms_each_round", m.p99s}});
   }
   return Json{{"shape", SceneShapeName(config.shape)},
