@@ -27,10 +27,9 @@ tc qdisc add dev lo root tbf rate "$rate" burst 256kb latency 20ms
 trap 'tc qdisc del dev lo root' EXIT
 echo "lo shaped: $(tc qdisc show dev lo)"
 
-for round in $(seq "$rounds"); do
-  echo "round $round"
-  "$build/tools/xform-load" --xformd="$build/server/xformd" \
-    --server=127.0.0.1:50812 --mode="$modes" --encoding=raw,compact \
-    --shape=scene --entities=100000 --move=5000 --subscribers=16 \
-    --seconds=10
-done
+# The modes take turns, round after round, and xform-load adds each mode's
+# medians over the rounds.
+"$build/tools/xform-load" --xformd="$build/server/xformd" \
+  --server=127.0.0.1:50812 --mode="$modes" --encoding=raw,compact \
+  --shape=scene --entities=100000 --move=5000 --subscribers=16 \
+  --seconds=10 --rounds="$rounds"
