@@ -278,6 +278,24 @@ TEST_F(ToolsTest, XformLoadRoundsTakeTurnsAndReportMedians) {
   }
 }
 
+// --keep_world: a second run takes the world as the first left it, and its
+// writers move the entities on from there. Starting again from the scene's
+// poses, the first run's moves replayed would set each to the pose it
+// already has: the run's subscribers would be sent nothing.
+TEST_F(ToolsTest, XformLoadKeptWorldMovesOn) {
+  const std::string command = absl::StrCat(
+      XFORM_LOAD_PATH, " --server=", server_.address(),
+      " --mode=stream --keep_world --shape=wide --entities=20000 --move=100",
+      " --hz=30 --subscribers=1 --seconds=0.5 --json");
+  for (int run = 0; run < 2; ++run) {
+    Ran ran = RunShell(command);
+    ASSERT_EQ(ran.exit_code, 0) << ran.err;
+    const Json report = Json::parse(ran.out);
+    EXPECT_GT(report["modes"][0]["subscribers"][0]["updates"].get<int>(), 0)
+        << "run " << run;
+  }
+}
+
 // --frame_mode=driven: every batch closes a frame, so a frame is exactly one
 // batch's moves, folded frames included (as xform_replication_bench, which
 // this replaced, measured).

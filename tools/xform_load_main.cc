@@ -67,7 +67,8 @@ ABSL_FLAG(double, subscriber_hz, 0,
           "(max_rate_hz), as dashboards do; 0: one a frame");
 ABSL_FLAG(bool, keep_world, false,
           "Use --world as it is when it holds --entities entities (the scene "
-          "is the same every run), rather than build it again");
+          "is the same every run), rather than build it again; the writers "
+          "move its entities on from the poses it holds");
 ABSL_FLAG(bool, max_rate, false,
           "Writers send each batch as soon as the last is acknowledged "
           "instead of at --hz: the server's write throughput");

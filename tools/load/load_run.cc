@@ -49,7 +49,7 @@ absl::Status LoadRun::Build() {
     if (info.ok() && info->entities == scene.size()) {
       Progress(absl::StrFormat("kept world '%s' of %d entities", config_.world,
                                info->entities));
-      return absl::OkStatus();
+      return ReadMovablePoses();
     }
   }
   client_->DeleteWorld(config_.world).IgnoreError();
@@ -215,6 +215,21 @@ absl::StatusOr<ModeResult> LoadRun::Run(const std::string& mode,
 StreamStats LoadRun::ServerStreams() {
   absl::StatusOr<WorldInfo> info = client_->GetWorld(config_.world);
   return info.ok() ? info->stream : StreamStats{};
+}
+
+absl::Status LoadRun::ReadMovablePoses() {
+  constexpr size_t kChunk = 50'000;  // About 5 MB a response.
+  for (size_t first = 0; first < movable_.size(); first += kChunk) {
+    const absl::Span<const EntityId> chunk =
+        absl::MakeConstSpan(movable_).subspan(first, kChunk);
+    absl::StatusOr<std::vector<EntityState>> read =
+        client_->Read(config_.world, chunk);
+    if (!read.ok()) return read.status();
+    for (const EntityState& state : *read) {
+      locals_[state.entity - 1] = state.local;
+    }
+  }
+  return absl::OkStatus();
 }
 
 void LoadRun::Write(int w, absl::Time end, std::atomic<uint64_t>* written,

@@ -94,6 +94,10 @@ class LoadRun {
   void Write(int w, absl::Time end, std::atomic<uint64_t>* written,
              std::vector<double>* apply_ms, uint64_t* entities);
 
+  // A kept world's movable entities are where the last run left them:
+  // the writers move them on from there, not from the scene's poses.
+  absl::Status ReadMovablePoses();
+
   // The world's stream counts as xformd reports them (zero if it cannot).
   StreamStats ServerStreams();
 
