@@ -69,6 +69,9 @@ Json ToJson(const ModeResult& r) {
 struct Figures {
   double p50 = 0, p99 = 0, max = 0;
   double arrived_p50 = 0, arrived_p99 = 0;  // 0 for a mode without arrivals.
+  // Messages, beside the writers' frames: in tick mode a frame may hold
+  // two batches, or none (and a folded message several frames).
+  double messages_per_subscriber_s = 0;
   double updates_per_subscriber_s = 0;
   double bytes_per_update = 0;
   std::string stalled = "-";  // What the stalled subscriber saw.
@@ -77,9 +80,10 @@ struct Figures {
 Figures Summarize(const Config& c, const ModeResult& r) {
   Figures f;
   std::vector<double> latency, arrived;
-  double updates = 0;
+  double messages = 0, updates = 0;
   uint64_t bytes = 0, count = 0;
   for (const Received& s : r.subscribers) {
+    messages += static_cast<double>(s.messages);
     updates += static_cast<double>(s.updates);
     bytes += s.bytes;
     count += s.updates;
@@ -98,8 +102,10 @@ Figures Summarize(const Config& c, const ModeResult& r) {
   f.max = Percentile(latency, 1.0);
   f.arrived_p50 = Percentile(arrived, 0.5);
   f.arrived_p99 = Percentile(std::move(arrived), 0.99);
-  f.updates_per_subscriber_s =
-      updates / static_cast<double>(r.subscribers.size()) / c.seconds;
+  const double subscriber_s =
+      static_cast<double>(r.subscribers.size()) * c.seconds;
+  f.messages_per_subscriber_s = messages / subscriber_s;
+  f.updates_per_subscriber_s = updates / subscriber_s;
   f.bytes_per_update =
       count ? static_cast<double>(bytes) / static_cast<double>(count) : 0.0;
   return f;
@@ -172,16 +178,17 @@ void PrintTable(const Config& c, const std::vector<ModeResult>& results) {
       c.seconds,
       c.rounds > 1 ? absl::StrFormat(", %d rounds", c.rounds).c_str() : "");
   absl::PrintF(
-      "| mode | frames/s written | updates/s per subscriber | latency p50 | "
-      "p99 | max | bytes/update | server CPU/frame | server RSS | stalled "
-      "subscriber |\n|---|---|---|---|---|---|---|---|---|---|\n");
+      "| mode | frames/s written | messages/s per subscriber | updates/s per "
+      "subscriber | latency p50 | p99 | max | bytes/update | server CPU/frame "
+      "| server RSS | stalled subscriber "
+      "|\n|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const ModeResult& r : results) {
     const Figures f = Summarize(c, r);
     absl::PrintF(
-        "| %s | %.1f | %.0f | %.2f ms | %.2f ms | %.2f ms | %.1f | %s | %s | "
-        "%s |\n",
-        Label(c, r), r.frames_per_s, f.updates_per_subscriber_s, f.p50, f.p99,
-        f.max, f.bytes_per_update,
+        "| %s | %.1f | %.1f | %.0f | %.2f ms | %.2f ms | %.2f ms | %.1f | %s | "
+        "%s | %s |\n",
+        Label(c, r), r.frames_per_s, f.messages_per_subscriber_s,
+        f.updates_per_subscriber_s, f.p50, f.p99, f.max, f.bytes_per_update,
         CpuCell(r.server_cpu_ms_per_frame, r.redis_cpu_ms_per_frame),
         r.server_rss_mb > 0
             ? absl::StrFormat("%.0f MB", r.server_rss_mb).c_str()
