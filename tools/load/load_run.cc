@@ -109,7 +109,7 @@ absl::StatusOr<ModeResult> LoadRun::Run(const std::string& mode,
       subs.push_back(StartPollSubscriber(options_, config_.world, ids_,
                                          config_.hz, acks_, stalls));
     } else {
-      subs.push_back(StartRedisSubscriber(redis_port, stalls));
+      subs.push_back(StartRedisSubscriber(redis_port, movable_.size(), stalls));
     }
   }
   const absl::Time ready_by = absl::Now() + absl::Seconds(120);

@@ -130,7 +130,9 @@ constexpr char kChannel[] = "xform-load";
 
 class RedisSubscriber final : public Subscriber {
  public:
-  RedisSubscriber(int port, bool stalls) : Subscriber(stalls), port_(port) {
+  RedisSubscriber(int port, size_t entities, bool stalls)
+      : Subscriber(stalls), port_(port) {
+    table_.reserve(entities);
     thread_ = std::thread([this] { Run(); });
   }
   ~RedisSubscriber() override {
@@ -264,8 +266,9 @@ std::unique_ptr<Subscriber> StartPollSubscriber(
                                           stalls);
 }
 
-std::unique_ptr<Subscriber> StartRedisSubscriber(int redis_port, bool stalls) {
-  return std::make_unique<RedisSubscriber>(redis_port, stalls);
+std::unique_ptr<Subscriber> StartRedisSubscriber(int redis_port,
+                                                 size_t entities, bool stalls) {
+  return std::make_unique<RedisSubscriber>(redis_port, entities, stalls);
 }
 
 std::unique_ptr<RedisRelay> StartRedisRelay(const ClientOptions& options,

@@ -17,6 +17,7 @@
 #ifndef XFORM_TOOLS_LOAD_TRANSPORTS_H_
 #define XFORM_TOOLS_LOAD_TRANSPORTS_H_
 
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,7 +50,11 @@ std::unique_ptr<Subscriber> StartStreamSubscriber(
 std::unique_ptr<Subscriber> StartPollSubscriber(
     const ClientOptions& options, const std::string& world,
     const std::vector<EntityId>& ids, double hz, AckLog& acks, bool stalls);
-std::unique_ptr<Subscriber> StartRedisSubscriber(int redis_port, bool stalls);
+// Subscribes to the relay's channel; its table of matrices by id is sized
+// for `entities` at the start, as a Mirror's copy is by its snapshot, so
+// that it does not grow (and rehash) while measured.
+std::unique_ptr<Subscriber> StartRedisSubscriber(int redis_port,
+                                                 size_t entities, bool stalls);
 
 // Mirrors the world and publishes each frame's moves to redis-server.
 class RedisRelay {
