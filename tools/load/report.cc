@@ -125,8 +125,19 @@ struct Medians {
   std::vector<double> p99s;  // Each round's, in the order they ran.
 };
 
-std::vector<Medians> MediansByMode(const Config& c,
-                                   const std::vector<ModeResult>& results) {
+// Each run's figures, in the order of `results`: the tables and the medians
+// read them, rather than pool and sort each run's samples again.
+std::vector<Figures> SummarizeAll(const Config& c,
+                                  const std::vector<ModeResult>& results) {
+  std::vector<Figures> figures;
+  figures.reserve(results.size());
+  for (const ModeResult& r : results) figures.push_back(Summarize(c, r));
+  return figures;
+}
+
+// `figures` as SummarizeAll gives them.
+std::vector<Medians> MediansByMode(const std::vector<ModeResult>& results,
+                                   const std::vector<Figures>& figures) {
   std::vector<Medians> all;
   for (const ModeResult& r : results) {
     if (std::none_of(all.begin(), all.end(),
@@ -136,9 +147,10 @@ std::vector<Medians> MediansByMode(const Config& c,
   }
   for (Medians& m : all) {
     std::vector<double> frames, p50, arrived, cpu, redis_cpu;
-    for (const ModeResult& r : results) {
+    for (size_t k = 0; k < results.size(); ++k) {
+      const ModeResult& r = results[k];
       if (r.mode != m.mode) continue;
-      const Figures f = Summarize(c, r);
+      const Figures& f = figures[k];
       frames.push_back(r.frames_per_s);
       p50.push_back(f.p50);
       m.p99s.push_back(f.p99);
@@ -182,8 +194,10 @@ void PrintTable(const Config& c, const std::vector<ModeResult>& results) {
       "subscriber | latency p50 | p99 | max | bytes/update | server CPU/frame "
       "| server RSS | stalled subscriber "
       "|\n|---|---|---|---|---|---|---|---|---|---|---|\n");
-  for (const ModeResult& r : results) {
-    const Figures f = Summarize(c, r);
+  const std::vector<Figures> figures = SummarizeAll(c, results);
+  for (size_t k = 0; k < results.size(); ++k) {
+    const ModeResult& r = results[k];
+    const Figures& f = figures[k];
     absl::PrintF(
         "| %s | %.1f | %.1f | %.0f | %.2f ms | %.2f ms | %.2f ms | %.1f | %s | "
         "%s | %s |\n",
@@ -242,9 +256,10 @@ void PrintTable(const Config& c, const std::vector<ModeResult>& results) {
         "\n| mode | arrived p50 | arrived p99 | applied p50 | applied p99 "
         "|\n|---|---|---|---|---|\n");
   }
-  for (const ModeResult& r : results) {
+  for (size_t k = 0; k < results.size(); ++k) {
+    const ModeResult& r = results[k];
     if (!has_arrivals(r)) continue;
-    const Figures f = Summarize(c, r);
+    const Figures& f = figures[k];
     absl::PrintF("| %s | %.2f ms | %.2f ms | %.2f ms | %.2f ms |\n",
                  Label(c, r), f.arrived_p50, f.arrived_p99, f.p50, f.p99);
   }
@@ -265,7 +280,7 @@ void PrintTable(const Config& c, const std::vector<ModeResult>& results) {
         "| mode | frames/s written | latency p50 | p99 | arrived p99 | server "
         "CPU/frame | p99 in each round |\n|---|---|---|---|---|---|---|\n",
         c.rounds);
-    for (const Medians& m : MediansByMode(c, results)) {
+    for (const Medians& m : MediansByMode(results, figures)) {
       absl::PrintF(
           "| %s | %.1f | %.2f ms | %.2f ms | %s | %s | %s |\n", m.mode,
           m.frames_per_s, m.p50, m.p99,
@@ -284,7 +299,8 @@ std::string ReportJson(const Config& config,
   Json all = Json::array();
   for (const ModeResult& r : results) all.push_back(ToJson(r));
   Json medians = Json::array();
-  for (const Medians& m : MediansByMode(config, results)) {
+  for (const Medians& m :
+       MediansByMode(results, SummarizeAll(config, results))) {
     medians.push_back({{"mode", m.mode},
                        {"frames_per_s", m.frames_per_s},
                        {"latency_p50_ms", m.p50},
