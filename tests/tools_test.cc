@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -275,6 +276,37 @@ TEST_F(ToolsTest, XformLoadRoundsTakeTurnsAndReportMedians) {
     std::sort(p99s.begin(), p99s.end());
     EXPECT_EQ(median["latency_p99_ms"].get<double>(), p99s[1]);
     EXPECT_GT(median["frames_per_s"].get<double>(), 10) << median["mode"];
+  }
+}
+
+// --subscriber_processes: the stream subscribers are spread over processes
+// of their own, and each one's figures come back to the report as if
+// recorded in it.
+TEST_F(ToolsTest, XformLoadSubscriberProcessesReportEverySubscriber) {
+  Ran ran = RunShell(absl::StrCat(
+      XFORM_LOAD_PATH, " --server=", server_.address(),
+      " --mode=stream --encoding=raw,compact --shape=wide --entities=3000",
+      " --move=100 --hz=30 --subscribers=5 --subscriber_processes=3",
+      " --seconds=1 --json"));
+  ASSERT_EQ(ran.exit_code, 0) << ran.err;
+  const Json report = Json::parse(ran.out);
+  EXPECT_EQ(report["subscriber_processes"], 3);
+  ASSERT_EQ(report["modes"].size(), 2u);
+  for (const Json& mode : report["modes"]) {
+    ASSERT_EQ(mode["subscribers"].size(), 5u) << mode["mode"];
+    // Subscriber s in process s % 3: two here, then one and one and one.
+    std::vector<int> pids;
+    for (const Json& sub : mode["subscribers"]) {
+      pids.push_back(sub["pid"].get<int>());
+      EXPECT_GT(sub["messages"].get<int>(), 10) << mode["mode"];
+      EXPECT_EQ(sub["updates"].get<int>(), 100 * sub["frames"].get<int>())
+          << mode["mode"];
+      EXPECT_GT(sub["latency_p99_ms"].get<double>(), 0) << mode["mode"];
+      EXPECT_GT(sub["arrived_p99_ms"].get<double>(), 0) << mode["mode"];
+    }
+    EXPECT_EQ(pids[0], pids[1]) << mode["mode"];
+    EXPECT_EQ(absl::flat_hash_set<int>(pids.begin(), pids.end()).size(), 3u)
+        << mode["mode"];
   }
 }
 

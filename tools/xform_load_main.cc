@@ -38,6 +38,7 @@
 #include "tools/client_flags.h"
 #include "tools/load/load_run.h"
 #include "tools/load/report.h"
+#include "tools/load/subscriber_process.h"
 #include "tools/scenes.h"
 #include "xform/internal/release_mutexes.h"
 
@@ -84,6 +85,14 @@ ABSL_FLAG(std::string, redis_server, "redis-server",
           "redis mode: start this redis-server on --redis_port");
 ABSL_FLAG(int, redis_port, 6390, "redis mode: the port");
 ABSL_FLAG(bool, json, false, "Print the report as JSON");
+ABSL_FLAG(int, subscriber_processes, 1,
+          "Stream subscribers spread over this many processes (this one and "
+          "more of xform-load), as a deployment's are: each its own gRPC "
+          "readers");
+ABSL_FLAG(bool, subscriber_process, false,
+          "Internal: be one of --subscriber_processes' others (its "
+          "--subscribers of --world, with the first --encoding), told when "
+          "to record on stdin, reporting on stdout");
 
 namespace xform::load {
 namespace {
@@ -116,7 +125,7 @@ void Stop(pid_t pid) {
   waitpid(pid, &status, 0);
 }
 
-int Main() {
+int Main(std::vector<std::string> self) {
   Config config;
   config.client.address = absl::GetFlag(FLAGS_server);
   if (absl::Status flags = tools::ApplyClientFlags(&config.client);
@@ -125,6 +134,17 @@ int Main() {
                  std::string(flags.message()).c_str());
     return 2;
   }
+  if (absl::GetFlag(FLAGS_subscriber_process)) {
+    const absl::StatusOr<std::vector<MirrorOptions::Encoding>> encoding =
+        tools::EncodingFlags();
+    if (!encoding.ok() || encoding->empty()) return 2;
+    return ServeSubscriberProcess(
+        LoadClientOptions(config.client), absl::GetFlag(FLAGS_world),
+        encoding->front(), tools::PrecisionFlag(),
+        absl::GetFlag(FLAGS_subscriber_hz), absl::GetFlag(FLAGS_subscribers));
+  }
+  config.self = std::move(self);
+  config.subscriber_processes = absl::GetFlag(FLAGS_subscriber_processes);
   config.world = absl::GetFlag(FLAGS_world);
   std::optional<SceneShape> shape = ParseSceneShape(absl::GetFlag(FLAGS_shape));
   config.entities = absl::GetFlag(FLAGS_entities);
@@ -164,7 +184,8 @@ int Main() {
   if (!shape || modes.empty() || !encodings.ok() ||
       (frame_mode != "tick" && frame_mode != "driven") || config.entities < 1 ||
       config.writers < 1 || config.move < 1 || !(config.hz > 0) ||
-      config.subscribers < 1 || !(config.seconds > 0) || config.rounds < 1) {
+      config.subscribers < 1 || !(config.seconds > 0) || config.rounds < 1 ||
+      config.subscriber_processes < 1) {
     std::fprintf(stderr, "xform-load: bad flags; see --help\n");
     return 2;
   }
@@ -267,7 +288,8 @@ int main(int argc, char** argv) {
       "  xform-load --xformd=build/server/xformd --server=127.0.0.1:50061 "
       "--mode=all --stall_s=2");
   absl::ParseCommandLine(argc, argv);
+  std::vector<std::string> self(argv, argv + argc);
   xform::internal::UseReleaseMutexes();
   signal(SIGPIPE, SIG_IGN);
-  return xform::load::Main();
+  return xform::load::Main(std::move(self));
 }

@@ -8,8 +8,10 @@
 #include <thread>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "tools/load/subscriber_process.h"
 #include "tools/load/transports.h"
 #include "tools/process_stats.h"
 
@@ -18,18 +20,21 @@ namespace xform::load {
 using ::xform::tools::CpuSeconds;
 using ::xform::tools::RssMegabytes;
 
-LoadRun::LoadRun(Config config) : config_(std::move(config)) {
-  options_ = config_.client;
-  options_.max_message_bytes = kLoadMaxMessageBytes;
-  options_.deadline = absl::Seconds(120);
-  options_.connect_timeout = absl::Seconds(20);
+ClientOptions LoadClientOptions(ClientOptions client) {
+  client.max_message_bytes = kLoadMaxMessageBytes;
+  client.deadline = absl::Seconds(120);
+  client.connect_timeout = absl::Seconds(20);
   // Every client on a connection of its own, as the processes it stands
   // for (a writer, each subscriber) would be. gRPC otherwise puts clients
   // with the same arguments on one; 64 Mirrors sharing one, with the
   // writer on another, fell behind and folded (docs/benchmarks.md, "Where
   // the tail is").
-  options_.own_connection = true;
+  client.own_connection = true;
+  return client;
 }
+
+LoadRun::LoadRun(Config config)
+    : config_(std::move(config)), options_(LoadClientOptions(config_.client)) {}
 
 absl::Status LoadRun::Build() {
   absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options_);
@@ -99,7 +104,30 @@ absl::StatusOr<ModeResult> LoadRun::Run(const std::string& mode,
     }
   }
   std::vector<std::unique_ptr<Subscriber>> subs;
+  // Stream subscribers s with s % processes != 0 are in other processes
+  // (the stalling one, s = 0, always here).
+  const int processes = mode == "stream" ? config_.subscriber_processes : 1;
+  std::vector<std::unique_ptr<SubscriberProcess>> others;
+  for (int p = 1; p < processes; ++p) {
+    int share = 0;
+    for (int s = p; s < config_.subscribers; s += processes) ++share;
+    if (share == 0) break;
+    std::vector<std::string> command = config_.self;
+    command[0] = "/proc/self/exe";
+    command.insert(
+        command.end(),
+        {"--xformd=", "--subscriber_process", "--mode=stream",
+         absl::StrCat(
+             "--encoding=",
+             encoding == MirrorOptions::Encoding::kCompact ? "compact" : "raw"),
+         absl::StrCat("--subscribers=", share)});
+    absl::StatusOr<std::unique_ptr<SubscriberProcess>> other =
+        SubscriberProcess::Start(command);
+    if (!other.ok()) return other.status();
+    others.push_back(*std::move(other));
+  }
   for (int s = 0; s < config_.subscribers; ++s) {
+    if (s % processes != 0) continue;
     const bool stalls = config_.stall_s > 0 && s == 0;
     if (mode == "stream") {
       subs.push_back(StartStreamSubscriber(options_, config_.world, encoding,
@@ -113,14 +141,21 @@ absl::StatusOr<ModeResult> LoadRun::Run(const std::string& mode,
     }
   }
   const absl::Time ready_by = absl::Now() + absl::Seconds(120);
-  auto ready = [&] {
+  auto ready = [&]() -> absl::StatusOr<bool> {
     if (relay && !relay->Ready()) return false;
     for (auto& s : subs) {
       if (!s->Ready()) return false;
     }
+    for (auto& other : others) {
+      absl::StatusOr<bool> other_ready = other->Ready();
+      if (!other_ready.ok() || !*other_ready) return other_ready;
+    }
     return true;
   };
-  while (!ready()) {
+  for (;;) {
+    absl::StatusOr<bool> all_ready = ready();
+    if (!all_ready.ok()) return all_ready.status();
+    if (*all_ready) break;
     if (absl::Now() > ready_by) {
       return absl::DeadlineExceededError("subscribers did not get ready");
     }
@@ -140,6 +175,7 @@ absl::StatusOr<ModeResult> LoadRun::Run(const std::string& mode,
     s->recorder().StartMeasuring(start + duration / 3,
                                  absl::Seconds(config_.stall_s));
   }
+  for (auto& other : others) other->StartMeasuring();
   const double cpu_before =
       config_.server_pid ? CpuSeconds(config_.server_pid) : 0;
   const double redis_before = redis_pid ? CpuSeconds(redis_pid) : 0;
@@ -186,6 +222,13 @@ absl::StatusOr<ModeResult> LoadRun::Run(const std::string& mode,
   for (auto& s : subs) {
     s->recorder().StopMeasuring();
     result.subscribers.push_back(s->recorder().Take());
+  }
+  for (auto& other : others) {
+    absl::StatusOr<std::vector<Received>> received = other->Stop();
+    if (!received.ok()) return received.status();
+    for (Received& one : *received) {
+      result.subscribers.push_back(std::move(one));
+    }
   }
   if (config_.server_pid) {
     result.server_cpu_ms_per_frame =

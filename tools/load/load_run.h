@@ -56,7 +56,16 @@ struct Config {
   // medians over its runs.
   int rounds = 1;
   pid_t server_pid;  // 0: the server is not local; no CPU or RSS.
+  // Stream subscribers spread over this many processes, as a deployment's
+  // are: this one and xform-load run again (`self`, with its flags, as the
+  // child of a SubscriberProcess), subscriber s in process s % this.
+  int subscriber_processes = 1;
+  std::vector<std::string> self;  // This process's command line.
 };
+
+// The options every client of a run connects with, from `client`'s (its
+// address, token and TLS).
+ClientOptions LoadClientOptions(ClientOptions client);
 
 struct ModeResult {
   std::string mode;

@@ -2,6 +2,8 @@
 
 #include "tools/load/measure.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 
 namespace xform::load {
@@ -89,6 +91,7 @@ uint64_t Recorder::messages() {
 
 Received Recorder::Take() {
   absl::MutexLock lock(&mu_);
+  received_.pid = getpid();
   return received_;
 }
 

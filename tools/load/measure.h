@@ -10,6 +10,8 @@
 #ifndef XFORM_TOOLS_LOAD_MEASURE_H_
 #define XFORM_TOOLS_LOAD_MEASURE_H_
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -44,6 +46,7 @@ struct Received {
   double catch_up_ms = 0;
   uint64_t backlog_messages = 0;
   uint64_t disconnects = 0;
+  pid_t pid = 0;  // The process it ran in (see --subscriber_processes).
 };
 
 // Shared by a subscriber's receiving thread and the report.

@@ -35,7 +35,8 @@ Json ToJson(const ModeResult& r) {
               {"latency_max_ms", Percentile(s.latency_ms, 1.0)},
               {"arrived_p50_ms", Percentile(s.arrived_ms, 0.5)},
               {"arrived_p99_ms", Percentile(s.arrived_ms, 0.99)},
-              {"disconnects", s.disconnects}};
+              {"disconnects", s.disconnects},
+              {"pid", s.pid}};
     if (s.stalled) {
       j["stalled"] = {{"first_after_stall_age_ms", s.first_after_stall_ms},
                       {"catch_up_ms", s.catch_up_ms},
@@ -179,15 +180,20 @@ std::string CpuCell(double server_ms, double redis_ms) {
 }  // namespace
 
 void PrintTable(const Config& c, const std::vector<ModeResult>& results) {
+  std::string subscribers_note;
+  if (c.subscriber_processes > 1) {
+    absl::StrAppendFormat(&subscribers_note, " (stream ones in %d processes)",
+                          c.subscriber_processes);
+  }
+  if (c.stall_s > 0) {
+    absl::StrAppendFormat(&subscribers_note, ", one stalling %.1f s",
+                          c.stall_s);
+  }
   absl::PrintF(
       "\n%s world (%s), %d entities; %d writer(s) moving %d per frame at "
       "%.0f Hz; %d subscriber(s)%s; %.0f s per mode%s\n\n",
       SceneShapeName(c.shape), c.driven ? "driven" : "tick", c.entities,
-      c.writers, c.move, c.hz, c.subscribers,
-      c.stall_s > 0
-          ? absl::StrFormat(", one stalling %.1f s", c.stall_s).c_str()
-          : "",
-      c.seconds,
+      c.writers, c.move, c.hz, c.subscribers, subscribers_note, c.seconds,
       c.rounds > 1 ? absl::StrFormat(", %d rounds", c.rounds).c_str() : "");
   absl::PrintF(
       "| mode | frames/s written | messages/s per subscriber | updates/s per "
@@ -317,6 +323,7 @@ std::string ReportJson(const Config& config,
               {"hz", config.hz},
               {"frame_mode", config.driven ? "driven" : "tick"},
               {"subscribers", config.subscribers},
+              {"subscriber_processes", config.subscriber_processes},
               {"stall_s", config.stall_s},
               {"seconds", config.seconds},
               {"rounds", config.rounds},
