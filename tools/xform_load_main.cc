@@ -38,11 +38,10 @@
 #include "tools/client_flags.h"
 #include "tools/load/load_run.h"
 #include "tools/load/report.h"
+#include "tools/load/spawn.h"
 #include "tools/load/subscriber_process.h"
 #include "tools/scenes.h"
 #include "xform/internal/release_mutexes.h"
-
-extern char** environ;
 
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "xformd address");
 ABSL_FLAG(std::string, xformd, "",
@@ -98,24 +97,17 @@ namespace xform::load {
 namespace {
 
 // Starts `command`; with `quiet`, its stdout goes to /dev/null.
-pid_t Spawn(const std::vector<std::string>& command, bool quiet = false) {
+pid_t StartProcess(const std::vector<std::string>& command,
+                   bool quiet = false) {
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   if (quiet) {
     posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, "/dev/null",
                                      O_WRONLY, 0);
   }
-  std::vector<char*> argv;
-  argv.reserve(command.size() + 1);
-  for (const std::string& arg : command) {
-    argv.push_back(const_cast<char*>(arg.c_str()));
-  }
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  const int error =
-      posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  const pid_t pid = Spawn(command, &actions);
   posix_spawn_file_actions_destroy(&actions);
-  return error == 0 ? pid : 0;
+  return pid;
 }
 
 void Stop(pid_t pid) {
@@ -202,7 +194,7 @@ int Main(std::vector<std::string> self) {
              absl::GetFlag(FLAGS_xformd_args), ' ', absl::SkipEmpty())) {
       command.emplace_back(arg);
     }
-    spawned = Spawn(command);
+    spawned = StartProcess(command);
     if (spawned == 0) {
       std::fprintf(stderr, "cannot start %s\n", xformd.c_str());
       return 1;
@@ -212,10 +204,11 @@ int Main(std::vector<std::string> self) {
   pid_t redis = 0;
   const int redis_port = absl::GetFlag(FLAGS_redis_port);
   if (std::find(modes.begin(), modes.end(), "redis") != modes.end()) {
-    redis = Spawn({absl::GetFlag(FLAGS_redis_server), "--port",
-                   std::to_string(redis_port), "--bind", "127.0.0.1", "--save",
-                   "", "--appendonly", "no", "--loglevel", "warning"},
-                  /*quiet=*/true);
+    redis = StartProcess(
+        {absl::GetFlag(FLAGS_redis_server), "--port",
+         std::to_string(redis_port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no", "--loglevel", "warning"},
+        /*quiet=*/true);
     if (redis == 0) {
       std::fprintf(stderr, "cannot start %s\n",
                    absl::GetFlag(FLAGS_redis_server).c_str());

@@ -5,7 +5,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,9 +18,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "nlohmann/json.hpp"
+#include "tools/load/spawn.h"
 #include "tools/load/transports.h"
-
-extern char** environ;
 
 namespace xform::load {
 namespace {
@@ -94,19 +92,11 @@ absl::StatusOr<std::unique_ptr<SubscriberProcess>> SubscriberProcess::Start(
   // dup2 clears close-on-exec on the copies; the originals close at exec.
   posix_spawn_file_actions_adddup2(&actions, to_child[0], STDIN_FILENO);
   posix_spawn_file_actions_adddup2(&actions, from_child[1], STDOUT_FILENO);
-  std::vector<char*> argv;
-  argv.reserve(command.size() + 1);
-  for (const std::string& arg : command) {
-    argv.push_back(const_cast<char*>(arg.c_str()));
-  }
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  const int error =
-      posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  const pid_t pid = Spawn(command, &actions);
   posix_spawn_file_actions_destroy(&actions);
   close(to_child[0]);
   close(from_child[1]);
-  if (error != 0) {
+  if (pid == 0) {
     close(to_child[1]);
     close(from_child[0]);
     return absl::InternalError(absl::StrCat("cannot start ", command[0]));
