@@ -125,9 +125,8 @@ class ServerTest : public testing::Test {
   void TearDown() override { server_.Stop(); }
 
   // `fixed_window`: gRPC's BDP probe off, so the window its streams offer
-  // never grows; a reader that stops stays stopped, where with the probe a
-  // late ping's estimate could widen the window and let a waiting write
-  // through (seen under ASan on a busy machine).
+  // stays the one they start with: a reader that stops holds up xformd's
+  // writes after that much, not after however much the probe grew it to.
   std::shared_ptr<grpc::Channel> NewChannel(bool fixed_window = false) {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(kDefaultMaxMessageBytes);
