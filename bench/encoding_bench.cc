@@ -339,8 +339,8 @@ BENCHMARK(BM_MirrorApplyCompact)
 // memory far bigger than the caches (512 MB), read independently, as a
 // frame's moved entities' rows and held poses are. Argument: how many reads
 // ahead each is prefetched (0: none, the out-of-order core alone). Per line
-// read (items_per_second); a compact entity touches three such lines (its
-// index entry, its held pose, its row), a raw one two.
+// read (items_per_second); a compact entity touches two such lines (its
+// held pose, its row), a raw one one.
 void BM_RandomLineReads(benchmark::State& state) {
   constexpr size_t kBytes = size_t{512} << 20;
   constexpr size_t kReads = size_t{1} << 20;
