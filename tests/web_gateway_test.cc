@@ -24,6 +24,7 @@
 #include <boost/asio.hpp>
 #include <boost/beast.hpp>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -47,6 +48,18 @@ using server::LoopbackServer;
 using ::testing::HasSubstr;
 
 constexpr absl::Duration kWait = absl::Seconds(10);
+
+// Waits (at most kWait) until `done` holds of the gateway's counts, which
+// its threads update after what a tab sees; the counts then.
+GatewayStats StatsOnceTrue(const WebGateway& gateway,
+                           absl::FunctionRef<bool(const GatewayStats&)> done) {
+  GatewayStats stats = gateway.stats();
+  for (absl::Time deadline = absl::Now() + kWait;
+       !done(stats) && absl::Now() < deadline; stats = gateway.stats()) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return stats;
+}
 
 Transform At(float x, float y = 0, float z = 0) {
   Transform t;
@@ -436,14 +449,11 @@ TEST_F(WebGatewayTest, BadInputClosesOnlyThatTab) {
   ExpectViewIsServer(good, 4);
   // Counted when each tab's read ends, which for a message too big is after
   // Beast's closing handshake: the tab can see its close first.
-  for (absl::Time deadline = absl::Now() + kWait;
-       (gateway->stats().tabs_closed_for_input != 4 ||
-        gateway->stats().tabs != 1) &&
-       absl::Now() < deadline;) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  EXPECT_EQ(gateway->stats().tabs_closed_for_input, 4u);
-  EXPECT_EQ(gateway->stats().tabs, 1);
+  const GatewayStats stats = StatsOnceTrue(*gateway, [](const GatewayStats& s) {
+    return s.tabs_closed_for_input == 4 && s.tabs == 1;
+  });
+  EXPECT_EQ(stats.tabs_closed_for_input, 4u);
+  EXPECT_EQ(stats.tabs, 1);
 }
 
 TEST_F(WebGatewayTest, PauseHoldsFramesAndResumeSendsTheNetChange) {
@@ -464,11 +474,9 @@ TEST_F(WebGatewayTest, PauseHoldsFramesAndResumeSendsTheNetChange) {
     last = *frame;
   }
   // Resume once the tab's mirror has all 20 frames.
-  for (absl::Time deadline = absl::Now() + kWait;
-       gateway->stats().frames_seen < frames_before + 20 &&
-       absl::Now() < deadline;) {
-    absl::SleepFor(absl::Milliseconds(10));
-  }
+  StatsOnceTrue(*gateway, [&](const GatewayStats& s) {
+    return s.frames_seen >= frames_before + 20;
+  });
   tab.Send("{\"pause\": false}");
   ASSERT_TRUE(tab.ReadUntil([&] { return tab.last_frame() >= last; }));
   EXPECT_EQ(tab.messages() - before, 1);
