@@ -2,14 +2,12 @@
 
 #include "server/acceptor.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/ioctl.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -17,11 +15,11 @@
 #include <cerrno>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "grpcpp/server_posix.h"
 #include "server/log.h"
@@ -47,31 +45,6 @@ constexpr size_t kPeekBytes = 64 * 1024;
 constexpr int kResetFrameBytes = 13;
 
 }  // namespace
-
-std::string PeerAddress(absl::string_view grpc_peer) {
-  int fd = -1;
-  if (!absl::ConsumePrefix(&grpc_peer, "fd:") ||
-      !absl::SimpleAtoi(grpc_peer, &fd) || fd < 0) {
-    return std::string(grpc_peer);
-  }
-  sockaddr_storage address{};
-  socklen_t length = sizeof(address);
-  char host[INET6_ADDRSTRLEN] = {};
-  if (getpeername(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
-    if (address.ss_family == AF_INET) {
-      const auto* in = reinterpret_cast<const sockaddr_in*>(&address);
-      if (inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host)) != nullptr) {
-        return absl::StrCat("ipv4:", host, ":", ntohs(in->sin_port));
-      }
-    } else if (address.ss_family == AF_INET6) {
-      const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&address);
-      if (inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host)) != nullptr) {
-        return absl::StrCat("ipv6:[", host, "]:", ntohs(in6->sin6_port));
-      }
-    }
-  }
-  return absl::StrCat("fd:", fd);
-}
 
 absl::StatusOr<std::unique_ptr<Acceptor>> Acceptor::Listen(
     absl::string_view host_port, AcceptorOptions options) {
@@ -127,40 +100,26 @@ absl::StatusOr<std::unique_ptr<Acceptor>> Acceptor::Listen(
         bound.ss_family == AF_INET6
             ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
             : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-    rlimit limit{};
-    getrlimit(RLIMIT_NOFILE, &limit);
-    int ceiling = static_cast<int>(std::min<rlim_t>(limit.rlim_cur, 1 << 30) -
-                                   options.reserved_descriptors);
-    if (options.max_connections > 0) {
-      // Connections take the descriptors above those open now.
-      ceiling = std::min(ceiling, fd + options.max_connections);
-    }
-    if (ceiling <= fd) {
+    absl::StatusOr<std::unique_ptr<ConnectionAdmission>> admission =
+        ConnectionAdmission::Create(fd, options.admission);
+    if (!admission.ok()) {
       close(fd);
-      return absl::ResourceExhaustedError(
-          absl::StrCat("the descriptor limit (", limit.rlim_cur,
-                       ") leaves no room for connections after the reserve of ",
-                       options.reserved_descriptors));
+      return admission.status();
     }
-    // Connections take the descriptors above the listening one.
-    const int per_address = options.max_connections_per_address > 0
-                                ? options.max_connections_per_address
-                                : std::max(1, (ceiling - fd) / 2);
-    return std::unique_ptr<Acceptor>(new Acceptor(
-        fd, bound_port, ceiling, per_address, options.cut_off_penalty,
-        options.max_queued_stream_resets));
+    return std::unique_ptr<Acceptor>(
+        new Acceptor(fd, bound_port, *std::move(admission),
+                     options.max_queued_stream_resets));
   }
   return absl::UnavailableError(
       absl::StrCat("cannot listen on ", host_port, ": ", last_error));
 }
 
-Acceptor::Acceptor(int listen_fd, int port, int ceiling, int max_per_address,
-                   absl::Duration cut_off_penalty, int max_queued_stream_resets)
+Acceptor::Acceptor(int listen_fd, int port,
+                   std::unique_ptr<ConnectionAdmission> admission,
+                   int max_queued_stream_resets)
     : listen_fd_(listen_fd),
       port_(port),
-      ceiling_(ceiling),
-      per_address_(max_per_address),
-      cut_off_penalty_(cut_off_penalty),
+      admission_(std::move(admission)),
       max_queued_stream_resets_(std::max(max_queued_stream_resets, 0)) {
   if (pipe2(wake_, O_CLOEXEC) != 0) wake_[0] = wake_[1] = -1;
 }
@@ -223,7 +182,7 @@ void Acceptor::Loop(grpc::Server* server) {
         }
         break;
       }
-      if (!Admit(fd, peer)) {
+      if (!admission_->Admit(fd, peer)) {
         // The client sees the connection close and retries later.
         close(fd);
         continue;
@@ -235,47 +194,17 @@ void Acceptor::Loop(grpc::Server* server) {
   }
 }
 
-bool Acceptor::Admit(int fd, const sockaddr_storage& peer) {
-  if (fd > ceiling_) {
-    // Taking it would leave the server too few descriptors of its own.
-    if (refused_.fetch_add(1) % 1000 == 0) {
-      Log('W', "connection refused: at the connection limit (descriptor ",
-          ceiling_, "); ", refused_.load(), " refused so far");
-    }
-    return false;
-  }
-  const ConnectionsPerAddress::Client client =
-      ConnectionsPerAddress::Client::Of(peer);
-  const absl::Time now = absl::Now();
-  {
-    absl::MutexLock lock(&penalty_mu_);
-    cut_off_.erase(fd);  // Its number was freed: that connection closed.
-    if (auto it = penalized_.find(client); it != penalized_.end()) {
-      if (now < it->second) return false;  // Cut off a moment ago.
-      penalized_.erase(it);
-    }
-  }
-  if (!per_address_.Admit(fd, client, now)) {
-    if (refused_per_address_.fetch_add(1) % 1000 == 0) {
-      Log('W', "connection from ", PeerAddress(absl::StrCat("fd:", fd)),
-          " refused: its address holds ", per_address_.limit(),
-          " connections (--max_connections_per_address); ",
-          refused_per_address_.load(), " refused so far");
-    }
-    return false;
-  }
-  return true;
-}
-
 int Acceptor::CutOffResetFloods() {
   std::string unread;  // Room made at the first connection worth a peek.
   const int enough_bytes = max_queued_stream_resets_ * kResetFrameBytes;
   std::vector<int> floods;
   int looked_at = 0;
-  per_address_.ForEachCounted([&](int fd) {
+  for (int fd : admission_->Counted()) {
     ++looked_at;
     int waiting = 0;
-    if (ioctl(fd, FIONREAD, &waiting) != 0 || waiting < enough_bytes) return;
+    if (ioctl(fd, FIONREAD, &waiting) != 0 || waiting < enough_bytes) {
+      continue;
+    }
     unread.resize(kPeekBytes);
     const ssize_t got =
         recv(fd, unread.data(), unread.size(), MSG_PEEK | MSG_DONTWAIT);
@@ -284,41 +213,16 @@ int Acceptor::CutOffResetFloods() {
             max_queued_stream_resets_) {
       floods.push_back(fd);
     }
-  });
+  }
   for (int fd : floods) {
     // Not another file that took its number since the peek.
-    if (!per_address_.StillOpen(fd)) continue;
-    CutOff(fd,
-           absl::StrCat("it had ", max_queued_stream_resets_,
-                        " or more cancelled streams waiting unread "
-                        "(HTTP/2 rapid reset, --max_queued_stream_resets)"));
+    if (!admission_->StillOpen(fd)) continue;
+    admission_->CutOff(
+        fd, absl::StrCat("it had ", max_queued_stream_resets_,
+                         " or more cancelled streams waiting unread "
+                         "(HTTP/2 rapid reset, --max_queued_stream_resets)"));
   }
   return looked_at;
-}
-
-void Acceptor::CutOff(int fd, absl::string_view why) {
-  sockaddr_storage peer{};
-  socklen_t length = sizeof(peer);
-  if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &length) != 0) {
-    return;  // Closed already.
-  }
-  const std::string name = PeerAddress(absl::StrCat("fd:", fd));
-  {
-    const absl::Time now = absl::Now();
-    absl::MutexLock lock(&penalty_mu_);
-    // Once: until gRPC closes it, a connection cut off still has its number,
-    // and may still have unread bytes and calls that count.
-    if (!cut_off_.insert(fd).second) return;
-    if (penalized_.size() >= 4096) {  // Bounded: drop the expired.
-      absl::erase_if(penalized_,
-                     [now](const auto& entry) { return entry.second <= now; });
-    }
-    penalized_[ConnectionsPerAddress::Client::Of(peer)] =
-        now + cut_off_penalty_;
-  }
-  shutdown(fd, SHUT_RDWR);
-  Log('W', "connection from ", name, " cut off: ", why,
-      "; its address is refused for ", absl::FormatDuration(cut_off_penalty_));
 }
 
 }  // namespace xform::server

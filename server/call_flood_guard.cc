@@ -4,29 +4,25 @@
 
 #include <algorithm>
 #include <string>
-#include <utility>
 
-#include "absl/strings/numbers.h"
-#include "absl/strings/string_view.h"
-#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "grpcpp/server_context.h"
 
 namespace xform::server {
 
 CallFloodGuard::CallFloodGuard(int max_per_second,
-                               std::function<void(int fd)> cut_off)
-    : max_per_second_(std::max(max_per_second, 1)),
-      cut_off_(std::move(cut_off)) {}
+                               ConnectionAdmission* admission)
+    : max_per_second_(std::max(max_per_second, 1)), admission_(admission) {}
 
 grpc::experimental::Interceptor* CallFloodGuard::CreateServerInterceptor(
     grpc::experimental::ServerRpcInfo* info) {
   const std::string peer = info->server_context()->peer();
-  absl::string_view name = peer;
-  int fd = -1;
-  if (absl::ConsumePrefix(&name, "fd:") && absl::SimpleAtoi(name, &fd) &&
+  if (const int fd = admission_->FdOf(peer);
       fd >= 0 && Count(fd, absl::Now())) {
-    cut_off_(fd);
+    admission_->CutOff(fd,
+                       "it started calls faster than "
+                       "--max_calls_per_connection_per_second",
+                       peer);
   }
   return nullptr;  // It only counts.
 }

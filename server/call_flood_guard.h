@@ -1,7 +1,7 @@
 // Copyright 2026 The xform Authors.
 //
-// CallFloodGuard: cuts off a plaintext connection that starts calls faster
-// than --max_calls_per_connection_per_second.
+// CallFloodGuard: cuts off a connection that starts calls faster than
+// --max_calls_per_connection_per_second.
 //
 // Why: HTTP/2 "rapid reset" (CVE-2023-44487). A client opens a stream and
 // cancels it at once, over and over; each costs gRPC a call (about 100 us of
@@ -15,14 +15,16 @@
 // arrives), but gRPC does create each one's server interceptors, so this is
 // a server interceptor factory that counts calls per connection and creates
 // no interceptor. A connection over the limit in any one-second window is
-// handed to `cut_off` once (the Acceptor shuts it down and keeps its address
-// out for a while). Connections gRPC took itself (TLS) are named by address,
-// not descriptor, and are not counted. A flood that keeps gRPC's reader from
-// ever running dry is never seen here, as its calls wait behind the reader:
-// the Acceptor looks for those in the bytes (stream_reset_scan.h).
+// cut off once by the ConnectionAdmission that admitted it (shut down, its
+// address kept out for a while), which also finds it from gRPC's name for
+// the peer: its descriptor ("fd:12") for one the Acceptor handed over, its
+// address for one gRPC's TLS listener took. A flood that keeps gRPC's
+// reader from ever running dry is never seen here, as its calls wait behind
+// the reader: the Acceptor looks for those in a plaintext connection's bytes
+// (stream_reset_scan.h); a TLS connection's are encrypted.
 //
-// Cost: a lock and a hash lookup per call. Memory: an entry per connection
-// that made a call, O(--max_connections).
+// Cost: two locks and two hash lookups per call. Memory: an entry per
+// connection that made a call, O(--max_connections).
 //
 // Thread-safe.
 
@@ -30,28 +32,27 @@
 #define XFORM_SERVER_CALL_FLOOD_GUARD_H_
 
 #include <cstdint>
-#include <functional>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "grpcpp/support/server_interceptor.h"
+#include "server/connection_admission.h"
 
 namespace xform::server {
 
 class CallFloodGuard
     : public grpc::experimental::ServerInterceptorFactoryInterface {
  public:
-  // `max_per_second` >= 1. `cut_off(fd)` runs on a gRPC thread, without
-  // the guard's lock.
-  CallFloodGuard(int max_per_second, std::function<void(int fd)> cut_off);
+  // `max_per_second` >= 1. `admission` outlives the guard.
+  CallFloodGuard(int max_per_second, ConnectionAdmission* admission);
 
   grpc::experimental::Interceptor* CreateServerInterceptor(
       grpc::experimental::ServerRpcInfo* info) override;
 
-  // Counts a call on the connection handed over as `fd` at `now`; true when
-  // it is the call that takes it over the limit (it is then cut off).
+  // Counts a call on the connection `fd` at `now`; true when it is the call
+  // that takes it over the limit (it is then cut off).
   bool Count(int fd, absl::Time now);
 
  private:
@@ -61,7 +62,7 @@ class CallFloodGuard
   };
 
   const int64_t max_per_second_;
-  const std::function<void(int)> cut_off_;
+  ConnectionAdmission* const admission_;
   absl::Mutex mu_;
   absl::flat_hash_map<int, Window> windows_ ABSL_GUARDED_BY(mu_);
 };

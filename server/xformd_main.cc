@@ -33,8 +33,10 @@
 #include "server/acceptor.h"
 #include "server/access_policy.h"
 #include "server/call_flood_guard.h"
+#include "server/connection_admission.h"
 #include "server/demo.h"
 #include "server/gatekeeper.h"
+#include "server/grpc_listener_admission.h"
 #include "server/log.h"
 #include "server/service.h"
 #include "server/storage.h"
@@ -86,7 +88,7 @@ ABSL_FLAG(int, max_connections_per_address, 0,
           "Most connections at once from one client address (IPv6: one /64); "
           "0: half of --max_connections. Over it, connections are closed");
 ABSL_FLAG(int, max_calls_per_connection_per_second, 1'000,
-          "A plaintext connection starting more calls than this in a second "
+          "A connection starting more calls than this in a second "
           "is cut off (HTTP/2 rapid reset), and its address refused for "
           "--cut_off_penalty_ms; 0: no limit");
 ABSL_FLAG(int, max_queued_stream_resets, 100,
@@ -357,10 +359,16 @@ int Main() {
   grpc::ServerBuilder builder;
   // Plaintext connections are taken by our Acceptor (see acceptor.h); TLS
   // ones by gRPC's own listener, as gRPC 1.51 cannot take a TLS connection
-  // from a descriptor: so --max_connections, --max_connections_per_address,
-  // --max_calls_per_connection_per_second and the guard against running
-  // out of descriptors apply to plaintext only.
+  // from a descriptor, each admitted through our accept4()
+  // (grpc_listener_admission.h). The same limits apply to both.
+  const AdmissionOptions admission_options = {
+      .max_connections = absl::GetFlag(FLAGS_max_connections),
+      .max_connections_per_address =
+          absl::GetFlag(FLAGS_max_connections_per_address),
+      .cut_off_penalty =
+          absl::Milliseconds(absl::GetFlag(FLAGS_cut_off_penalty_ms))};
   std::unique_ptr<Acceptor> acceptor;
+  ConnectionAdmission* admission = nullptr;
   int tls_port = 0;
   if (const std::string cert = absl::GetFlag(FLAGS_tls_cert); !cert.empty()) {
     absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
@@ -371,6 +379,13 @@ int Main() {
       Log('E', credentials.status().message());
       return 1;
     }
+    absl::StatusOr<ConnectionAdmission*> admitting =
+        AdmitGrpcListenerConnections(admission_options);
+    if (!admitting.ok()) {
+      Log('E', admitting.status().message());
+      return 1;
+    }
+    admission = *admitting;
     builder.AddListeningPort(listen, *credentials, &tls_port);
     Log('I', "TLS from ", cert,
         absl::GetFlag(FLAGS_tls_client_ca).empty()
@@ -379,11 +394,7 @@ int Main() {
         "; certificate files re-read as they change");
   } else {
     absl::StatusOr<std::unique_ptr<Acceptor>> listening = Acceptor::Listen(
-        listen, {.max_connections = absl::GetFlag(FLAGS_max_connections),
-                 .max_connections_per_address =
-                     absl::GetFlag(FLAGS_max_connections_per_address),
-                 .cut_off_penalty = absl::Milliseconds(
-                     absl::GetFlag(FLAGS_cut_off_penalty_ms)),
+        listen, {.admission = admission_options,
                  .max_queued_stream_resets =
                      absl::GetFlag(FLAGS_max_queued_stream_resets)});
     if (!listening.ok()) {
@@ -391,6 +402,7 @@ int Main() {
       return 1;
     }
     acceptor = *std::move(listening);
+    admission = &acceptor->admission();
     if (!IsLoopback(listen)) {
       Log('W', "serving PLAINTEXT on ", listen,
           ", which is not a loopback address: anyone on the network can read "
@@ -400,16 +412,11 @@ int Main() {
   builder.RegisterService(&service);
   if (const int max_calls =
           absl::GetFlag(FLAGS_max_calls_per_connection_per_second);
-      acceptor != nullptr && max_calls > 0) {
+      max_calls > 0) {
     std::vector<
         std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
         guards;
-    guards.push_back(
-        std::make_unique<CallFloodGuard>(max_calls, [&acceptor](int fd) {
-          acceptor->CutOff(fd,
-                           "it started calls faster than "
-                           "--max_calls_per_connection_per_second");
-        }));
+    guards.push_back(std::make_unique<CallFloodGuard>(max_calls, admission));
     builder.experimental().SetInterceptorCreators(std::move(guards));
   }
   TransportOptions transport;
@@ -449,12 +456,9 @@ int Main() {
   Log('I', "xformd serving on ", listen, " (port ",
       acceptor != nullptr ? acceptor->port() : tls_port, ", ",
       acceptor != nullptr ? "plaintext" : "TLS", "), default tick ",
-      absl::GetFlag(FLAGS_tick_hz), " Hz",
-      acceptor != nullptr
-          ? absl::StrCat("; connections use descriptors up to ",
-                         acceptor->ceiling(), ", at most ",
-                         acceptor->max_per_address(), " from one address")
-          : "");
+      absl::GetFlag(FLAGS_tick_hz), " Hz; connections use descriptors up to ",
+      admission->ceiling(), ", at most ", admission->max_per_address(),
+      " from one address");
 
   absl::Notification stop_demo;
   std::thread demo;

@@ -1,6 +1,7 @@
 // Copyright 2026 The xform Authors.
 //
-// xformd's TLS, mutual TLS and auth-file reload, as a process, with real
+// xformd's TLS (its connections admitted as plaintext ones are), mutual TLS
+// and auth-file reload, as a process, with real
 // certificates made by openssl (make_test_certs.sh) and real signals.
 
 #include <cstdio>
@@ -9,6 +10,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -16,12 +18,15 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "server/access_policy.h"
+#include "tests/raw_connection.h"
 #include "tests/xformd_process.h"
 #include "xform/v1/xform.grpc.pb.h"
 
 namespace {
 
 using xform::testing::Xformd;
+using xform::tests::ClosedByServer;
+using xform::tests::ConnectFrom;
 
 std::string Slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -75,6 +80,18 @@ class SecurityProcessTest : public ::testing::Test {
     if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
     xform::v1::ListWorldsResponse response;
     return stub->ListWorlds(&context, {}, &response);
+  }
+
+  // ListWorlds on a new channel, trusting the test CA, until it succeeds or
+  // `within` has passed: the last status.
+  static grpc::Status ListWorldsWithin(const std::string& address,
+                                       absl::Duration within) {
+    const absl::Time deadline = absl::Now() + within;
+    grpc::Status status;
+    do {
+      status = ListWorlds(Channel(address, "ca", ""));
+    } while (!status.ok() && absl::Now() < deadline);
+    return status;
   }
 
   static inline std::string dir_;
@@ -247,6 +264,94 @@ TEST_F(SecurityProcessTest, PlaintextOffLoopbackIsWarnedAbout) {
   xformd.WaitForLog("serving on", absl::Seconds(20));
   EXPECT_NE(xformd.Log().find("serving PLAINTEXT on 0.0.0.0"),
             std::string::npos)
+      << xformd.Log();
+}
+
+// gRPC 1.51's own listener, which takes xformd's TLS connections, closes for
+// good at the first accept() that fails for want of a descriptor. Before
+// xformd admitted them itself (grpc_listener_admission.h), 400 connections
+// from one host at a descriptor limit of 256, closed again, left a TLS
+// xformd deaf until restarted. Now connections are refused above the
+// ceiling and beyond each address's share (here four hosts, 100 each), and
+// the server answers at once after.
+TEST_F(SecurityProcessTest,
+       TlsServesAgainAfterAFloodOfConnectionsAtTheFileLimit) {
+  Xformd xformd(
+      {"--tls_cert=" + File("server.pem"), "--tls_key=" + File("server.key")},
+      "ulimit -n 256;");
+  ASSERT_TRUE(ListWorldsWithin(xformd.address(), absl::Seconds(20)).ok())
+      << xformd.Log();
+  const int port = std::stoi(xformd.address().substr(10));
+  std::vector<int> flood;
+  for (const char* source :
+       {"127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"}) {
+    for (int k = 0; k < 100; ++k) flood.push_back(ConnectFrom(source, port));
+  }
+  absl::SleepFor(absl::Seconds(1));
+  for (int fd : flood) close(fd);
+  const absl::Time start = absl::Now();
+  const grpc::Status status = ListWorlds(Channel(xformd.address(), "ca", ""));
+  EXPECT_TRUE(status.ok()) << status.error_message() << xformd.Log();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_NE(xformd.Log().find("at the connection limit"), std::string::npos)
+      << xformd.Log();
+}
+
+// The TLS port holds each address to its share as the plaintext one does:
+// before, 100 silent connections from 127.0.0.2 were all kept.
+TEST_F(SecurityProcessTest, TlsOneAddressCannotTakeEveryConnection) {
+  Xformd xformd({"--tls_cert=" + File("server.pem"),
+                 "--tls_key=" + File("server.key"), "--max_connections=64"});
+  ASSERT_TRUE(ListWorldsWithin(xformd.address(), absl::Seconds(20)).ok())
+      << xformd.Log();
+  const int port = std::stoi(xformd.address().substr(10));
+  std::vector<int> flood;
+  for (int k = 0; k < 100; ++k) flood.push_back(ConnectFrom("127.0.0.2", port));
+  absl::SleepFor(absl::Seconds(1));
+  int kept = 0;
+  for (int fd : flood) {
+    kept += !ClosedByServer(fd);
+    close(fd);
+  }
+  EXPECT_EQ(kept, 32) << xformd.Log();
+  EXPECT_TRUE(ListWorlds(Channel(xformd.address(), "ca", "")).ok())
+      << xformd.Log();
+  EXPECT_NE(xformd.Log().find("connection from ipv4:127.0.0.2:"),
+            std::string::npos)
+      << xformd.Log();
+}
+
+// A TLS connection starting calls faster than
+// --max_calls_per_connection_per_second is cut off, and its address is
+// refused for --cut_off_penalty_ms, as a plaintext one is: before, TLS
+// connections were not counted.
+TEST_F(SecurityProcessTest, TlsConnectionStartingCallsTooFastIsCutOff) {
+  Xformd xformd({"--tls_cert=" + File("server.pem"),
+                 "--tls_key=" + File("server.key"),
+                 "--max_calls_per_connection_per_second=50",
+                 "--cut_off_penalty_ms=3000"});
+  ASSERT_TRUE(ListWorldsWithin(xformd.address(), absl::Seconds(20)).ok())
+      << xformd.Log();
+  auto channel = Channel(xformd.address(), "ca", "");
+  int calls = 0;
+  grpc::Status status;
+  while (calls < 1000 && (status = ListWorlds(channel)).ok()) ++calls;
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE)
+      << status.error_message();
+  // At least the limit, less the call ListWorldsWithin made within the
+  // second on a connection whose descriptor this one may have taken (its
+  // count carries over until the second is out).
+  EXPECT_GE(calls, 49);
+  EXPECT_LT(calls, 1000);
+  EXPECT_TRUE(xformd.WaitForLog("--max_calls_per_connection_per_second",
+                                absl::Seconds(5)))
+      << xformd.Log();
+  EXPECT_NE(xformd.Log().find("connection from ipv4:127.0.0.1:"),
+            std::string::npos)
+      << xformd.Log();
+  // Its address is refused for a while, then served again.
+  EXPECT_FALSE(ListWorlds(Channel(xformd.address(), "ca", "")).ok());
+  EXPECT_TRUE(ListWorldsWithin(xformd.address(), absl::Seconds(10)).ok())
       << xformd.Log();
 }
 

@@ -31,6 +31,7 @@
 #include "gtest/gtest.h"
 #include "tests/http2_frames.h"
 #include "tests/raw_call.h"
+#include "tests/raw_connection.h"
 #include "xform/v1/xform.grpc.pb.h"
 
 namespace {
@@ -39,6 +40,9 @@ using xform::testing::Http2CallHeaders;
 using xform::testing::Http2Frame;
 using xform::testing::Http2RapidResets;
 using xform::testing::Xformd;
+using xform::tests::ClosedByServer;
+using xform::tests::ConnectFrom;
+using xform::tests::Refused;
 
 grpc::health::v1::HealthCheckResponse::ServingStatus Health(
     const std::shared_ptr<grpc::Channel>& channel, const std::string& service,
@@ -231,39 +235,6 @@ TEST(XformdProcessTest, ServesAgainAfterAFloodOfConnectionsAtTheFileLimit) {
             HealthCheckResponse::SERVING)
       << xformd.Log();
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
-}
-
-// A connection to xformd on 127.0.0.1:`port` from `source`, another loopback
-// address (all of 127/8 is local), so that it counts as another client.
-int ConnectFrom(const char* source, int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  inet_pton(AF_INET, source, &address.sin_addr);
-  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)),
-            0);
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = htons(port);
-  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)),
-            0);
-  return fd;
-}
-
-// Whether xformd closed the connection `fd` (EOF or a reset) rather than
-// keeping it; what it sent before is left unread.
-bool ClosedByServer(int fd) {
-  char byte;
-  const ssize_t got = recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-  return got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
-}
-
-// Whether a new connection from `source` is closed by xformd at once.
-bool Refused(const char* source, int port) {
-  const int fd = ConnectFrom(source, port);
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  const bool refused = ClosedByServer(fd);
-  close(fd);
-  return refused;
 }
 
 // One host cannot keep every other out by holding every connection slot:

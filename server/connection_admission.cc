@@ -1,0 +1,186 @@
+// Copyright 2026 The xform Authors.
+
+#include "server/connection_admission.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "server/log.h"
+
+namespace xform::server {
+
+std::string GrpcPeerName(const sockaddr_storage& address) {
+  char host[INET6_ADDRSTRLEN] = {};
+  if (address.ss_family == AF_INET) {
+    const auto& in = reinterpret_cast<const sockaddr_in&>(address);
+    if (inet_ntop(AF_INET, &in.sin_addr, host, sizeof(host)) != nullptr) {
+      return absl::StrCat("ipv4:", host, ":", ntohs(in.sin_port));
+    }
+  } else if (address.ss_family == AF_INET6) {
+    const auto& in6 = reinterpret_cast<const sockaddr_in6&>(address);
+    if (IN6_IS_ADDR_V4MAPPED(&in6.sin6_addr)) {
+      // gRPC names these by their IPv4 address, as a dual-stack listener
+      // accepts IPv4 clients.
+      if (inet_ntop(AF_INET, &in6.sin6_addr.s6_addr[12], host, sizeof(host)) !=
+          nullptr) {
+        return absl::StrCat("ipv4:", host, ":", ntohs(in6.sin6_port));
+      }
+    } else if (inet_ntop(AF_INET6, &in6.sin6_addr, host, sizeof(host)) !=
+               nullptr) {
+      return absl::StrCat("ipv6:[", host, "]:", ntohs(in6.sin6_port));
+    }
+  }
+  return "";
+}
+
+std::string PeerAddress(absl::string_view grpc_peer) {
+  int fd = -1;
+  if (!absl::ConsumePrefix(&grpc_peer, "fd:") ||
+      !absl::SimpleAtoi(grpc_peer, &fd) || fd < 0) {
+    return std::string(grpc_peer);
+  }
+  sockaddr_storage address{};
+  socklen_t length = sizeof(address);
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+    if (std::string name = GrpcPeerName(address); !name.empty()) return name;
+  }
+  return absl::StrCat("fd:", fd);
+}
+
+absl::StatusOr<std::unique_ptr<ConnectionAdmission>>
+ConnectionAdmission::Create(int lowest_fd, const AdmissionOptions& options) {
+  rlimit limit{};
+  getrlimit(RLIMIT_NOFILE, &limit);
+  int ceiling = static_cast<int>(std::min<rlim_t>(limit.rlim_cur, 1 << 30) -
+                                 options.reserved_descriptors);
+  if (options.max_connections > 0) {
+    ceiling = std::min(ceiling, lowest_fd + options.max_connections);
+  }
+  if (ceiling <= lowest_fd) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the descriptor limit (", limit.rlim_cur,
+                     ") leaves no room for connections after the reserve of ",
+                     options.reserved_descriptors));
+  }
+  const int per_address = options.max_connections_per_address > 0
+                              ? options.max_connections_per_address
+                              : std::max(1, (ceiling - lowest_fd) / 2);
+  return std::unique_ptr<ConnectionAdmission>(
+      new ConnectionAdmission(ceiling, per_address, options.cut_off_penalty));
+}
+
+ConnectionAdmission::ConnectionAdmission(int ceiling, int max_per_address,
+                                         absl::Duration cut_off_penalty)
+    : ceiling_(ceiling),
+      max_per_address_(max_per_address),
+      cut_off_penalty_(cut_off_penalty),
+      per_address_(max_per_address) {}
+
+bool ConnectionAdmission::Admit(int fd, const sockaddr_storage& peer) {
+  if (fd > ceiling_) {
+    // Taking it would leave the server too few descriptors of its own.
+    if (refused_at_ceiling_.fetch_add(1) % 1000 == 0) {
+      Log('W', "connection refused: at the connection limit (descriptor ",
+          ceiling_, "); ", refused_at_ceiling_.load(), " refused so far");
+    }
+    return false;
+  }
+  const ConnectionsPerAddress::Client client =
+      ConnectionsPerAddress::Client::Of(peer);
+  const absl::Time now = absl::Now();
+  std::string name = GrpcPeerName(peer);
+  absl::MutexLock lock(&mu_);
+  cut_off_.erase(fd);  // Its number was freed: that connection closed.
+  if (auto it = penalized_.find(client); it != penalized_.end()) {
+    if (now < it->second) return false;  // Cut off a moment ago.
+    penalized_.erase(it);
+  }
+  if (!per_address_.Admit(fd, client, now)) {
+    if (refused_per_address_.fetch_add(1) % 1000 == 0) {
+      Log('W', "connection from ", name, " refused: its address holds ",
+          max_per_address_, " connections (--max_connections_per_address); ",
+          refused_per_address_.load(), " refused so far");
+    }
+    return false;
+  }
+  if (name_of_fd_.size() <= static_cast<size_t>(fd)) {
+    name_of_fd_.resize(fd + 1);
+  }
+  if (std::string& old = name_of_fd_[fd]; !old.empty()) {
+    if (auto it = fd_of_name_.find(old);
+        it != fd_of_name_.end() && it->second == fd) {
+      fd_of_name_.erase(it);
+    }
+  }
+  if (!name.empty()) fd_of_name_[name] = fd;
+  name_of_fd_[fd] = std::move(name);
+  return true;
+}
+
+int ConnectionAdmission::FdOf(absl::string_view grpc_peer) const {
+  int fd = -1;
+  if (absl::string_view number = grpc_peer;
+      absl::ConsumePrefix(&number, "fd:")) {
+    return absl::SimpleAtoi(number, &fd) && fd >= 0 ? fd : -1;
+  }
+  absl::MutexLock lock(&mu_);
+  auto it = fd_of_name_.find(grpc_peer);
+  return it == fd_of_name_.end() ? -1 : it->second;
+}
+
+std::vector<int> ConnectionAdmission::Counted() const {
+  std::vector<int> fds;
+  absl::MutexLock lock(&mu_);
+  per_address_.ForEachCounted([&fds](int fd) { fds.push_back(fd); });
+  return fds;
+}
+
+bool ConnectionAdmission::StillOpen(int fd) const {
+  absl::MutexLock lock(&mu_);
+  return per_address_.StillOpen(fd);
+}
+
+void ConnectionAdmission::CutOff(int fd, absl::string_view why,
+                                 absl::string_view grpc_peer) {
+  sockaddr_storage peer{};
+  socklen_t length = sizeof(peer);
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &length) != 0) {
+    return;  // Closed already.
+  }
+  const std::string name = GrpcPeerName(peer);
+  if (!grpc_peer.empty() && !absl::StartsWith(grpc_peer, "fd:") &&
+      name != grpc_peer) {
+    return;  // That connection closed, and its number is another's now.
+  }
+  {
+    const absl::Time now = absl::Now();
+    absl::MutexLock lock(&mu_);
+    // Once: until gRPC closes it, a connection cut off still has its number,
+    // and may still have unread bytes and calls that count.
+    if (!cut_off_.insert(fd).second) return;
+    if (penalized_.size() >= 4096) {  // Bounded: drop the expired.
+      absl::erase_if(penalized_,
+                     [now](const auto& entry) { return entry.second <= now; });
+    }
+    penalized_[ConnectionsPerAddress::Client::Of(peer)] =
+        now + cut_off_penalty_;
+  }
+  shutdown(fd, SHUT_RDWR);
+  Log('W', "connection from ", name, " cut off: ", why,
+      "; its address is refused for ", absl::FormatDuration(cut_off_penalty_));
+}
+
+}  // namespace xform::server
