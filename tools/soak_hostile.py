@@ -16,6 +16,9 @@ Loops until --seconds have passed, each round doing, against --server:
 Prints one line per round and, at the end, every status code seen and how
 often; exits 1 if INTERNAL or UNKNOWN was ever seen.
 
+Against a TLS xformd with access control, give --tls_ca, --tls_server_name
+and --token_file (a principal that may create and delete worlds).
+
 Uses Debian's python3-grpcio; requests are encoded by hand (no generated
 code), which is also how a hostile client would.
 """
@@ -95,11 +98,29 @@ def subscribe_request(world, entities=(), subtrees=()):
 
 
 class Client:
+    # For a TLS xformd (--tls_ca): its CA's PEM, the name its certificate
+    # gives, and the token every call carries (may be empty).
+    tls_ca = None
+    tls_server_name = ""
+    token = ""
+
     def __init__(self, address):
         options = [("grpc.max_send_message_length", 64 << 20),
                    ("grpc.max_receive_message_length", 64 << 20),
                    ("grpc.use_local_subchannel_pool", 1)]
-        self.channel = grpc.insecure_channel(address, options=options)
+        if Client.tls_ca is None:
+            self.channel = grpc.insecure_channel(address, options=options)
+        else:
+            credentials = grpc.ssl_channel_credentials(Client.tls_ca)
+            if Client.token:
+                credentials = grpc.composite_channel_credentials(
+                    credentials,
+                    grpc.access_token_call_credentials(Client.token))
+            if Client.tls_server_name:
+                options.append(("grpc.ssl_target_name_override",
+                                Client.tls_server_name))
+            self.channel = grpc.secure_channel(address, credentials,
+                                               options=options)
         self.codes = collections.Counter()
         self.lock = threading.Lock()
 
@@ -256,7 +277,19 @@ def main():
     parser.add_argument("--depth", type=int, default=100_000)
     parser.add_argument("--storm", type=int, default=20)
     parser.add_argument("--hog", type=int, default=1500)
+    parser.add_argument("--tls_ca", default="",
+                        help="PEM CA of a TLS xformd: speak TLS")
+    parser.add_argument("--tls_server_name", default="")
+    parser.add_argument("--token_file", default="",
+                        help="a file whose first line is the token to send")
     args = parser.parse_args()
+    if args.tls_ca:
+        with open(args.tls_ca, "rb") as pem:
+            Client.tls_ca = pem.read()
+        Client.tls_server_name = args.tls_server_name
+    if args.token_file:
+        with open(args.token_file) as token:
+            Client.token = token.readline().strip()
     client = Client(args.server)
     rng = random.Random(1)
     end = time.time() + args.seconds
