@@ -3,6 +3,7 @@
 #include "server/call_flood_guard.h"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 
 #include "absl/time/clock.h"
@@ -17,9 +18,10 @@ CallFloodGuard::CallFloodGuard(int max_per_second,
 grpc::experimental::Interceptor* CallFloodGuard::CreateServerInterceptor(
     grpc::experimental::ServerRpcInfo* info) {
   const std::string peer = info->server_context()->peer();
-  if (const int fd = admission_->FdOf(peer);
-      fd >= 0 && Count(fd, absl::Now())) {
-    admission_->CutOff(fd,
+  if (const std::optional<ConnectionAdmission::Connection> connection =
+          admission_->Find(peer);
+      connection.has_value() && Count(*connection, absl::Now())) {
+    admission_->CutOff(connection->fd,
                        "it started calls faster than "
                        "--max_calls_per_connection_per_second",
                        peer);
@@ -27,12 +29,14 @@ grpc::experimental::Interceptor* CallFloodGuard::CreateServerInterceptor(
   return nullptr;  // It only counts.
 }
 
-bool CallFloodGuard::Count(int fd, absl::Time now) {
+bool CallFloodGuard::Count(const ConnectionAdmission::Connection& connection,
+                           absl::Time now) {
   absl::MutexLock lock(&mu_);
-  Window& window = windows_[fd];
-  if (now - window.start >= absl::Seconds(1)) {
-    // A new window; a number reused by a new connection starts here too.
-    window = {.start = now, .calls = 0};
+  Window& window = windows_[connection.fd];
+  if (window.serial != connection.serial ||
+      now - window.start >= absl::Seconds(1)) {
+    // A new window, and a new connection on a number reused starts afresh.
+    window = {.serial = connection.serial, .start = now, .calls = 0};
   }
   return ++window.calls == max_per_second_ + 1;
 }

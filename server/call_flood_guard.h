@@ -51,12 +51,14 @@ class CallFloodGuard
   grpc::experimental::Interceptor* CreateServerInterceptor(
       grpc::experimental::ServerRpcInfo* info) override;
 
-  // Counts a call on the connection `fd` at `now`; true when it is the call
-  // that takes it over the limit (it is then cut off).
-  bool Count(int fd, absl::Time now);
+  // Counts a call on `connection` at `now`; true when it is the call that
+  // takes it over the limit (it is then cut off).
+  bool Count(const ConnectionAdmission::Connection& connection, absl::Time now);
 
  private:
+  // One connection's calls in the second from `start`.
   struct Window {
+    uint64_t serial = 0;  // Which connection on the descriptor.
     absl::Time start = absl::InfinitePast();
     int64_t calls = 0;
   };

@@ -116,29 +116,37 @@ bool ConnectionAdmission::Admit(int fd, const sockaddr_storage& peer) {
     }
     return false;
   }
-  if (name_of_fd_.size() <= static_cast<size_t>(fd)) {
-    name_of_fd_.resize(fd + 1);
-  }
-  if (std::string& old = name_of_fd_[fd]; !old.empty()) {
-    if (auto it = fd_of_name_.find(old);
+  if (by_fd_.size() <= static_cast<size_t>(fd)) by_fd_.resize(fd + 1);
+  Admitted& admitted = by_fd_[fd];
+  if (!admitted.name.empty()) {
+    if (auto it = fd_of_name_.find(admitted.name);
         it != fd_of_name_.end() && it->second == fd) {
       fd_of_name_.erase(it);
     }
   }
   if (!name.empty()) fd_of_name_[name] = fd;
-  name_of_fd_[fd] = std::move(name);
+  admitted = {.serial = ++serials_, .name = std::move(name)};
   return true;
 }
 
-int ConnectionAdmission::FdOf(absl::string_view grpc_peer) const {
+std::optional<ConnectionAdmission::Connection> ConnectionAdmission::Find(
+    absl::string_view grpc_peer) const {
   int fd = -1;
-  if (absl::string_view number = grpc_peer;
-      absl::ConsumePrefix(&number, "fd:")) {
-    return absl::SimpleAtoi(number, &fd) && fd >= 0 ? fd : -1;
+  absl::string_view number = grpc_peer;
+  const bool by_number = absl::ConsumePrefix(&number, "fd:");
+  if (by_number && (!absl::SimpleAtoi(number, &fd) || fd < 0)) {
+    return std::nullopt;
   }
   absl::MutexLock lock(&mu_);
-  auto it = fd_of_name_.find(grpc_peer);
-  return it == fd_of_name_.end() ? -1 : it->second;
+  if (!by_number) {
+    auto it = fd_of_name_.find(grpc_peer);
+    if (it == fd_of_name_.end()) return std::nullopt;
+    fd = it->second;
+  }
+  if (static_cast<size_t>(fd) >= by_fd_.size() || by_fd_[fd].serial == 0) {
+    return std::nullopt;
+  }
+  return Connection{.fd = fd, .serial = by_fd_[fd].serial};
 }
 
 std::vector<int> ConnectionAdmission::Counted() const {

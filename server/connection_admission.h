@@ -14,13 +14,15 @@
 //     (ConnectionsPerAddress), so one host cannot keep every other out;
 //   - its address was cut off (CutOff) less than `cut_off_penalty` ago.
 //
-// It also names connections both ways: gRPC names one an Acceptor handed
-// over by its descriptor ("fd:12") and one it accepted itself by its peer's
-// address ("ipv4:10.0.0.5:41234"); FdOf() gives the descriptor for either,
-// so that abuse seen above the transport (CallFloodGuard) can be cut off.
+// It also tells connections apart above the transport: gRPC names one an
+// Acceptor handed over by its descriptor ("fd:12") and one it accepted
+// itself by its peer's address ("ipv4:10.0.0.5:41234"); Find() gives the
+// descriptor for either, and which admission of that descriptor it is, so
+// that abuse seen above the transport (CallFloodGuard) is counted per
+// connection, not per descriptor number, and can be cut off.
 //
 // Cost: Admit is O(1) but at an address's limit, where it may fstat() the
-// address's connections (at most once per 100 ms an address). FdOf is a
+// address's connections (at most once per 100 ms an address). Find is a
 // hash lookup. Memory: O(connections admitted), bounded by the ceiling.
 //
 // Thread-safe.
@@ -33,6 +35,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -80,15 +83,22 @@ class ConnectionAdmission {
   // Ends the connection `fd` (a shutdown(): gRPC sees it close and cleans
   // up) and refuses its address's new connections for `cut_off_penalty`,
   // so that reconnecting does not start over at once; logs it with `why`.
-  // Once per connection. With `grpc_peer` (a name FdOf took), only if `fd`
+  // Once per connection. With `grpc_peer` (a name Find took), only if `fd`
   // is still that peer's. Any thread.
   void CutOff(int fd, absl::string_view why, absl::string_view grpc_peer = "");
 
-  // The descriptor of the connection gRPC calls `grpc_peer`
-  // (ServerContext::peer()), or -1 if none was admitted under that name.
-  // A hash lookup, no system call: should the connection have closed, the
-  // number may be free or another file's (CutOff checks).
-  int FdOf(absl::string_view grpc_peer) const;
+  // An admitted connection: its descriptor, and which admission of that
+  // descriptor number it is (a serial never reused), since gRPC does not
+  // say when it closes one and the kernel reuses the number.
+  struct Connection {
+    int fd = -1;
+    uint64_t serial = 0;
+  };
+  // The connection gRPC calls `grpc_peer` (ServerContext::peer()), if one
+  // was admitted under that name. A lookup, no system call: should the
+  // connection have closed, the number may be free or another file's
+  // (CutOff checks).
+  std::optional<Connection> Find(absl::string_view grpc_peer) const;
 
   // The connections counted, some perhaps closed since (StillOpen).
   std::vector<int> Counted() const;
@@ -110,10 +120,16 @@ class ConnectionAdmission {
       ABSL_GUARDED_BY(mu_);
   // Connections cut off and not yet closed, by descriptor.
   absl::flat_hash_set<int> cut_off_ ABSL_GUARDED_BY(mu_);
-  // Each admitted connection's name as gRPC writes its peer, both ways. A
-  // number admitted again replaces its old name.
-  std::vector<std::string> name_of_fd_ ABSL_GUARDED_BY(mu_);
+  // The last connection admitted on each descriptor number: its serial and
+  // its name as gRPC writes its peer; and the names back to the numbers. A
+  // number admitted again replaces its old entry.
+  struct Admitted {
+    uint64_t serial = 0;
+    std::string name;
+  };
+  std::vector<Admitted> by_fd_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, int> fd_of_name_ ABSL_GUARDED_BY(mu_);
+  uint64_t serials_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<uint64_t> refused_at_ceiling_ = 0;   // Paces its log lines.
   std::atomic<uint64_t> refused_per_address_ = 0;  // Likewise.
 };

@@ -86,7 +86,9 @@ TEST(GrpcListenerAdmissionTest, AdmitsAnAddresssShareAndRefusesTheRest) {
     // The peer's address reaches the caller, as gRPC names peers by it.
     EXPECT_EQ(xform::server::GrpcPeerName(peer).rfind("ipv4:127.0.0.2:", 0),
               0u);
-    EXPECT_EQ(admission.FdOf(xform::server::GrpcPeerName(peer)), fd);
+    const auto found = admission.Find(xform::server::GrpcPeerName(peer));
+    ASSERT_TRUE(found.has_value());
+    EXPECT_EQ(found->fd, fd);
     admitted.push_back(fd);
   }
   EXPECT_EQ(admitted.size(), static_cast<size_t>(kPerAddress));

@@ -332,6 +332,23 @@ TEST(XformdProcessTest, AConnectionResettingStreamsIsCutOff) {
   EXPECT_TRUE(Refused("127.0.0.2", port)) << "not refused";
 }
 
+// The guard counts a connection's calls, not a descriptor's: a client that
+// connects anew for each call (a script, a health checker) makes one call
+// per connection however fast it reconnects, and is never cut off. Before,
+// a connection that took a closed one's descriptor number within the second
+// inherited its count, and such a client was cut off at the limit.
+TEST(XformdProcessTest, AClientConnectingForEachCallIsNotCutOff) {
+  Xformd xformd({"--max_calls_per_connection_per_second=20"});
+  ASSERT_FALSE(xformd.address().empty()) << xformd.Log();
+  const absl::Time start = absl::Now();
+  int served = 0;
+  for (int k = 0; k < 60 && absl::Now() - start < absl::Seconds(1); ++k) {
+    served += Health(xformd.Connect(), "") == HealthCheckResponse::SERVING;
+  }
+  EXPECT_GT(served, 20) << "too slow a machine to make the point";
+  EXPECT_EQ(xformd.Log().find("cut off"), std::string::npos) << xformd.Log();
+}
+
 // Two such connections at once keep gRPC 1.51's reader from ever running
 // dry, and it lets none of the streams it started reach anything above it
 // until it does: before the look at unread resets, with the call guard on,
