@@ -1,10 +1,10 @@
 // Copyright 2026 The xform Authors.
 //
-// ConnectionsPerAddress: how many of the connections an Acceptor handed to
-// gRPC each client address still holds, so that one host cannot take every
-// connection slot (--max_connections_per_address).
+// ConnectionsPerAddress: how many of the connections admitted to gRPC
+// (ConnectionAdmission) each client address still holds, so that one host
+// cannot take every connection slot (--max_connections_per_address).
 //
-// gRPC 1.51 does not tell whoever handed it a descriptor when it closes it.
+// gRPC 1.51 does not tell anyone when it closes a connection's descriptor.
 // What the kernel does tell: a descriptor number is reused only after it was
 // closed, and a socket keeps one (device, inode) pair for its life. So each
 // admitted connection is remembered by its descriptor with that pair, and
@@ -22,7 +22,7 @@
 // address counts as the IPv4 one).
 //
 // Memory: one entry per admitted descriptor, so O(--max_connections).
-// Not thread-safe: the Acceptor's thread alone uses it.
+// Not thread-safe: ConnectionAdmission's lock guards it.
 
 #ifndef XFORM_SERVER_CONNECTIONS_PER_ADDRESS_H_
 #define XFORM_SERVER_CONNECTIONS_PER_ADDRESS_H_

@@ -82,14 +82,16 @@ class SecurityProcessTest : public ::testing::Test {
     return stub->ListWorlds(&context, {}, &response);
   }
 
-  // ListWorlds on a new channel, trusting the test CA, until it succeeds or
-  // `within` has passed: the last status.
+  // ListWorlds on a new channel, trusting the test CA and presenting
+  // `client` (as Channel), until it succeeds or `within` has passed (until
+  // xformd listens, or lets the address in again): the last status.
   static grpc::Status ListWorldsWithin(const std::string& address,
-                                       absl::Duration within) {
+                                       absl::Duration within,
+                                       const std::string& client = "") {
     const absl::Time deadline = absl::Now() + within;
     grpc::Status status;
     do {
-      status = ListWorlds(Channel(address, "ca", ""));
+      status = ListWorlds(Channel(address, "ca", client));
     } while (!status.ok() && absl::Now() < deadline);
     return status;
   }
@@ -109,12 +111,8 @@ TEST_F(SecurityProcessTest, MutualTlsLetsInOnlyGoodClientCertificates) {
                  "--tls_key=" + File("server.key"),
                  "--tls_client_ca=" + File("ca.pem"), "--auth_file=" + auth});
   const std::string address = xformd.address();
-  // Until it listens.
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
-  grpc::Status status;
-  do {
-    status = ListWorlds(Channel(address, "ca", "client"));
-  } while (!status.ok() && absl::Now() < deadline);
+  const grpc::Status status =
+      ListWorldsWithin(address, absl::Seconds(20), "client");
   EXPECT_TRUE(status.ok()) << status.error_message() << xformd.Log();
 
   struct Case {
