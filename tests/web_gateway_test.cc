@@ -188,16 +188,19 @@ class FakeTab {
 
 // A plain HTTP request; the status and body. With `upgrade`, it asks for a
 // WebSocket (from `origin`, when given) and returns the refusal or the 101.
+// It names `host` (with the port) as its Host, as a browser at that name
+// would.
 std::pair<int, std::string> Get(int port, const std::string& target,
                                 http::verb verb = http::verb::get,
                                 bool upgrade = false,
-                                const std::string& origin = "") {
+                                const std::string& origin = "",
+                                const std::string& host = "127.0.0.1") {
   asio::io_context ioc;
   beast::tcp_stream stream(ioc);
   tcp::resolver resolver(ioc);
   stream.connect(resolver.resolve("127.0.0.1", std::to_string(port)));
   http::request<http::string_body> request(verb, target, 11);
-  request.set(http::field::host, absl::StrCat("127.0.0.1:", port));
+  request.set(http::field::host, absl::StrCat(host, ":", port));
   if (upgrade) {
     request.set(http::field::connection, "Upgrade");
     request.set(http::field::upgrade, "websocket");
@@ -314,6 +317,39 @@ TEST_F(WebGatewayTest, ServesThePageAndWorldListAndRefusesBadRequests) {
   EXPECT_EQ(upgrade("/ws?world=w", absl::StrCat("http://127.0.0.1:", port)),
             101);
   EXPECT_EQ(upgrade("/ws?world=w"), 101);  // Not a browser: no Origin.
+}
+
+// DNS rebinding: a page at evil.example whose name now resolves to this
+// machine sends Host and Origin evil.example, a pair that passes an
+// Origin-equals-Host check. Only names the gateway is meant to be reached
+// by are answered.
+TEST_F(WebGatewayTest, ARebindingPageIsRefusedOnEveryPath) {
+  MakeWorld();
+  GatewayOptions options;
+  options.allowed_hosts = {"Viewer.Test"};
+  std::unique_ptr<WebGateway> gateway = StartGateway(options);
+  const int port = gateway->port();
+  const auto as = [&](const std::string& host, const std::string& target,
+                      bool upgrade = false) {
+    return Get(port, target, http::verb::get, upgrade,
+               absl::StrCat("http://", host, ":", port), host)
+        .first;
+  };
+  for (const std::string target : {"/", "/app.js", "/api/worlds", "/ws"}) {
+    EXPECT_EQ(as("evil.example", target), 403) << target;
+  }
+  EXPECT_EQ(as("evil.example", "/ws?world=w", /*upgrade=*/true), 403);
+  EXPECT_EQ(as("localhost.evil.example", "/ws?world=w", true), 403);
+  EXPECT_EQ(gateway->stats().tabs_opened, 0u);
+
+  // The same page from the names the gateway answers to.
+  for (const std::string host :
+       {"localhost", "LOCALHOST", "127.0.0.1", "viewer.test", "VIEWER.test"}) {
+    EXPECT_EQ(as(host, "/api/worlds"), 200) << host;
+    EXPECT_EQ(as(host, "/ws?world=w", /*upgrade=*/true), 101) << host;
+  }
+  // An IPv6 literal in brackets is an address too.
+  EXPECT_EQ(Get(port, "/", http::verb::get, false, "", "[::1]").first, 200);
 }
 
 TEST_F(WebGatewayTest, ATabGetsItsViewThenOnlyWhatChanged) {

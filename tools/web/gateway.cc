@@ -21,9 +21,12 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "nlohmann/json.hpp"
@@ -133,6 +136,19 @@ Response TextResponse(const Request& request, http::status status,
   return response;
 }
 
+// The name a Host header gives, lowercased, without its port or an IPv6
+// literal's brackets: "Viewer.Example:8080" is "viewer.example", "[::1]:80"
+// is "::1".
+std::string HostName(absl::string_view host) {
+  if (absl::ConsumePrefix(&host, "[")) {
+    host = host.substr(0, host.find(']'));
+  } else if (const size_t colon = host.rfind(':');
+             colon != absl::string_view::npos) {
+    host = host.substr(0, colon);
+  }
+  return absl::AsciiStrToLower(host);
+}
+
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
   std::ifstream file(path, std::ios::binary);
   if (!file) return absl::NotFoundError(absl::StrCat("cannot read ", path));
@@ -148,7 +164,11 @@ class Tab;
 class WebGateway::Impl {
  public:
   Impl(Client& client, const GatewayOptions& options)
-      : client_(client), options_(options), acceptor_(ioc_) {}
+      : client_(client), options_(options), acceptor_(ioc_) {
+    for (const std::string& name : options_.allowed_hosts) {
+      allowed_hosts_.insert(HostName(name));
+    }
+  }
 
   absl::Status Init() {
     for (auto [name, into] : {std::pair{"index.html", &index_html_},
@@ -218,6 +238,22 @@ class WebGateway::Impl {
     stats.frames_seen = frames_seen_.load();
     stats.tabs_closed_for_input = tabs_closed_for_input_.load();
     return stats;
+  }
+
+  // For HttpSession: whether the request's Host is a name this gateway
+  // answers to (see GatewayOptions::allowed_hosts). A page whose name an
+  // attacker re-points at this machine (DNS rebinding) is same-origin with
+  // the gateway as far as its browser knows, and sends its own name as
+  // Host and Origin alike; only the Host tells the gateway apart from it.
+  bool HostAllowed(const Request& request) const {
+    const auto header = request.find(http::field::host);
+    if (header == request.end()) return true;  // Browsers always send one.
+    const std::string_view value = header->value();
+    const std::string name = HostName({value.data(), value.size()});
+    beast::error_code ec;
+    asio::ip::make_address(name, ec);
+    if (!ec) return true;  // An address: no name to re-point.
+    return name == "localhost" || allowed_hosts_.contains(name);
   }
 
   // For HttpSession: the answer to a plain request.
@@ -297,6 +333,7 @@ class WebGateway::Impl {
 
   Client& client_;
   const GatewayOptions options_;
+  absl::flat_hash_set<std::string> allowed_hosts_;  // Lowercased.
   std::string index_html_, app_js_, app_js_map_;
   int port_ = 0;
 
@@ -354,6 +391,13 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
       return;
     }
     Request request = parser_->release();
+    if (!gateway_.HostAllowed(request)) {
+      Send(TextResponse(request, http::status::forbidden, "text/plain",
+                        "this gateway does not answer to that Host name "
+                        "(xform-web --allowed_hosts)\n"),
+           /*then_read=*/false);
+      return;
+    }
     if (websocket::is_upgrade(request)) {
       std::optional<Response> refusal = gateway_.Upgrade(stream_, request);
       if (refusal) Send(*std::move(refusal), /*then_read=*/false);

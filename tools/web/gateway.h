@@ -15,7 +15,8 @@
 // skips frames and catches up like a slow subscriber; nothing queues. Its
 // memory is its mirror (its view of the world) plus one message.
 //
-// HTTP, on --listen:
+// HTTP, on --listen, for requests whose Host is an address, localhost or
+// one of allowed_hosts (else 403):
 //   GET /                the page (index.html)
 //   GET /app.js[.map]    its bundle
 //   GET /api/worlds      JSON: {"worlds": [{"name", "entities", "frame",
@@ -38,6 +39,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -48,6 +50,12 @@ namespace xform::web {
 
 struct GatewayOptions {
   std::string listen = "127.0.0.1:8080";  // HOST:PORT; port 0 picks one.
+  // Names, besides "localhost", that requests may give as their Host
+  // (case-insensitive; a port is ignored). A Host that is an IP address is
+  // always answered: DNS rebinding needs a name. Any other gets 403, on
+  // every path and on the WebSocket upgrade, so that a page whose name is
+  // re-pointed at this machine cannot read worlds through the gateway.
+  std::vector<std::string> allowed_hosts;
   std::string web_root;  // Holds index.html, app.js (and app.js.map).
   int threads = 2;
   int max_tabs = 64;                // Open WebSockets; past it, 503.

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -23,6 +24,11 @@
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "xformd's address");
 ABSL_FLAG(std::string, listen, "127.0.0.1:8080",
           "HOST:PORT to serve the page and WebSockets on (port 0: any)");
+ABSL_FLAG(std::vector<std::string>, allowed_hosts, {},
+          "Names the page may be reached by, besides localhost and IP "
+          "addresses (comma-separated; xform-web.example,viewer): a request "
+          "giving another as its Host gets 403, so that a site whose name "
+          "is re-pointed at this machine cannot read worlds through it");
 ABSL_FLAG(std::string, web_root, XFORM_WEB_ROOT,
           "The built page: a directory with index.html and app.js");
 ABSL_FLAG(int, threads, 2, "Threads serving HTTP and the tabs (1 to 64)");
@@ -85,6 +91,7 @@ int main(int argc, char** argv) {
 
   xform::web::GatewayOptions options;
   options.listen = absl::GetFlag(FLAGS_listen);
+  options.allowed_hosts = absl::GetFlag(FLAGS_allowed_hosts);
   options.web_root = absl::GetFlag(FLAGS_web_root);
   options.threads = absl::GetFlag(FLAGS_threads);
   options.max_tabs = absl::GetFlag(FLAGS_max_tabs);
