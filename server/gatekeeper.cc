@@ -32,22 +32,6 @@ const char* RoleName(Role role) {
 
 }  // namespace
 
-void Usage::Bucket::Refill(double rate, absl::Time now) {
-  const double capacity = std::max(rate, 1.0);
-  tokens = used ? std::min(capacity,
-                           tokens + rate * absl::ToDoubleSeconds(now - last))
-                : capacity;
-  used = true;
-  last = now;
-}
-
-bool Usage::Bucket::Take(double rate, double amount, absl::Time now) {
-  Refill(rate, now);
-  if (tokens < std::min(amount, std::max(rate, 1.0))) return false;
-  tokens = std::max(0.0, tokens - amount);
-  return true;
-}
-
 Usage::Ticket::~Ticket() {
   absl::MutexLock lock(&usage_->mu_);
   usage_->streams_.erase(id_);
@@ -86,11 +70,22 @@ absl::Status Usage::TakeWrite(const config::Quotas& quotas, size_t entities,
       !quotas.has_write_entities_per_second()) {
     return absl::OkStatus();
   }
+  const double entity_rate = quotas.write_entities_per_second();
+  if (quotas.has_write_entities_per_second() &&
+      !TokenBucket::Fits(entity_rate, static_cast<double>(entities))) {
+    return Refused(
+        "a write",
+        absl::ResourceExhaustedError(absl::StrCat(
+            "a batch naming ", entities, " entities can never fit principal '",
+            name_, "''s write rate of ", entity_rate,
+            " entities/s (write_entities_per_second), which holds a second's "
+            "worth: split it")));
+  }
   absl::MutexLock lock(&mu_);
-  // Both buckets or neither: refill and test on copies first.
-  Bucket batches = batches_, named = entities_;
+  // Both buckets or neither: test and take on copies first.
+  TokenBucket batches = batches_, named = entities_;
   if (quotas.has_write_batches_per_second() &&
-      !batches.Take(quotas.write_batches_per_second(), 1, now)) {
+      !batches.TryTake(quotas.write_batches_per_second(), 1, now)) {
     return Refused("a write",
                    absl::ResourceExhaustedError(absl::StrCat(
                        "principal '", name_, "' is over its write rate of ",
@@ -98,13 +93,11 @@ absl::Status Usage::TakeWrite(const config::Quotas& quotas, size_t entities,
                        " batches/s (write_batches_per_second)")));
   }
   if (quotas.has_write_entities_per_second() &&
-      !named.Take(quotas.write_entities_per_second(),
-                  static_cast<double>(entities), now)) {
+      !named.TryTake(entity_rate, static_cast<double>(entities), now)) {
     return Refused("a write",
                    absl::ResourceExhaustedError(absl::StrCat(
                        "principal '", name_, "' is over its write rate of ",
-                       quotas.write_entities_per_second(),
-                       " entities/s (write_entities_per_second)")));
+                       entity_rate, " entities/s (write_entities_per_second)")));
   }
   batches_ = batches;
   entities_ = named;
@@ -115,7 +108,9 @@ absl::Status Usage::TakeCall(const config::Quotas& quotas,
                              absl::string_view method, absl::Time now) {
   if (!quotas.has_calls_per_second()) return absl::OkStatus();
   absl::MutexLock lock(&mu_);
-  if (calls_.Take(quotas.calls_per_second(), 1, now)) return absl::OkStatus();
+  if (calls_.TryTake(quotas.calls_per_second(), 1, now)) {
+    return absl::OkStatus();
+  }
   return Refused(
       method, absl::ResourceExhaustedError(absl::StrCat(
                   "principal '", name_, "' is over its call rate of ",
@@ -125,8 +120,7 @@ absl::Status Usage::TakeCall(const config::Quotas& quotas,
 bool Usage::MaySend(const config::Quotas& quotas, absl::Time now) {
   if (!quotas.has_bytes_out_per_second()) return true;
   absl::MutexLock lock(&mu_);
-  bytes_out_.Refill(quotas.bytes_out_per_second(), now);
-  return bytes_out_.tokens > 0;
+  return bytes_out_.Tokens(quotas.bytes_out_per_second(), now) > 0;
 }
 
 absl::Status Usage::CheckSend(const config::Quotas& quotas, absl::Time now) {
@@ -141,8 +135,8 @@ void Usage::ChargeSent(const config::Quotas& quotas, size_t bytes,
                        absl::Time now) {
   if (!quotas.has_bytes_out_per_second()) return;
   absl::MutexLock lock(&mu_);
-  bytes_out_.Refill(quotas.bytes_out_per_second(), now);
-  bytes_out_.tokens -= static_cast<double>(bytes);
+  bytes_out_.Charge(quotas.bytes_out_per_second(), static_cast<double>(bytes),
+                    now);
 }
 
 absl::Status Usage::Refused(absl::string_view method, absl::Status status) {

@@ -35,6 +35,7 @@
 #include "grpcpp/server_context.h"
 #include "server/access_policy.h"
 #include "server/log.h"
+#include "server/token_bucket.h"
 
 namespace xform::server {
 
@@ -66,7 +67,10 @@ class Usage : public std::enable_shared_from_this<Usage> {
       Stream kind, const config::Quotas& quotas,
       const std::function<void(const absl::Status&)>& end);
   // Takes a batch of `entities` from the write-rate buckets, or refuses it
-  // (RESOURCE_EXHAUSTED) taking nothing.
+  // (RESOURCE_EXHAUSTED) taking nothing: when the buckets lack the room
+  // now, or when the batch names more entities than the entity bucket can
+  // ever hold (one second's worth), which the status says, so that the
+  // client splits it rather than retries.
   absl::Status TakeWrite(const config::Quotas& quotas, size_t entities,
                          absl::Time now);
   // Takes a call to `method` from the calls_per_second bucket, or refuses
@@ -86,16 +90,6 @@ class Usage : public std::enable_shared_from_this<Usage> {
   absl::Status Refused(absl::string_view method, absl::Status status);
 
  private:
-  // Holds a second's worth of its rate, and at least 1.
-  struct Bucket {
-    bool used = false;  // Full until first used.
-    double tokens = 0;  // Below 0: in debt.
-    absl::Time last;
-    void Refill(double rate, absl::Time now);
-    // Refills, then takes `amount` if it is there (a batch bigger than a
-    // second's worth goes when the bucket is full, rather than never).
-    bool Take(double rate, double amount, absl::Time now);
-  };
   const std::string name_;
   LogThrottle refusals_;
   absl::Mutex mu_;
@@ -104,10 +98,10 @@ class Usage : public std::enable_shared_from_this<Usage> {
   size_t writers_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<uint64_t, std::function<void(const absl::Status&)>>
       streams_ ABSL_GUARDED_BY(mu_);
-  Bucket batches_ ABSL_GUARDED_BY(mu_);
-  Bucket entities_ ABSL_GUARDED_BY(mu_);
-  Bucket calls_ ABSL_GUARDED_BY(mu_);
-  Bucket bytes_out_ ABSL_GUARDED_BY(mu_);
+  TokenBucket batches_ ABSL_GUARDED_BY(mu_);
+  TokenBucket entities_ ABSL_GUARDED_BY(mu_);
+  TokenBucket calls_ ABSL_GUARDED_BY(mu_);
+  TokenBucket bytes_out_ ABSL_GUARDED_BY(mu_);
 };
 
 // Who a call is, as of the policy it was authenticated under.

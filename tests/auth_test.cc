@@ -21,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "server/access_policy.h"
 #include "server/gatekeeper.h"
+#include "server/token_bucket.h"
 #include "tests/loopback_server.h"
 #include "xform/v1/xform.grpc.pb.h"
 
@@ -365,6 +366,55 @@ TEST_F(AuthTest, WritersAndWriteRates) {
   ExpectQuota(Apply("trickle-token", "trickle", next_sixty),
               "write_entities_per_second");
   EXPECT_EQ(server_.host().Get("trickle").value()->Info().entities(), 60u);
+  // A batch bigger than the bucket can never go, and the status says so.
+  std::vector<EntityId> many;
+  for (EntityId e = 1000; e < 1101; ++e) many.push_back(e);
+  const grpc::Status too_big = Apply("trickle-token", "trickle", many);
+  ExpectQuota(too_big, "write_entities_per_second");
+  EXPECT_TRUE(absl::StrContains(too_big.error_message(), "can never fit"))
+      << too_big.error_message();
+  EXPECT_EQ(server_.host().Get("trickle").value()->Info().entities(), 60u);
+}
+
+// Over 4 s at 1,000 entities a second, at most the quota plus one bucket
+// (4,000 + 1,000) is written, whatever the batch size; and a batch that
+// fits is not starved. Before, a batch bigger than the bucket went through
+// whenever the bucket was full, emptying it: 100,000-entity batches wrote
+// 500,000 in the 4 s.
+TEST(UsageTest, WriteEntitiesHoldAtAnyBatchSize) {
+  config::Quotas quotas;
+  quotas.set_write_entities_per_second(1000);
+  const absl::Time start = absl::UnixEpoch() + absl::Hours(1);
+  for (const size_t batch : {1, 10, 999, 1000, 1001, 5000, 100'000}) {
+    auto usage = std::make_shared<Usage>("p");
+    size_t written = 0;
+    for (absl::Duration t; t <= absl::Seconds(4); t += absl::Milliseconds(1)) {
+      if (usage->TakeWrite(quotas, batch, start + t).ok()) written += batch;
+    }
+    EXPECT_LE(written, 5000u) << batch;
+    if (batch <= 1000) {
+      EXPECT_GE(written, 4000u) << batch;
+    } else {
+      EXPECT_EQ(written, 0u) << batch;
+    }
+  }
+}
+
+TEST(TokenBucketTest, TakesWholeAmountsAndChargesIntoDebt) {
+  const absl::Time t0 = absl::UnixEpoch();
+  TokenBucket bucket;
+  EXPECT_TRUE(bucket.TryTake(10, 10, t0));  // Full when new: 10.
+  EXPECT_FALSE(bucket.TryTake(10, 1, t0));
+  EXPECT_FALSE(bucket.TryTake(10, 6, t0 + absl::Milliseconds(500)));
+  EXPECT_TRUE(bucket.TryTake(10, 5, t0 + absl::Milliseconds(500)));
+  bucket.Charge(10, 25, t0 + absl::Seconds(10));  // From full: 10 - 25.
+  EXPECT_DOUBLE_EQ(bucket.Tokens(10, t0 + absl::Seconds(10)), -15);
+  EXPECT_DOUBLE_EQ(bucket.Tokens(10, t0 + absl::Seconds(12)), 5);
+  // A rate lowered under a full bucket caps it at the new second's worth.
+  EXPECT_DOUBLE_EQ(bucket.Tokens(2, t0 + absl::Seconds(60)), 2);
+  // At least one token, whatever the rate.
+  EXPECT_TRUE(TokenBucket::Fits(0.1, 1));
+  EXPECT_FALSE(TokenBucket::Fits(1000, 1001));
 }
 
 // A caller refused at its call rate costs the log a line a second, and
