@@ -246,7 +246,10 @@ absl::StatusOr<std::shared_ptr<const AccessPolicy>> AccessPolicy::Load(
 }
 
 const Principal* AccessPolicy::ByToken(absl::string_view token) const {
-  const Sha256 hash = Sha256Of(token);
+  return ByTokenHash(Sha256Of(token));
+}
+
+const Principal* AccessPolicy::ByTokenHash(const Sha256& hash) const {
   static constexpr Sha256 kNone{};
   const Principal* found = nullptr;
   // Every hash compared in full, found or not.

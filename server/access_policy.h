@@ -74,6 +74,9 @@ class AccessPolicy {
   // compared with every principal's hash in constant time, so the time taken
   // says nothing of how close a guess came.
   const Principal* ByToken(absl::string_view token) const;
+  // The same, by the token's SHA-256 (kept for a call, to ask again after a
+  // reload).
+  const Principal* ByTokenHash(const Sha256& hash) const;
   // The principal one of a client certificate's names (subject, SANs) is,
   // or null.
   const Principal* ByCertificate(absl::Span<const std::string> names) const;

@@ -40,8 +40,8 @@ Usage::Ticket::~Ticket() {
 }
 
 absl::StatusOr<std::unique_ptr<Usage::Ticket>> Usage::Open(
-    Stream kind, const config::Quotas& quotas,
-    const std::function<void(const absl::Status&)>& end) {
+    Stream kind, const Caller& caller, Recheck recheck) {
+  const config::Quotas& quotas = caller.quotas();
   absl::MutexLock lock(&mu_);
   const bool subscription = kind == Stream::kSubscription;
   size_t& open = subscription ? subscriptions_ : writers_;
@@ -58,7 +58,9 @@ absl::StatusOr<std::unique_ptr<Usage::Ticket>> Usage::Open(
   }
   ++open;
   const uint64_t id = next_id_++;
-  if (end != nullptr) streams_.emplace(id, end);
+  if (recheck != nullptr) {
+    streams_.emplace(id, OpenStream{caller.credential, std::move(recheck)});
+  }
   return std::unique_ptr<Ticket>(new Ticket(shared_from_this(), kind, id));
 }
 
@@ -144,13 +146,44 @@ absl::Status Usage::Refused(absl::string_view method, absl::Status status) {
   return status;
 }
 
-void Usage::EndStreams(const absl::Status& status) {
-  std::vector<std::function<void(const absl::Status&)>> ends;
+void Usage::RecheckStreams(const std::shared_ptr<const AccessPolicy>& policy) {
+  std::vector<OpenStream> open;
   {
     absl::MutexLock lock(&mu_);
-    for (auto& [id, end] : streams_) ends.push_back(end);
+    for (const auto& [id, stream] : streams_) open.push_back(stream);
   }
-  for (const auto& end : ends) end(status);  // No lock: an end may finish.
+  // No lock: a stream told to end may finish, and its ticket go, inline.
+  for (const OpenStream& stream : open) {
+    const Principal* principal = stream.credential->PrincipalIn(*policy);
+    if (principal == nullptr || principal->name != name_) {
+      stream.recheck(absl::UnauthenticatedError(absl::StrCat(
+          "the auth file was reloaded and no longer takes the credentials "
+          "this call was made with",
+          principal == nullptr
+              ? ""
+              : " as principal '" + name_ + "' (they name another now)")));
+      continue;
+    }
+    Caller caller;
+    caller.principal = std::shared_ptr<const Principal>(policy, principal);
+    caller.usage = shared_from_this();
+    caller.credential = stream.credential;
+    caller.enforced = policy->enforced();
+    stream.recheck(std::move(caller));
+  }
+}
+
+const Principal* Credential::PrincipalIn(const AccessPolicy& policy) const {
+  if (!policy.enforced()) return policy.anonymous();
+  switch (kind) {
+    case Kind::kToken:
+      return policy.ByTokenHash(token_hash);
+    case Kind::kCertificate:
+      return policy.ByCertificate(certificate_names);
+    case Kind::kNone:
+      return policy.anonymous();
+  }
+  return nullptr;
 }
 
 absl::Status Caller::Require(Role role, absl::string_view world,
@@ -180,44 +213,42 @@ std::shared_ptr<Usage> Gatekeeper::UsageOf(const std::string& name) {
 absl::StatusOr<Caller> Gatekeeper::Authenticate(
     const grpc::ServerContextBase& context, absl::string_view method) {
   const std::shared_ptr<const AccessPolicy> policy = this->policy();
-  const Principal* principal = nullptr;
   const auto refuse = [&](absl::string_view why) {
     unauthenticated_.Log('W', "refused: ", method, " from ",
                          PeerAddress(context.peer()), ": ", why);
     return absl::UnauthenticatedError(why);
   };
+  auto credential = std::make_shared<Credential>();
+  absl::string_view unknown = "credentials required";
   if (!policy->enforced()) {
-    principal = policy->anonymous();
+    // Everyone is the open policy's anonymous principal.
   } else if (auto it = context.client_metadata().find("authorization");
              it != context.client_metadata().end()) {
     const absl::string_view value(it->second.data(), it->second.size());
     if (!absl::StartsWith(value, kBearer)) {
       return refuse("the authorization metadata is not \"Bearer <token>\"");
     }
-    principal = policy->ByToken(value.substr(kBearer.size()));
-    if (principal == nullptr) return refuse("unknown credentials");
+    credential->kind = Credential::Kind::kToken;
+    credential->token_hash = Sha256Of(value.substr(kBearer.size()));
+    unknown = "unknown credentials";
   } else if (const std::shared_ptr<const grpc::AuthContext> auth =
                  context.auth_context();
              auth != nullptr && auth->IsPeerAuthenticated()) {
-    std::vector<std::string> names;
+    credential->kind = Credential::Kind::kCertificate;
     for (const char* property :
          {GRPC_X509_SUBJECT_PROPERTY_NAME, GRPC_X509_SAN_PROPERTY_NAME}) {
       for (const grpc::string_ref& name : auth->FindPropertyValues(property)) {
-        names.emplace_back(name.data(), name.size());
+        credential->certificate_names.emplace_back(name.data(), name.size());
       }
     }
-    principal = policy->ByCertificate(names);
-    if (principal == nullptr) {
-      return refuse(
-          "the client certificate is no principal's (certificate_names)");
-    }
-  } else {
-    principal = policy->anonymous();
-    if (principal == nullptr) return refuse("credentials required");
+    unknown = "the client certificate is no principal's (certificate_names)";
   }
+  const Principal* principal = credential->PrincipalIn(*policy);
+  if (principal == nullptr) return refuse(unknown);
   Caller caller;
   caller.principal = std::shared_ptr<const Principal>(policy, principal);
   caller.usage = UsageOf(principal->name);
+  caller.credential = std::move(credential);
   caller.enforced = policy->enforced();
   if (absl::Status rate =
           caller.usage->TakeCall(caller.quotas(), method, absl::Now());
@@ -228,23 +259,20 @@ absl::StatusOr<Caller> Gatekeeper::Authenticate(
 }
 
 void Gatekeeper::Reload(std::shared_ptr<const AccessPolicy> policy) {
-  std::vector<std::shared_ptr<Usage>> removed;
+  std::vector<std::shared_ptr<Usage>> usages;
   {
     absl::MutexLock lock(&mu_);
-    policy_ = std::move(policy);
+    policy_ = policy;
     for (auto it = usage_.begin(); it != usage_.end();) {
+      usages.push_back(it->second);
       if (!policy_->Has(it->first)) {
-        removed.push_back(it->second);
         usage_.erase(it++);
       } else {
         ++it;
       }
     }
   }
-  for (const auto& usage : removed) {
-    usage->EndStreams(absl::UnauthenticatedError(
-        "the principal was removed from the auth file"));
-  }
+  for (const auto& usage : usages) usage->RecheckStreams(policy);
 }
 
 }  // namespace xform::server

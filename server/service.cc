@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "server/acceptor.h"
@@ -101,14 +102,17 @@ grpc::ServerUnaryReactor* Serve(std::atomic<int>& calls, const WorldHost& host,
 // One write batch, Apply's or ApplyStream's, by `caller`: the frame it
 // lands in. Refused before anything applies when the caller lacks the write
 // role on its world or is over a write quota.
+// The world's name goes to `world`, once the request parses.
 absl::StatusOr<uint64_t> ApplyBatch(WorldHost& host, const Caller& caller,
-                                    const grpc::ByteBuffer& bytes) {
+                                    const grpc::ByteBuffer& bytes,
+                                    std::string* world_name = nullptr) {
   v1::ApplyRequest request;
   if (absl::Status parsed =
           ParseApplyRequest(bytes, host.limits().max_commands, &request);
       !parsed.ok()) {
     return parsed;
   }
+  if (world_name != nullptr) *world_name = request.world();
   absl::StatusOr<std::shared_ptr<HostedWorld>> world =
       WorldFor(host, caller, kWrite, request.world(), "Apply");
   if (!world.ok()) return world.status();
@@ -161,14 +165,14 @@ class ApplyStreamReactor final
       WorldHost& host, WriterRegistry& registry, std::atomic<int>& calls,
       Caller caller) {
     auto reactor = std::shared_ptr<ApplyStreamReactor>(
-        new ApplyStreamReactor(host, registry, calls, std::move(caller)));
-    // Counted against the principal's writers; ended should it be removed.
+        new ApplyStreamReactor(host, registry, calls, caller));
+    // Counted against the principal's writers; rechecked at each reload.
     absl::StatusOr<std::unique_ptr<Usage::Ticket>> ticket =
-        reactor->caller_.usage->Open(
-            Usage::Stream::kWriter, reactor->caller_.quotas(),
+        caller.usage->Open(
+            Usage::Stream::kWriter, caller,
             [weak = std::weak_ptr<ApplyStreamReactor>(reactor)](
-                const absl::Status& status) {
-              if (auto writer = weak.lock()) writer->End(status);
+                absl::StatusOr<Caller> now) {
+              if (auto writer = weak.lock()) writer->Recheck(std::move(now));
             });
     reactor->self_ = reactor;
     if (!ticket.ok()) {
@@ -187,18 +191,21 @@ class ApplyStreamReactor final
       return;
     }
     bool apply;
+    Caller caller;
     {
       absl::MutexLock lock(&mu_);
       apply = !ending_;  // Shutdown may have come while the batch was read.
       busy_ = apply;
+      caller = caller_;
     }
     if (!apply) {
       FinishWith(grpc::Status::OK);
       return;
     }
     const uint64_t index = batches_;
+    std::string world;
     const absl::StatusOr<uint64_t> frame =
-        ApplyBatch(host_, caller_, request_bytes_);
+        ApplyBatch(host_, caller, request_bytes_, &world);
     if (!frame.ok()) {
       FinishWith(ToGrpc(absl::Status(
           frame.status().code(),
@@ -207,6 +214,10 @@ class ApplyStreamReactor final
       return;
     }
     ++batches_;
+    {
+      absl::MutexLock lock(&mu_);
+      worlds_written_.insert(std::move(world));
+    }
     v1::ApplyResponse response;
     response.set_frame(*frame);
     SerializeResponse(response, &response_bytes_);
@@ -250,6 +261,26 @@ class ApplyStreamReactor final
     if (now) FinishWith(grpc::Status::OK);
   }
 
+  // A reload: ends the stream as End() does when its credentials are no
+  // longer taken, or its principal lost the write role on a world it wrote
+  // to; otherwise its later batches are checked against `caller`.
+  void Recheck(absl::StatusOr<Caller> caller) {
+    if (!caller.ok()) {
+      End(caller.status());
+      return;
+    }
+    absl::Status allowed;
+    {
+      absl::MutexLock lock(&mu_);
+      for (const std::string& world : worlds_written_) {
+        allowed = caller->Require(kWrite, world, "ApplyStream");
+        if (!allowed.ok()) break;
+      }
+      caller_ = *std::move(caller);
+    }
+    if (!allowed.ok()) End(allowed);
+  }
+
   void OnDone() override {
     registry_.Remove(this);
     self_.reset();  // May delete this: the last statement.
@@ -287,7 +318,6 @@ class ApplyStreamReactor final
   WorldHost& host_;
   WriterRegistry& registry_;
   const CallHold hold_;
-  const Caller caller_;
   std::unique_ptr<Usage::Ticket> ticket_;
   std::shared_ptr<ApplyStreamReactor> self_;
   grpc::ByteBuffer request_bytes_;
@@ -297,6 +327,10 @@ class ApplyStreamReactor final
   std::atomic<uint64_t> batches_ = 0;
 
   absl::Mutex mu_;
+  // Who the stream's batches are checked as: swapped by a reload.
+  Caller caller_ ABSL_GUARDED_BY(mu_);
+  // The worlds it has written to, for a reload to recheck.
+  absl::flat_hash_set<std::string> worlds_written_ ABSL_GUARDED_BY(mu_);
   bool busy_ ABSL_GUARDED_BY(mu_) = false;  // A batch read and not answered.
   bool ending_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
@@ -369,14 +403,15 @@ class SubscribeReactor final
         options.max_rate_hz > 0 || caller.quotas().has_bytes_out_per_second();
     reactor->self_ = reactor;
     *out = reactor.get();
-    // Counted against the principal's subscriptions; ended should it be
-    // removed.
+    // Counted against the principal's subscriptions; rechecked at each
+    // reload.
     absl::StatusOr<std::unique_ptr<Usage::Ticket>> ticket =
-        caller.usage->Open(Usage::Stream::kSubscription, caller.quotas(),
+        caller.usage->Open(Usage::Stream::kSubscription, caller,
                            [weak = std::weak_ptr<SubscribeReactor>(reactor)](
-                               const absl::Status& status) {
-                             if (auto stream = weak.lock())
-                               stream->RequestFinish(ToGrpc(status));
+                               absl::StatusOr<Caller> now) {
+                             if (auto stream = weak.lock()) {
+                               stream->Recheck(std::move(now));
+                             }
                            });
     if (!ticket.ok()) {
       reactor->RequestFinish(ToGrpc(ticket.status()));
@@ -395,6 +430,7 @@ class SubscribeReactor final
   // flight and a message is due, or has the pool make it (`make` is for the
   // pool's own call).
   void TrySend(absl::Time now, bool make = false) {
+    std::shared_ptr<const Principal> charged;  // Whose quota it is sent on.
     {
       absl::MutexLock lock(&mu_);
       if (make) making_ = false;
@@ -402,6 +438,9 @@ class SubscribeReactor final
       // Over its principal's bytes_out_per_second: the replicator folds
       // frames meanwhile, and the world's poller calls again within 5 ms.
       if (!caller_.usage->MaySend(caller_.quotas(), now)) return;
+      if (caller_.quotas().has_bytes_out_per_second()) {
+        charged = caller_.principal;
+      }
       bool must_make = false;
       update_ = make ? world_->replicator().Next(id_, now)
                      : world_->replicator().NextIfMade(id_, now, &must_make);
@@ -427,7 +466,9 @@ class SubscribeReactor final
     // The slice references the shared encoding and keeps it alive for as long
     // as gRPC holds the bytes, which may outlast this write.
     const absl::string_view bytes = update_->encoded();
-    caller_.usage->ChargeSent(caller_.quotas(), bytes.size(), now);
+    if (charged != nullptr) {
+      usage_->ChargeSent(charged->quotas, bytes.size(), now);
+    }
     world_->replicator().CountWritten(bytes.size());
     bytes_written_.fetch_add(bytes.size(), std::memory_order_relaxed);
     grpc::Slice slice(const_cast<char*>(bytes.data()), bytes.size(),
@@ -487,12 +528,30 @@ class SubscribeReactor final
     TrySend(absl::Now());
   }
 
+  // A reload: ends the stream when its credentials are no longer taken or
+  // its principal lost the read role on the world; otherwise it is sent on
+  // `caller`'s quotas from now on.
+  void Recheck(absl::StatusOr<Caller> caller) {
+    if (!caller.ok()) {
+      RequestFinish(ToGrpc(caller.status()));
+      return;
+    }
+    if (absl::Status allowed =
+            caller->Require(kRead, world_->name(), "Subscribe");
+        !allowed.ok()) {
+      RequestFinish(ToGrpc(allowed));
+      return;
+    }
+    absl::MutexLock lock(&mu_);
+    caller_ = *std::move(caller);
+  }
+
   // Its stream's part of ListSubscribers' entry (StreamSink::Describe).
   void Describe(absl::Time now, SubscriberInfo& info) {
     info.peer = peer_;
-    info.principal = caller_.name();
     info.bytes = bytes_written_.load(std::memory_order_relaxed);
     absl::MutexLock lock(&mu_);
+    info.principal = caller_.name();
     if (writing_) info.write_outstanding = now - write_started_;
   }
 
@@ -515,6 +574,7 @@ class SubscribeReactor final
         world_(std::move(world)),
         pool_(pool),
         hold_(calls),
+        usage_(caller.usage),
         caller_(caller) {}
 
   grpc::CallbackServerContext* const context_;
@@ -522,7 +582,8 @@ class SubscribeReactor final
   const std::shared_ptr<HostedWorld> world_;
   BuildPool& pool_;
   const CallHold hold_;
-  const Caller caller_;  // Whose bytes_out_per_second its messages take.
+  // Its principal's: the same through reloads (a principal by name).
+  const std::shared_ptr<Usage> usage_;
   std::unique_ptr<Usage::Ticket> ticket_;  // Set once, before it subscribes.
   std::shared_ptr<SubscribeReactor> self_;
   bool folds_by_choice_ = false;  // Set once, before any other thread sees it.
@@ -532,6 +593,8 @@ class SubscribeReactor final
   std::atomic<uint64_t> bytes_written_ = 0;
 
   absl::Mutex mu_;
+  // Whose bytes_out_per_second its messages take: swapped by a reload.
+  Caller caller_ ABSL_GUARDED_BY(mu_);
   // The message of the write in flight (perhaps shared with other streams),
   // and the buffer that carries its encoding.
   std::shared_ptr<const Outgoing> update_;
@@ -729,7 +792,7 @@ grpc::ServerUnaryReactor* XformService::Apply(
   if (!caller.ok()) return Done(context, caller.status());
   // An Apply in progress is a writer, as an ApplyStream is.
   absl::StatusOr<std::unique_ptr<Usage::Ticket>> writing =
-      caller->usage->Open(Usage::Stream::kWriter, caller->quotas(), nullptr);
+      caller->usage->Open(Usage::Stream::kWriter, *caller, nullptr);
   if (!writing.ok()) return Done(context, writing.status());
   absl::StatusOr<uint64_t> frame = ApplyBatch(host_, *caller, *bytes);
   if (!frame.ok()) return Done(context, frame.status());

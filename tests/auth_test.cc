@@ -580,5 +580,96 @@ TEST_F(AuthTest, ReloadEndsARemovedPrincipalsStreams) {
   kept.context->TryCancel();
 }
 
+// A reload rechecks every open stream: a rotated token (same principal,
+// new hash) ends its streams UNAUTHENTICATED, a withdrawn grant ends the
+// streams on that world PERMISSION_DENIED, each within a second and without
+// another batch sent; a principal the new file still allows goes on.
+// Before, only removing a principal's name ended anything: a rotated or
+// narrowed one's ApplyStream went on applying and its Subscribe receiving.
+TEST_F(AuthTest, ReloadRechecksEveryOpenStream) {
+  const auto policy = [](const std::string& temp_token,
+                         const std::string& narrowed_worlds) {
+    return Policy(absl::StrCat(
+        R"(, {"name": "temp", "token_sha256": ")", Sha256Hex(temp_token),
+        R"(", "grants": [{"roles": ["read", "write"], "worlds": ["scene-*"]}]},
+           {"name": "narrowed", "token_sha256": ")",
+        Sha256Hex("narrowed-token"),
+        R"(", "grants": [{"roles": ["read", "write"], "worlds": [")",
+        narrowed_worlds, R"("]}]})"));
+  };
+  gatekeeper_->Reload(policy("temp-token", "scene-*"));
+
+  struct Writer {
+    std::unique_ptr<grpc::ClientContext> context;
+    std::unique_ptr<grpc::ClientReaderWriter<v1::ApplyRequest,
+                                             v1::ApplyResponse>>
+        stream;
+  };
+  const auto open_writer = [&](absl::string_view token, EntityId entity) {
+    Writer writer;
+    writer.context = As(token);
+    writer.stream = stub_->ApplyStream(writer.context.get());
+    v1::ApplyRequest request;
+    request.set_world("scene-1");
+    request.set_end_frame(true);
+    request.add_commands()->mutable_create()->add_entity(entity);
+    v1::ApplyResponse response;
+    EXPECT_TRUE(writer.stream->Write(request));
+    EXPECT_TRUE(writer.stream->Read(&response)) << token;
+    return writer;
+  };
+  Writer rotated_writer = open_writer("temp-token", 100);
+  Writer narrowed_writer = open_writer("narrowed-token", 101);
+  OpenStream rotated = Subscribe("temp-token", "scene-1");
+  OpenStream narrowed = Subscribe("narrowed-token", "scene-1");
+  OpenStream kept = Subscribe("reader-token", "scene-1");
+  for (const OpenStream* open : {&rotated, &narrowed, &kept}) {
+    ASSERT_TRUE(open->status.ok()) << open->status.error_message();
+  }
+
+  const absl::Time reloaded = absl::Now();
+  gatekeeper_->Reload(policy("temp-token-2", "other-*"));
+  const auto ended = [](OpenStream& open) {
+    v1::FrameUpdate update;
+    while (open.reader->Read(&update)) {
+    }
+    return open.reader->Finish();
+  };
+  const auto writer_ended = [](Writer& writer) {
+    v1::ApplyResponse response;
+    while (writer.stream->Read(&response)) {
+    }
+    return writer.stream->Finish();
+  };
+  const grpc::Status rotated_status = ended(rotated);
+  const grpc::Status narrowed_status = ended(narrowed);
+  const grpc::Status rotated_writer_status = writer_ended(rotated_writer);
+  const grpc::Status narrowed_writer_status = writer_ended(narrowed_writer);
+  EXPECT_LT(absl::Now() - reloaded, absl::Seconds(1));
+  EXPECT_EQ(rotated_status.error_code(), StatusCode::UNAUTHENTICATED)
+      << rotated_status.error_message();
+  EXPECT_EQ(rotated_writer_status.error_code(), StatusCode::UNAUTHENTICATED)
+      << rotated_writer_status.error_message();
+  EXPECT_TRUE(absl::StrContains(rotated_writer_status.error_message(),
+                                "1 batches applied, none after"))
+      << rotated_writer_status.error_message();
+  EXPECT_EQ(narrowed_status.error_code(), StatusCode::PERMISSION_DENIED)
+      << narrowed_status.error_message();
+  EXPECT_EQ(narrowed_writer_status.error_code(), StatusCode::PERMISSION_DENIED)
+      << narrowed_writer_status.error_message();
+
+  // New calls: the old token is refused, the new one taken.
+  EXPECT_EQ(Call("GetWorld", "temp-token", "scene-1").error_code(),
+            StatusCode::UNAUTHENTICATED);
+  EXPECT_TRUE(Call("GetWorld", "temp-token-2", "scene-1").ok());
+  EXPECT_EQ(Apply("narrowed-token", "scene-1", {102}).error_code(),
+            StatusCode::PERMISSION_DENIED);
+  // The stream the new file still allows gets frames.
+  ASSERT_TRUE(Apply("admin-token", "scene-1", {42}).ok());
+  v1::FrameUpdate update;
+  EXPECT_TRUE(kept.reader->Read(&update));
+  kept.context->TryCancel();
+}
+
 }  // namespace
 }  // namespace xform::server
