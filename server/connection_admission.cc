@@ -46,6 +46,34 @@ std::string GrpcPeerName(const sockaddr_storage& address) {
   return "";
 }
 
+ConnectionsPerAddress::Client ClientOfPeer(absl::string_view grpc_peer) {
+  sockaddr_storage address{};
+  int fd = -1;
+  if (absl::ConsumePrefix(&grpc_peer, "fd:")) {
+    socklen_t length = sizeof(address);
+    if (!absl::SimpleAtoi(grpc_peer, &fd) || fd < 0 ||
+        getpeername(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+      return {};
+    }
+    return ConnectionsPerAddress::Client::Of(address);
+  }
+  // The host part: up to the port's colon, inside brackets for IPv6.
+  const bool v6 = absl::ConsumePrefix(&grpc_peer, "ipv6:[");
+  if (!v6 && !absl::ConsumePrefix(&grpc_peer, "ipv4:")) return {};
+  const size_t end = v6 ? grpc_peer.find_first_of("]%") : grpc_peer.rfind(':');
+  const std::string host(grpc_peer.substr(0, end));
+  if (v6) {
+    auto& in6 = reinterpret_cast<sockaddr_in6&>(address);
+    in6.sin6_family = AF_INET6;
+    if (inet_pton(AF_INET6, host.c_str(), &in6.sin6_addr) != 1) return {};
+  } else {
+    auto& in = reinterpret_cast<sockaddr_in&>(address);
+    in.sin_family = AF_INET;
+    if (inet_pton(AF_INET, host.c_str(), &in.sin_addr) != 1) return {};
+  }
+  return ConnectionsPerAddress::Client::Of(address);
+}
+
 std::string PeerAddress(absl::string_view grpc_peer) {
   int fd = -1;
   if (!absl::ConsumePrefix(&grpc_peer, "fd:") ||

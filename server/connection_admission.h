@@ -139,6 +139,12 @@ class ConnectionAdmission {
 // other families.
 std::string GrpcPeerName(const sockaddr_storage& address);
 
+// Which client (an IPv4 address, an IPv6 /64) the call's peer is, from
+// gRPC's name for it (ServerContext::peer()): "ipv4:...", "ipv6:[...]", or
+// "fd:12" for a connection an Acceptor handed over (one getpeername()).
+// Anything else is the one client Client::Of gives other families.
+ConnectionsPerAddress::Client ClientOfPeer(absl::string_view grpc_peer);
+
 // What to call a call's peer in logs and listings: gRPC's name for it
 // (ServerContext::peer()), but for a connection an Acceptor handed over,
 // which gRPC names by its descriptor ("fd:12"), the address at the other end

@@ -87,6 +87,8 @@ class XformService final : public RawXformService {
   void EndAllStreams(const absl::Status& status);
   // Calls in progress: streams open, unary calls being handled.
   int active_calls() const { return active_calls_.load(); }
+  // Who may do what (ServiceOptions::gatekeeper, or one open to all).
+  const std::shared_ptr<Gatekeeper>& gatekeeper() const { return gatekeeper_; }
 
  private:
   WorldHost& host_;

@@ -26,8 +26,6 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "grpcpp/ext/proto_server_reflection_plugin.h"
-#include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "server/acceptor.h"
@@ -37,7 +35,9 @@
 #include "server/demo.h"
 #include "server/gatekeeper.h"
 #include "server/grpc_listener_admission.h"
+#include "server/health_service.h"
 #include "server/log.h"
+#include "server/reflection_service.h"
 #include "server/service.h"
 #include "server/storage.h"
 #include "server/tls.h"
@@ -124,7 +124,14 @@ ABSL_FLAG(std::string, auth_file, "",
           "Empty: no access control, every caller may do anything");
 ABSL_FLAG(std::string, reflection, "auto",
           "Serve gRPC reflection: on, off, or auto (on without --auth_file, "
-          "off with it: reflection answers any caller)");
+          "off with it). With --auth_file it answers only principals with a "
+          "role on some world");
+ABSL_FLAG(int, max_health_watches_per_connection, 16,
+          "Most health Watch streams one connection may hold open (anyone "
+          "may open them, credentials or not)");
+ABSL_FLAG(int, max_health_watches_per_address, 1'024,
+          "Most health Watch streams one client address (IPv6: one /64) may "
+          "hold open over all its connections");
 ABSL_FLAG(std::string, data_dir, "",
           "Directory that makes worlds durable: each world's snapshot and "
           "journal (docs/durability.md). Empty: worlds live in memory only, "
@@ -218,6 +225,10 @@ std::vector<std::string> FlagErrors() {
         "--cut_off_penalty_ms must not be negative");
   check(absl::GetFlag(FLAGS_max_streams_per_connection) > 0,
         "--max_streams_per_connection must be at least 1");
+  check(absl::GetFlag(FLAGS_max_health_watches_per_connection) > 0,
+        "--max_health_watches_per_connection must be at least 1");
+  check(absl::GetFlag(FLAGS_max_health_watches_per_address) > 0,
+        "--max_health_watches_per_address must be at least 1");
   check(absl::GetFlag(FLAGS_tls_cert).empty() ==
             absl::GetFlag(FLAGS_tls_key).empty(),
         "--tls_cert and --tls_key go together");
@@ -350,10 +361,22 @@ int Main() {
   options.build_threads = absl::GetFlag(FLAGS_build_threads);
   XformService service(host, options);
 
-  grpc::EnableDefaultHealthCheckService(true);  // Open to all: probes.
-  const std::string reflection = absl::GetFlag(FLAGS_reflection);
-  if (reflection == "on" || (reflection == "auto" && auth_file.empty())) {
-    grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  HealthService health(
+      {.max_watches_per_connection =
+           absl::GetFlag(FLAGS_max_health_watches_per_connection),
+       .max_watches_per_address =
+           absl::GetFlag(FLAGS_max_health_watches_per_address)});
+  const auto set_serving = [&health](bool serving) {
+    health.SetServingStatus("", serving);
+    health.SetServingStatus(v1::Xform::service_full_name(), serving);
+  };
+  std::unique_ptr<ReflectionService> reflection;
+  if (const std::string mode = absl::GetFlag(FLAGS_reflection);
+      mode == "on" || (mode == "auto" && auth_file.empty())) {
+    reflection = std::make_unique<ReflectionService>(
+        std::vector<std::string>{v1::Xform::service_full_name(),
+                                 grpc::health::v1::Health::service_full_name()},
+        gatekeeper);
   }
   const std::string listen = absl::GetFlag(FLAGS_listen);
   grpc::ServerBuilder builder;
@@ -410,6 +433,8 @@ int Main() {
     }
   }
   builder.RegisterService(&service);
+  builder.RegisterService(&health);  // Open to all: probes.
+  if (reflection != nullptr) builder.RegisterService(reflection.get());
   if (const int max_calls =
           absl::GetFlag(FLAGS_max_calls_per_connection_per_second);
       max_calls > 0) {
@@ -442,17 +467,14 @@ int Main() {
   // SERVING on it.
   Log('I', "xformd listening on ", listen, " (port ",
       acceptor != nullptr ? acceptor->port() : tls_port, ")");
-  grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
   // NOT_SERVING (and every call UNAVAILABLE) until the worlds are back.
-  health->SetServingStatus(false);
-  health->SetServingStatus(v1::Xform::service_full_name(), false);
+  set_serving(false);
   if (absl::Status recovered = host.Recover(); !recovered.ok()) {
     Log('E', "recovery failed: ", recovered.message());
     server->Shutdown(absl::ToChronoTime(absl::Now()));
     return 1;
   }
-  health->SetServingStatus(true);
-  health->SetServingStatus(v1::Xform::service_full_name(), true);
+  set_serving(true);
   Log('I', "xformd serving on ", listen, " (port ",
       acceptor != nullptr ? acceptor->port() : tls_port, ", ",
       acceptor != nullptr ? "plaintext" : "TLS", "), default tick ",
@@ -485,8 +507,7 @@ int Main() {
     gatekeeper->Reload(*std::move(reloaded));
   }
   Log('I', "signal ", signal, " (", strsignal(signal), "): shutting down");
-  health->SetServingStatus(false);
-  health->SetServingStatus(v1::Xform::service_full_name(), false);
+  set_serving(false);
   if (acceptor != nullptr) acceptor->Stop();
   stop_demo.Notify();
   if (demo.joinable()) demo.join();

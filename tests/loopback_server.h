@@ -1,7 +1,7 @@
 // Copyright 2026 The xform Authors.
 //
-// A real xformd service (WorldHost + XformService, with gRPC health and
-// reflection) in the test's process, listening on 127.0.0.1 at a port the
+// A real xformd service (WorldHost + XformService, with xformd's health and
+// reflection services) in the test's process, listening on 127.0.0.1 at a port the
 // kernel picks. Tests talk to it over real loopback gRPC, as clients would.
 
 #ifndef XFORM_TESTS_LOOPBACK_SERVER_H_
@@ -11,11 +11,12 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
-#include "grpcpp/health_check_service_interface.h"
+#include "server/health_service.h"
+#include "server/reflection_service.h"
 #include "server/service.h"
 #include "server/transport.h"
 
@@ -28,18 +29,24 @@ class LoopbackServer {
   // `prepare` runs before the port opens: worlds a client must find already
   // there, whole, when it reconnects.
   bool Start(const Limits& limits, ServiceOptions options = {}, int port = 0,
-             std::function<void(WorldHost&)> prepare = nullptr) {
+             std::function<void(WorldHost&)> prepare = nullptr,
+             HealthOptions health_options = {}) {
     // Frames fan out over two threads, as on a 2-core xformd.
     host_ =
         std::make_unique<WorldHost>(limits, 60, nullptr, /*fanout_threads=*/2);
     if (prepare) prepare(*host_);
     service_ = std::make_unique<XformService>(*host_, options);
-    grpc::EnableDefaultHealthCheckService(true);
-    grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+    health_ = std::make_unique<HealthService>(health_options);
+    reflection_ = std::make_unique<ReflectionService>(
+        std::vector<std::string>{v1::Xform::service_full_name(),
+                                 grpc::health::v1::Health::service_full_name()},
+        service_->gatekeeper());
     grpc::ServerBuilder builder;
     builder.AddListeningPort(absl::StrCat("127.0.0.1:", port),
                              grpc::InsecureServerCredentials(), &port_);
     builder.RegisterService(service_.get());
+    builder.RegisterService(health_.get());
+    builder.RegisterService(reflection_.get());
     ConfigureTransport({.max_message_bytes = limits.max_message_bytes},
                        &builder);
     server_ = builder.BuildAndStart();
@@ -55,6 +62,8 @@ class LoopbackServer {
       server_->Wait();
     }
     server_.reset();
+    reflection_.reset();
+    health_.reset();
     service_.reset();
     host_.reset();
   }
@@ -63,12 +72,15 @@ class LoopbackServer {
 
   WorldHost& host() { return *host_; }
   grpc::Server& grpc_server() { return *server_; }
+  HealthService& health() { return *health_; }
   int port() const { return port_; }
   std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
 
  private:
   std::unique_ptr<WorldHost> host_;
   std::unique_ptr<XformService> service_;
+  std::unique_ptr<HealthService> health_;
+  std::unique_ptr<ReflectionService> reflection_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
 };

@@ -15,6 +15,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "server/access_policy.h"
@@ -254,6 +256,62 @@ TEST_F(SecurityProcessTest, SighupReloadRemovesAPrincipal) {
             std::string::npos);
   // No token ever reaches the log.
   EXPECT_EQ(xformd.Log().find("temp-token"), std::string::npos);
+}
+
+// With --auth_file, reflection is off unless asked for, off means off,
+// and on it answers only a principal with some role. Before, Debian's
+// libgrpc++_reflection answered anonymous callers in every mode: linking it
+// registered it.
+TEST_F(SecurityProcessTest, ReflectionIsOffOrUnderAccessControl) {
+  const std::string auth = File("auth-reflection.json");
+  Write(auth, absl::StrCat(
+                  R"({"principals": [{"name": "ops", "token_sha256": ")",
+                  xform::server::Sha256Hex("ops-token"),
+                  R"(", "grants": [{"roles": ["read"], "worlds": ["x-*"]}]},
+                  {"name": "idle", "token_sha256": ")",
+                  xform::server::Sha256Hex("idle-token"), R"("}]})"));
+  // list_services on a stream of its own: the first answer, or the status.
+  const auto list_services = [](const std::shared_ptr<grpc::Channel>& channel,
+                                const std::string& token) {
+    auto stub = grpc::reflection::v1alpha::ServerReflection::NewStub(channel);
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
+    auto stream = stub->ServerReflectionInfo(&context);
+    grpc::reflection::v1alpha::ServerReflectionRequest request;
+    request.set_list_services("");
+    grpc::reflection::v1alpha::ServerReflectionResponse response;
+    stream->Write(request);
+    if (stream->Read(&response)) {
+      context.TryCancel();
+      stream->Finish().IgnoreError();
+      return grpc::Status::OK;
+    }
+    return stream->Finish();
+  };
+  for (const char* mode : {"--reflection=off", "--reflection=auto"}) {
+    Xformd xformd({"--auth_file=" + auth, mode});
+    auto channel = xformd.Connect();
+    for (const char* token : {"", "ops-token"}) {
+      EXPECT_EQ(list_services(channel, token).error_code(),
+                grpc::StatusCode::UNIMPLEMENTED)
+          << mode << " " << token;
+    }
+  }
+  Xformd xformd({"--auth_file=" + auth, "--reflection=on"});
+  auto channel = xformd.Connect();
+  EXPECT_EQ(list_services(channel, "").error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(list_services(channel, "wrong-token").error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(list_services(channel, "idle-token").error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_TRUE(list_services(channel, "ops-token").ok());
+  // Health answers everyone, as probes need.
+  auto health = grpc::health::v1::Health::NewStub(channel);
+  grpc::ClientContext context;
+  grpc::health::v1::HealthCheckResponse response;
+  EXPECT_TRUE(health->Check(&context, {}, &response).ok());
 }
 
 // Plaintext on a non-loopback address is served, with a warning.

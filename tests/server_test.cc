@@ -21,10 +21,10 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "google/protobuf/descriptor.pb.h"
+#include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
-#include "grpcpp/health_check_service_interface.h"
 #include "gtest/gtest.h"
 #include "server/service.h"
 #include "tests/loopback_server.h"
@@ -35,7 +35,6 @@
 #include "xform/v1/wire.h"
 #include "xform/v1/xform.grpc.pb.h"
 #include "xform/world.h"
-#include "xform_test/reflection.pb.h"
 
 namespace xform::server {
 namespace {
@@ -942,68 +941,140 @@ TEST_F(ServerTest, DeletingAWorldEndsItsStreams) {
 
 TEST_F(ServerTest, HealthAndReflectionAnswer) {
   auto channel = NewChannel();
-  server_.grpc_server().GetHealthCheckService()->SetServingStatus(true);
+  server_.health().SetServingStatus("", true);
+  auto health = grpc::health::v1::Health::NewStub(channel);
+  using grpc::health::v1::HealthCheckResponse;
   {
-    auto health = grpc::health::v1::Health::NewStub(channel);
     grpc::ClientContext context;
     grpc::health::v1::HealthCheckRequest request;
-    grpc::health::v1::HealthCheckResponse response;
+    HealthCheckResponse response;
     ASSERT_TRUE(health->Check(&context, request, &response).ok());
-    EXPECT_EQ(response.status(),
-              grpc::health::v1::HealthCheckResponse::SERVING);
+    EXPECT_EQ(response.status(), HealthCheckResponse::SERVING);
+    grpc::ClientContext unknown;
+    request.set_service("no.such.Service");
+    EXPECT_EQ(health->Check(&unknown, request, &response).error_code(),
+              grpc::StatusCode::NOT_FOUND);
   }
   {
-    // One list_services exchange on the real reflection method, over a
-    // generic call (see tests/proto/xform_test/reflection.proto).
-    grpc::GenericStub generic(channel);
-    grpc::CompletionQueue cq;
+    // Watch: the status now, then each change.
     grpc::ClientContext context;
-    void* tag = nullptr;
-    bool ok = false;
-    const auto step = [&](int expected) {
-      EXPECT_TRUE(cq.Next(&tag, &ok));
-      EXPECT_EQ(tag, reinterpret_cast<void*>(expected));
-      return ok;
-    };
-    auto call = generic.PrepareCall(
-        &context,
-        "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
-    call->StartCall(reinterpret_cast<void*>(1));
-    ASSERT_TRUE(step(1));
-    xform_test::reflection::ServerReflectionRequest request;
-    request.set_list_services("");
-    const std::string bytes = request.SerializeAsString();
-    grpc::Slice slice(bytes);
-    grpc::ByteBuffer out(&slice, 1);
-    call->Write(out, reinterpret_cast<void*>(2));
-    ASSERT_TRUE(step(2));
-    grpc::ByteBuffer in;
-    call->Read(&in, reinterpret_cast<void*>(3));
-    ASSERT_TRUE(step(3));
-    std::vector<grpc::Slice> slices;
-    ASSERT_TRUE(in.Dump(&slices).ok());
-    std::string received;
-    for (const grpc::Slice& s : slices) {
-      received.append(reinterpret_cast<const char*>(s.begin()), s.size());
-    }
-    xform_test::reflection::ServerReflectionResponse response;
-    ASSERT_TRUE(response.ParseFromString(received));
-    std::set<std::string> services;
-    for (const auto& s : response.list_services_response().service()) {
-      services.insert(s.name());
-    }
-    EXPECT_TRUE(services.count("xform.v1.Xform"));
-    EXPECT_TRUE(services.count("grpc.health.v1.Health"));
-    call->WritesDone(reinterpret_cast<void*>(4));
-    step(4);
-    grpc::Status status;
-    call->Finish(&status, reinterpret_cast<void*>(5));
-    step(5);
-    EXPECT_TRUE(status.ok()) << status.error_message();
-    cq.Shutdown();
-    while (cq.Next(&tag, &ok)) {
-    }
+    grpc::health::v1::HealthCheckRequest request;
+    request.set_service("xform.v1.Xform");
+    auto watch = health->Watch(&context, request);
+    HealthCheckResponse response;
+    ASSERT_TRUE(watch->Read(&response));
+    EXPECT_EQ(response.status(), HealthCheckResponse::SERVICE_UNKNOWN);
+    server_.health().SetServingStatus("xform.v1.Xform", true);
+    ASSERT_TRUE(watch->Read(&response));
+    EXPECT_EQ(response.status(), HealthCheckResponse::SERVING);
+    server_.health().SetServingStatus("xform.v1.Xform", false);
+    ASSERT_TRUE(watch->Read(&response));
+    EXPECT_EQ(response.status(), HealthCheckResponse::NOT_SERVING);
+    context.TryCancel();
   }
+  {
+    using grpc::reflection::v1alpha::ServerReflectionRequest;
+    using grpc::reflection::v1alpha::ServerReflectionResponse;
+    auto reflection =
+        grpc::reflection::v1alpha::ServerReflection::NewStub(channel);
+    grpc::ClientContext context;
+    auto stream = reflection->ServerReflectionInfo(&context);
+    ServerReflectionRequest request;
+    ServerReflectionResponse response;
+    request.set_list_services("");
+    ASSERT_TRUE(stream->Write(request));
+    ASSERT_TRUE(stream->Read(&response));
+    std::set<std::string> services;
+    for (const auto& service : response.list_services_response().service()) {
+      services.insert(service.name());
+    }
+    EXPECT_EQ(services, (std::set<std::string>{
+                            "xform.v1.Xform", "grpc.health.v1.Health",
+                            "grpc.reflection.v1alpha.ServerReflection"}));
+    // A method's file, with what it imports, each as a FileDescriptorProto.
+    request.set_file_containing_symbol("xform.v1.Xform.Subscribe");
+    ASSERT_TRUE(stream->Write(request));
+    ASSERT_TRUE(stream->Read(&response));
+    ASSERT_GE(response.file_descriptor_response().file_descriptor_proto_size(),
+              1);
+    google::protobuf::FileDescriptorProto file;
+    ASSERT_TRUE(file.ParseFromString(
+        response.file_descriptor_response().file_descriptor_proto(0)));
+    EXPECT_EQ(file.name(), "xform/v1/xform.proto");
+    EXPECT_EQ(file.service(0).name(), "Xform");
+    // Not found, or not one of the services' files: an error, and the
+    // stream goes on.
+    for (const char* symbol : {"no.Such", "xform.config.AuthFile"}) {
+      request.set_file_containing_symbol(symbol);
+      ASSERT_TRUE(stream->Write(request));
+      ASSERT_TRUE(stream->Read(&response));
+      EXPECT_EQ(response.error_response().error_code(),
+                grpc::StatusCode::NOT_FOUND)
+          << symbol;
+    }
+    stream->WritesDone();
+    EXPECT_TRUE(stream->Finish().ok());
+  }
+}
+
+// Anyone may open health Watch streams, so each connection and each address
+// may hold only so many: past either, RESOURCE_EXHAUSTED naming the limit,
+// and the connection's other calls go on. Before, only connections x
+// --max_streams_per_connection bounded them (8,000 on 8 connections: 130
+// MB).
+TEST_F(ServerTest, HealthWatchesAreBoundedPerConnectionAndAddress) {
+  server_.Stop();
+  ASSERT_TRUE(server_.Start(Limits{}, {}, 0, nullptr,
+                            {.max_watches_per_connection = 3,
+                             .max_watches_per_address = 5}));
+  port_ = server_.port();
+  server_.health().SetServingStatus("", true);
+  struct Watch {
+    std::unique_ptr<grpc::ClientContext> context;
+    std::unique_ptr<grpc::ClientReader<grpc::health::v1::HealthCheckResponse>>
+        reader;
+  };
+  // The first message's status: OK when the stream was taken.
+  const auto watch = [](grpc::health::v1::Health::Stub& stub,
+                        std::vector<Watch>& open) {
+    Watch w{std::make_unique<grpc::ClientContext>(), nullptr};
+    w.reader = stub.Watch(w.context.get(), {});
+    grpc::health::v1::HealthCheckResponse response;
+    if (!w.reader->Read(&response)) return w.reader->Finish();
+    open.push_back(std::move(w));
+    return grpc::Status::OK;
+  };
+  auto first = NewChannel(), second = NewChannel();
+  auto on_first = grpc::health::v1::Health::NewStub(first);
+  auto on_second = grpc::health::v1::Health::NewStub(second);
+  std::vector<Watch> open;
+  for (int k = 0; k < 3; ++k) ASSERT_TRUE(watch(*on_first, open).ok()) << k;
+  const grpc::Status per_connection = watch(*on_first, open);
+  EXPECT_EQ(per_connection.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_TRUE(absl::StrContains(per_connection.error_message(),
+                                "--max_health_watches_per_connection"))
+      << per_connection.error_message();
+  for (int k = 0; k < 2; ++k) ASSERT_TRUE(watch(*on_second, open).ok()) << k;
+  const grpc::Status per_address = watch(*on_second, open);
+  EXPECT_EQ(per_address.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_TRUE(absl::StrContains(per_address.error_message(),
+                                "--max_health_watches_per_address"))
+      << per_address.error_message();
+  EXPECT_EQ(server_.health().watches(), 5);
+  // Checks go on, and a watch that ends gives its place back.
+  {
+    grpc::ClientContext context;
+    grpc::health::v1::HealthCheckResponse response;
+    EXPECT_TRUE(on_first->Check(&context, {}, &response).ok());
+  }
+  open.front().context->TryCancel();
+  open.front().reader->Finish().IgnoreError();
+  for (absl::Time deadline = absl::Now() + absl::Seconds(10);
+       server_.health().watches() > 4 && absl::Now() < deadline;) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_TRUE(watch(*on_first, open).ok());
+  for (Watch& w : open) w.context->TryCancel();
 }
 
 // A batch setting the same local on `entities`, publishing a frame.
