@@ -11,18 +11,58 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
 namespace xform::server {
 
+// `text` as one log line may hold it: C0 control characters (newlines
+// among them), DEL and the backslash as \xNN, \\; and the UTF-8 forms of
+// the C1 controls and the Unicode line and paragraph separators as \u{N},
+// since some terminals and log viewers act on those too. Other UTF-8 stays.
+// Every line Log writes goes through it, because lines carry what clients
+// sent (world names, client ids, peer and certificate names, in statuses
+// too): a name holding a newline could otherwise write a line of its own,
+// "world 'secret' deleted by principal 'ops'" say.
+inline std::string EscapeForLog(absl::string_view text) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    const auto next = [&](size_t k) {
+      return i + k < text.size() ? static_cast<unsigned char>(text[i + k]) : 0;
+    };
+    if (byte < 0x20 || byte == 0x7f) {
+      out += "\\x";
+      out += kHex[byte >> 4];
+      out += kHex[byte & 15];
+    } else if (byte == '\\') {
+      out += "\\\\";
+    } else if (byte == 0xc2 && next(1) >= 0x80 && next(1) <= 0x9f) {
+      absl::StrAppend(&out, "\\u{", absl::Hex(next(1)), "}");  // C1.
+      ++i;
+    } else if (byte == 0xe2 && next(1) == 0x80 &&
+               (next(2) == 0xa8 || next(2) == 0xa9)) {
+      absl::StrAppend(&out, "\\u{", absl::Hex(0x2000 | (next(2) & 0x3f)), "}");
+      i += 2;
+    } else {
+      out += static_cast<char>(byte);
+    }
+  }
+  return out;
+}
+
+// Writes "<time> <severity> <args...>" as one line, escaped (EscapeForLog).
 template <typename... Args>
 void Log(char severity, const Args&... args) {
   const std::string line =
       absl::StrCat(absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(),
                                     absl::UTCTimeZone()),
-                   " ", std::string(1, severity), " ", args..., "\n");
+                   " ", std::string(1, severity), " ",
+                   EscapeForLog(absl::StrCat(args...)), "\n");
   std::fputs(line.c_str(), stderr);
 }
 

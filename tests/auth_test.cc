@@ -21,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "server/access_policy.h"
 #include "server/gatekeeper.h"
+#include "server/log.h"
 #include "server/token_bucket.h"
 #include "tests/loopback_server.h"
 #include "xform/v1/xform.grpc.pb.h"
@@ -450,6 +451,42 @@ TEST_F(AuthTest, RefusalsAreLoggedAtMostOnceASecondEach) {
   EXPECT_FALSE(absl::StrContains(lines[0], "reader-token")) << lines[0];
 }
 
+// A world name is the client's: one holding a newline must not write a log
+// line of its own. Before, an anonymous Read of such a name wrote
+// "... I world 'secret' deleted by principal 'ops'" as a line.
+TEST_F(AuthTest, ClientStringsCannotForgeLogLines) {
+  gatekeeper_->Reload(
+      Policy(R"(, {"name": "forger", "token_sha256": "$temp"})"));
+  const std::string forged =
+      "2026-12-01T00:00:00.000Z I world 'secret' deleted by principal 'ops'";
+  const std::string name = absl::StrCat("x'\n", forged, "\r\x1b[2J\\");
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(Call("Read", "temp-token", name).error_code(),
+            StatusCode::PERMISSION_DENIED);
+  const std::string log = testing::internal::GetCapturedStderr();
+  bool refused = false;
+  for (absl::string_view line : absl::StrSplit(log, '\n')) {
+    EXPECT_FALSE(absl::StartsWith(line, forged)) << log;
+    EXPECT_FALSE(absl::StrContains(line, "\x1b")) << log;
+    refused |=
+        absl::StrContains(line, "principal 'forger' lacks the read role");
+  }
+  EXPECT_TRUE(refused) << log;
+  EXPECT_TRUE(absl::StrContains(
+      log, absl::StrCat("x'\\x0a", forged, "\\x0d\\x1b[2J\\\\")))
+      << log;
+}
+
+TEST(EscapeForLogTest, EscapesWhatEndsOrRewritesALine) {
+  EXPECT_EQ(EscapeForLog("plain 'name' - ok"), "plain 'name' - ok");
+  EXPECT_EQ(EscapeForLog("a\nb\tc\x7f\\"), "a\\x0ab\\x09c\\x7f\\\\");
+  EXPECT_EQ(EscapeForLog(std::string("nul\0", 4)), "nul\\x00");
+  // C1 controls (NEL), the line separator; other UTF-8 untouched.
+  EXPECT_EQ(EscapeForLog("\xc2\x85|\xe2\x80\xa8|\xc3\xa9\xe4\xb8\x96"),
+            "\\u{85}|\\u{2028}|\xc3\xa9\xe4\xb8\x96");
+  EXPECT_EQ(EscapeForLog("\xc2"), "\xc2");  // Cut short: left as it is.
+}
+
 // Every call takes a token, refused before any work of its own; another
 // principal is not held to it.
 TEST_F(AuthTest, CallRate) {
@@ -601,8 +638,8 @@ TEST_F(AuthTest, ReloadRechecksEveryOpenStream) {
 
   struct Writer {
     std::unique_ptr<grpc::ClientContext> context;
-    std::unique_ptr<grpc::ClientReaderWriter<v1::ApplyRequest,
-                                             v1::ApplyResponse>>
+    std::unique_ptr<
+        grpc::ClientReaderWriter<v1::ApplyRequest, v1::ApplyResponse>>
         stream;
   };
   const auto open_writer = [&](absl::string_view token, EntityId entity) {
