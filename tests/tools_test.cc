@@ -20,6 +20,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "server/access_policy.h"
+#include "server/gatekeeper.h"
 #include "tests/loopback_server.h"
 
 namespace xform {
@@ -352,6 +354,51 @@ TEST_F(ToolsTest, XformLoadDrivenFramesAreOneBatchEach) {
 }
 
 // A limit out of range is a usage error naming the flag, not clamped.
+// Every tool takes its token from a file, so that it is not on a command
+// line any local user can read (/proc/PID/cmdline); its first line, as
+// `xformctl auth hash-token` hashes it.
+TEST(ToolsTokenTest, ToolsTakeTheirTokenFromAFile) {
+  auto policy = server::AccessPolicy::Parse(absl::StrCat(
+      R"({"principals": [{"name": "ops", "token_sha256": ")",
+      server::Sha256Hex("ops-secret"),
+      R"(", "grants": [{"roles": ["admin"], "worlds": ["*"]}]}]})"));
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  server::LoopbackServer server;
+  ASSERT_TRUE(server.Start(
+      {}, {.gatekeeper = std::make_shared<server::Gatekeeper>(*policy)}));
+  const std::string token_file =
+      absl::StrCat(testing::TempDir(), "/tools_test_token_", getpid());
+  std::ofstream(token_file) << "ops-secret\r\nnext line\n";
+  const std::string empty_file = token_file + ".empty";
+  std::ofstream(empty_file).flush();
+  const auto ctl = [&](const std::string& flags) {
+    return RunShell(absl::StrCat(XFORMCTL_PATH, " --server=", server.address(),
+                                 " ", flags, " worlds create w --mode=driven"));
+  };
+  const Ran made = ctl("--token_file=" + token_file);
+  EXPECT_EQ(made.exit_code, 0) << made.err;
+  const Ran anonymous = ctl("");
+  EXPECT_EQ(anonymous.exit_code, 1);
+  EXPECT_THAT(anonymous.err, HasSubstr("UNAUTHENTICATED"));
+  for (const std::string& flags :
+       {std::string("--token_file=/no/such/file"), "--token_file=" + empty_file,
+        "--token=ops-secret --token_file=" + token_file}) {
+    const Ran bad = ctl(flags);
+    EXPECT_EQ(bad.exit_code, 2) << flags << ": " << bad.err;
+    EXPECT_THAT(bad.err, HasSubstr("--token")) << flags;
+  }
+  const Ran loaded = RunShell(
+      absl::StrCat(XFORM_LOAD_PATH, " --server=", server.address(),
+                   " --token_file=", token_file,
+                   " --world=load --entities=100 --move=10 --subscribers=1"
+                   " --seconds=1"));
+  EXPECT_EQ(loaded.exit_code, 0) << loaded.err;
+  const Ran web = RunShell(absl::StrCat(
+      XFORM_WEB_PATH, " --listen=127.0.0.1:0 --token_file=/no/such/file"));
+  EXPECT_EQ(web.exit_code, 2) << web.err;
+  EXPECT_THAT(web.err, HasSubstr("--token_file"));
+}
+
 TEST(XformWebTest, FlagsOutOfRangeAreAUsageError) {
   for (const std::string flag :
        {"--threads=0", "--threads=65", "--max_tabs=0", "--max_inbound_bytes=8",

@@ -11,9 +11,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
+ABSL_FLAG(std::string, token_file, "",
+          "File holding the bearer token (a principal of xformd's "
+          "--auth_file) on its first line, sent as \"authorization: Bearer "
+          "<token>\"");
 ABSL_FLAG(std::string, token, "",
-          "Bearer token, sent as \"authorization: Bearer <token>\" (a "
-          "principal of xformd's --auth_file)");
+          "The bearer token itself. Any local user can read it from "
+          "/proc/PID/cmdline: prefer --token_file");
 ABSL_FLAG(std::string, tls_ca, "",
           "PEM file of root certificates: talk TLS, verifying the server "
           "with these");
@@ -34,6 +38,7 @@ ABSL_FLAG(float, precision, 0,
           "default, 0.001)");
 
 namespace xform::tools {
+
 namespace {
 
 absl::StatusOr<std::string> ReadPem(const std::string& path, const char* flag) {
@@ -47,10 +52,35 @@ absl::StatusOr<std::string> ReadPem(const std::string& path, const char* flag) {
   return pem.str();
 }
 
+// --token_file's token, else --token's.
+absl::StatusOr<std::string> TokenFlags() {
+  const std::string path = absl::GetFlag(FLAGS_token_file);
+  if (path.empty()) return absl::GetFlag(FLAGS_token);
+  if (!absl::GetFlag(FLAGS_token).empty()) {
+    return absl::InvalidArgumentError("--token and --token_file: give one");
+  }
+  std::ifstream file(path, std::ios::binary);
+  if (!file) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read --token_file=", path));
+  }
+  // Its first line, as `xformctl auth hash-token < FILE` hashes it.
+  std::string token;
+  std::getline(file, token);
+  if (!token.empty() && token.back() == '\r') token.pop_back();
+  if (token.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--token_file=", path, " is empty"));
+  }
+  return token;
+}
+
 }  // namespace
 
 absl::Status ApplyClientFlags(ClientOptions* options) {
-  options->token = absl::GetFlag(FLAGS_token);
+  absl::StatusOr<std::string> token = TokenFlags();
+  if (!token.ok()) return token.status();
+  options->token = *std::move(token);
   options->tls_server_name = absl::GetFlag(FLAGS_tls_server_name);
   const std::string cert = absl::GetFlag(FLAGS_tls_cert);
   const std::string key = absl::GetFlag(FLAGS_tls_key);

@@ -1,7 +1,8 @@
 // Copyright 2026 The xform Authors.
 //
 // The flags every tool that talks to xformd takes to reach it securely
-// (--token, --tls_ca, --tls_cert, --tls_key, --tls_server_name), in one
+// (--token_file or --token, --tls_ca, --tls_cert, --tls_key,
+// --tls_server_name), in one
 // place, and their reading into ClientOptions; and the flags of every tool
 // that subscribes (--encoding, --precision), read into MirrorOptions.
 
@@ -17,9 +18,10 @@
 
 namespace xform::tools {
 
-// Fills `options`' token and TLS fields from the flags, reading the PEM
-// files they name; INVALID_ARGUMENT naming a flag whose file is unreadable,
-// or --tls_cert without --tls_key.
+// Fills `options`' token and TLS fields from the flags, reading the token
+// and PEM files they name; INVALID_ARGUMENT naming a flag whose file is
+// unreadable (or, for --token_file, empty), --token with --token_file, or
+// --tls_cert without --tls_key.
 absl::Status ApplyClientFlags(ClientOptions* options);
 
 // The encodings --encoding names (raw or compact, or a list a,b for a

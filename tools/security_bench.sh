@@ -19,6 +19,7 @@ pid=
 
 bash "$here/../tests/make_test_certs.sh" "$out/certs" >/dev/null
 token=bench-token
+echo "$token" >"$out/load.token"
 cat >"$out/auth.json" <<JSON
 {"principals": [{"name": "load",
   "tokenSha256": "$($build/tools/xformctl auth hash-token <<<"$token")",
@@ -55,7 +56,7 @@ for round in $(seq "$rounds"); do
   stop
   start secure.log --auth_file="$out/auth.json" \
     --tls_cert="$out/certs/server.pem" --tls_key="$out/certs/server.key"
-  run "round $round: TLS + auth" --token="$token" \
+  run "round $round: TLS + auth" --token_file="$out/load.token" \
     --tls_ca="$out/certs/ca.pem" --tls_server_name=xformd.test
   stop
 done

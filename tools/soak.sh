@@ -38,7 +38,9 @@ if [[ $mode == secure ]]; then
   bash tests/make_test_certs.sh "$out/certs" >/dev/null
   tls=(--tls_ca="$out/certs/ca.pem" --tls_server_name=xformd.test)
   hash() { "$build/tools/xformctl" auth hash-token <<<"$1"; }
-  echo soak-hostile-token >"$out/hostile.token"
+  for name in load viewer hostile; do
+    echo "soak-$name-token" >"$out/$name.token"
+  done
   cat >"$out/auth.json" <<JSON
 {"principals": [
   {"name": "load", "tokenSha256": "$(hash soak-load-token)",
@@ -53,8 +55,8 @@ JSON
   server_flags=(--tls_cert="$out/certs/server.pem"
     --tls_key="$out/certs/server.key" --auth_file="$out/auth.json"
     --data_dir="$out/data")
-  load_flags=("${tls[@]}" --token=soak-load-token)
-  watch_flags=("${tls[@]}" --token=soak-viewer-token)
+  load_flags=("${tls[@]}" --token_file="$out/load.token")
+  watch_flags=("${tls[@]}" --token_file="$out/viewer.token")
   hostile_flags=(--tls_ca="$out/certs/ca.pem" --tls_server_name=xformd.test
     --token_file="$out/hostile.token")
 elif [[ $mode != plain ]]; then

@@ -515,7 +515,7 @@ void PrintUsage(FILE* out, absl::string_view only) {
   std::fprintf(
       out,
       "\nEvery command: --server=HOST:PORT (127.0.0.1:50051) "
-      "--json --token=T --tls_ca=FILE [--tls_cert=FILE --tls_key=FILE] "
+      "--json --token_file=FILE --tls_ca=FILE [--tls_cert=FILE --tls_key=FILE] "
       "[--tls_server_name=NAME] --timeout_s=S\n"
       "Help for one command: xformctl COMMAND --help\n");
 }

@@ -50,7 +50,8 @@ void OnSignal(int signal) { stop_signal = signal; }
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "xform-web --server=HOST:PORT [--listen=127.0.0.1:8080] [--token=...] "
+      "xform-web --server=HOST:PORT [--listen=127.0.0.1:8080] "
+      "[--token_file=FILE] "
       "[--tls_ca=...]: a live view of xformd's worlds in a browser");
   absl::ParseCommandLine(argc, argv);
   xform::internal::UseReleaseMutexes();
