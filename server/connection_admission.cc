@@ -189,8 +189,18 @@ bool ConnectionAdmission::StillOpen(int fd) const {
   return per_address_.StillOpen(fd);
 }
 
+void ConnectionAdmission::CutOffPeer(absl::string_view grpc_peer,
+                                     absl::Duration penalty,
+                                     absl::string_view why) {
+  if (const std::optional<Connection> connection = Find(grpc_peer)) {
+    CutOff(connection->fd, why, grpc_peer, penalty);
+  }
+}
+
 void ConnectionAdmission::CutOff(int fd, absl::string_view why,
-                                 absl::string_view grpc_peer) {
+                                 absl::string_view grpc_peer,
+                                 std::optional<absl::Duration> penalty) {
+  const absl::Duration refused_for = penalty.value_or(cut_off_penalty_);
   sockaddr_storage peer{};
   socklen_t length = sizeof(peer);
   if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &length) != 0) {
@@ -211,12 +221,12 @@ void ConnectionAdmission::CutOff(int fd, absl::string_view why,
       absl::erase_if(penalized_,
                      [now](const auto& entry) { return entry.second <= now; });
     }
-    penalized_[ConnectionsPerAddress::Client::Of(peer)] =
-        now + cut_off_penalty_;
+    absl::Time& until = penalized_[ConnectionsPerAddress::Client::Of(peer)];
+    until = std::max(until, now + refused_for);
   }
   shutdown(fd, SHUT_RDWR);
   Log('W', "connection from ", name, " cut off: ", why,
-      "; its address is refused for ", absl::FormatDuration(cut_off_penalty_));
+      "; its address is refused for ", absl::FormatDuration(refused_for));
 }
 
 }  // namespace xform::server

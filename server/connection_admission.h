@@ -81,11 +81,16 @@ class ConnectionAdmission {
   bool Admit(int fd, const sockaddr_storage& peer);
 
   // Ends the connection `fd` (a shutdown(): gRPC sees it close and cleans
-  // up) and refuses its address's new connections for `cut_off_penalty`,
-  // so that reconnecting does not start over at once; logs it with `why`.
+  // up) and refuses its address's new connections for `penalty` (else
+  // `cut_off_penalty`; an address already refused for longer stays so), so
+  // that reconnecting does not start over at once; logs it with `why`.
   // Once per connection. With `grpc_peer` (a name Find took), only if `fd`
   // is still that peer's. Any thread.
-  void CutOff(int fd, absl::string_view why, absl::string_view grpc_peer = "");
+  void CutOff(int fd, absl::string_view why, absl::string_view grpc_peer = "",
+              std::optional<absl::Duration> penalty = std::nullopt);
+  // CutOff of the connection gRPC calls `grpc_peer`, if it was admitted.
+  void CutOffPeer(absl::string_view grpc_peer, absl::Duration penalty,
+                  absl::string_view why);
 
   // An admitted connection: its descriptor, and which admission of that
   // descriptor number it is (a serial never reused), since gRPC does not

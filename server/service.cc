@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "server/acceptor.h"
 #include "server/log.h"
+#include "server/refusal_guard.h"
 #include "server/request_reader.h"
 #include "xform/subscriber_info.h"
 #include "xform/v1/wire.h"
@@ -75,28 +76,53 @@ grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context,
   return reactor;
 }
 
+// Counts a call that ended with `status` against its caller (`caller`, or
+// null before it was known) when it was refused (see refusal_guard.h).
+void NoteRefusal(RefusalGuard* refusals,
+                 const grpc::CallbackServerContext& context,
+                 const absl::Status& status, const Caller* caller,
+                 size_t request_bytes) {
+  if (refusals == nullptr || !RefusalGuard::IsRefusal(status.code())) return;
+  const bool credited =
+      caller != nullptr && caller->credential->kind != Credential::Kind::kNone;
+  refusals->Refused(credited ? absl::string_view(caller->name()) : "",
+                    context.peer(), request_bytes, absl::Now());
+}
+
+// Done, once the refusal (if it is one) is counted.
+grpc::ServerUnaryReactor* Done(RefusalGuard* refusals,
+                               grpc::CallbackServerContext* context,
+                               const absl::Status& status, const Caller* caller,
+                               size_t request_bytes) {
+  NoteRefusal(refusals, *context, status, caller, request_bytes);
+  return Done(context, status);
+}
+
 // A unary call: parse (or refuse) the request, handle it, answer.
 // The handler runs inline, so the call is counted until it has answered.
 // The caller is authenticated first; the handler checks its role.
 template <typename Request, typename Response, typename Handler>
 grpc::ServerUnaryReactor* Serve(std::atomic<int>& calls, const WorldHost& host,
-                                Gatekeeper& gatekeeper,
+                                Gatekeeper& gatekeeper, RefusalGuard* refusals,
                                 absl::string_view method,
                                 grpc::CallbackServerContext* context,
                                 const grpc::ByteBuffer* bytes,
                                 grpc::ByteBuffer* response_bytes,
                                 Handler&& handle) {
   const CallHold hold(calls);
+  const size_t request_bytes = bytes->Length();
   absl::StatusOr<Caller> caller = Admit(host, gatekeeper, *context, method);
-  if (!caller.ok()) return Done(context, caller.status());
+  if (!caller.ok()) {
+    return Done(refusals, context, caller.status(), nullptr, request_bytes);
+  }
   Request request;
   if (absl::Status parsed = ParseRequest(*bytes, &request); !parsed.ok()) {
-    return Done(context, parsed);
+    return Done(refusals, context, parsed, &*caller, request_bytes);
   }
   Response response;
   const absl::Status status = handle(*caller, request, &response);
   if (status.ok()) SerializeResponse(response, response_bytes);
-  return Done(context, status);
+  return Done(refusals, context, status, &*caller, request_bytes);
 }
 
 // One write batch, Apply's or ApplyStream's, by `caller`: the frame it
@@ -162,18 +188,19 @@ class ApplyStreamReactor final
  public:
   // Starts the stream; the reactor owns itself until OnDone().
   static grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Start(
-      WorldHost& host, WriterRegistry& registry, std::atomic<int>& calls,
+      grpc::CallbackServerContext* context, WorldHost& host,
+      WriterRegistry& registry, RefusalGuard* refusals, std::atomic<int>& calls,
       Caller caller) {
-    auto reactor = std::shared_ptr<ApplyStreamReactor>(
-        new ApplyStreamReactor(host, registry, calls, caller));
+    auto reactor = std::shared_ptr<ApplyStreamReactor>(new ApplyStreamReactor(
+        context, host, registry, refusals, calls, caller));
     // Counted against the principal's writers; rechecked at each reload.
     absl::StatusOr<std::unique_ptr<Usage::Ticket>> ticket =
-        caller.usage->Open(
-            Usage::Stream::kWriter, caller,
-            [weak = std::weak_ptr<ApplyStreamReactor>(reactor)](
-                absl::StatusOr<Caller> now) {
-              if (auto writer = weak.lock()) writer->Recheck(std::move(now));
-            });
+        caller.usage->Open(Usage::Stream::kWriter, caller,
+                           [weak = std::weak_ptr<ApplyStreamReactor>(reactor)](
+                               absl::StatusOr<Caller> now) {
+                             if (auto writer = weak.lock())
+                               writer->Recheck(std::move(now));
+                           });
     reactor->self_ = reactor;
     if (!ticket.ok()) {
       reactor->FinishWith(ToGrpc(ticket.status()));
@@ -207,6 +234,8 @@ class ApplyStreamReactor final
     const absl::StatusOr<uint64_t> frame =
         ApplyBatch(host_, caller, request_bytes_, &world);
     if (!frame.ok()) {
+      NoteRefusal(refusals_, *context_, frame.status(), &caller,
+                  request_bytes_.Length());
       FinishWith(ToGrpc(absl::Status(
           frame.status().code(),
           absl::StrCat("batch ", index, " not applied (the ", index,
@@ -287,10 +316,13 @@ class ApplyStreamReactor final
   }
 
  private:
-  ApplyStreamReactor(WorldHost& host, WriterRegistry& registry,
+  ApplyStreamReactor(grpc::CallbackServerContext* context, WorldHost& host,
+                     WriterRegistry& registry, RefusalGuard* refusals,
                      std::atomic<int>& calls, Caller caller)
-      : host_(host),
+      : context_(context),
+        host_(host),
         registry_(registry),
+        refusals_(refusals),
         hold_(calls),
         caller_(std::move(caller)) {}
 
@@ -315,8 +347,10 @@ class ApplyStreamReactor final
     Finish(finish);
   }
 
+  grpc::CallbackServerContext* const context_;
   WorldHost& host_;
   WriterRegistry& registry_;
+  RefusalGuard* const refusals_;
   const CallHold hold_;
   std::unique_ptr<Usage::Ticket> ticket_;
   std::shared_ptr<ApplyStreamReactor> self_;
@@ -649,6 +683,7 @@ XformService::XformService(WorldHost& host, ServiceOptions options)
           options_.gatekeeper != nullptr
               ? options_.gatekeeper
               : std::make_shared<Gatekeeper>(AccessPolicy::OpenToAll())),
+      refusals_(options_.refusal_guard.get()),
       writers_(std::make_unique<WriterRegistry>()),
       watchdog_(std::make_unique<WriteWatchdog>(options_.write_timeout)),
       build_pool_(std::make_unique<BuildPool>(options_.build_threads)) {}
@@ -664,8 +699,8 @@ grpc::ServerUnaryReactor* XformService::CreateWorld(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
   return Serve<v1::CreateWorldRequest, v1::WorldInfo>(
-      active_calls_, host_, *gatekeeper_, "CreateWorld", context, request,
-      response,
+      active_calls_, host_, *gatekeeper_, refusals_, "CreateWorld", context,
+      request, response,
       [&](const Caller& caller, const v1::CreateWorldRequest& create,
           v1::WorldInfo* info) {
         if (absl::Status allowed =
@@ -703,8 +738,8 @@ grpc::ServerUnaryReactor* XformService::ListWorlds(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
   return Serve<v1::ListWorldsRequest, v1::ListWorldsResponse>(
-      active_calls_, host_, *gatekeeper_, "ListWorlds", context, request,
-      response,
+      active_calls_, host_, *gatekeeper_, refusals_, "ListWorlds", context,
+      request, response,
       [&](const Caller& caller, const v1::ListWorldsRequest&,
           v1::ListWorldsResponse* list) {
         // Only what it may read: the rest it is not told exist.
@@ -721,8 +756,8 @@ grpc::ServerUnaryReactor* XformService::GetWorld(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
   return Serve<v1::GetWorldRequest, v1::WorldInfo>(
-      active_calls_, host_, *gatekeeper_, "GetWorld", context, request,
-      response,
+      active_calls_, host_, *gatekeeper_, refusals_, "GetWorld", context,
+      request, response,
       [&](const Caller& caller, const v1::GetWorldRequest& get,
           v1::WorldInfo* info) {
         absl::StatusOr<std::shared_ptr<HostedWorld>> world =
@@ -737,8 +772,8 @@ grpc::ServerUnaryReactor* XformService::DeleteWorld(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
   return Serve<v1::DeleteWorldRequest, v1::DeleteWorldResponse>(
-      active_calls_, host_, *gatekeeper_, "DeleteWorld", context, request,
-      response,
+      active_calls_, host_, *gatekeeper_, refusals_, "DeleteWorld", context,
+      request, response,
       [&](const Caller& caller, const v1::DeleteWorldRequest& del,
           v1::DeleteWorldResponse*) {
         if (absl::Status allowed =
@@ -759,8 +794,8 @@ grpc::ServerUnaryReactor* XformService::ListSubscribers(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
   return Serve<v1::ListSubscribersRequest, v1::ListSubscribersResponse>(
-      active_calls_, host_, *gatekeeper_, "ListSubscribers", context, request,
-      response,
+      active_calls_, host_, *gatekeeper_, refusals_, "ListSubscribers", context,
+      request, response,
       [&](const Caller& caller, const v1::ListSubscribersRequest& list,
           v1::ListSubscribersResponse* page) {
         absl::StatusOr<std::shared_ptr<HostedWorld>> world =
@@ -788,14 +823,21 @@ grpc::ServerUnaryReactor* XformService::Apply(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* bytes,
     grpc::ByteBuffer* response_bytes) {
   const CallHold hold(active_calls_);
+  const size_t request_bytes = bytes->Length();
   absl::StatusOr<Caller> caller = Admit(host_, *gatekeeper_, *context, "Apply");
-  if (!caller.ok()) return Done(context, caller.status());
+  if (!caller.ok()) {
+    return Done(refusals_, context, caller.status(), nullptr, request_bytes);
+  }
   // An Apply in progress is a writer, as an ApplyStream is.
   absl::StatusOr<std::unique_ptr<Usage::Ticket>> writing =
       caller->usage->Open(Usage::Stream::kWriter, *caller, nullptr);
-  if (!writing.ok()) return Done(context, writing.status());
+  if (!writing.ok()) {
+    return Done(refusals_, context, writing.status(), &*caller, request_bytes);
+  }
   absl::StatusOr<uint64_t> frame = ApplyBatch(host_, *caller, *bytes);
-  if (!frame.ok()) return Done(context, frame.status());
+  if (!frame.ok()) {
+    return Done(refusals_, context, frame.status(), &*caller, request_bytes);
+  }
   v1::ApplyResponse response;
   response.set_frame(*frame);
   SerializeResponse(response, response_bytes);
@@ -806,16 +848,20 @@ grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 XformService::ApplyStream(grpc::CallbackServerContext* context) {
   absl::StatusOr<Caller> caller =
       Admit(host_, *gatekeeper_, *context, "ApplyStream");
-  if (!caller.ok()) return new RefusedBidiStream(caller.status());
-  return ApplyStreamReactor::Start(host_, *writers_, active_calls_,
-                                   *std::move(caller));
+  if (!caller.ok()) {
+    NoteRefusal(refusals_, *context, caller.status(), nullptr, 0);
+    return new RefusedBidiStream(caller.status());
+  }
+  return ApplyStreamReactor::Start(context, host_, *writers_, refusals_,
+                                   active_calls_, *std::move(caller));
 }
 
 grpc::ServerUnaryReactor* XformService::Read(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
   return Serve<v1::ReadRequest, v1::ReadResponse>(
-      active_calls_, host_, *gatekeeper_, "Read", context, request, response,
+      active_calls_, host_, *gatekeeper_, refusals_, "Read", context, request,
+      response,
       [&](const Caller& caller, const v1::ReadRequest& read,
           v1::ReadResponse* out) {
         absl::StatusOr<std::shared_ptr<HostedWorld>> world =
@@ -839,27 +885,32 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* XformService::Subscribe(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* bytes) {
   absl::StatusOr<Caller> caller =
       Admit(host_, *gatekeeper_, *context, "Subscribe");
-  if (!caller.ok()) return new RefusedStream(caller.status());
+  const auto refuse = [&](const absl::Status& status) {
+    NoteRefusal(refusals_, *context, status, caller.ok() ? &*caller : nullptr,
+                bytes->Length());
+    return new RefusedStream(status);
+  };
+  if (!caller.ok()) return refuse(caller.status());
   v1::SubscribeRequest request;
   if (absl::Status parsed = ParseRequest(*bytes, &request); !parsed.ok()) {
-    return new RefusedStream(parsed);
+    return refuse(parsed);
   }
   if (absl::Status allowed =
           caller->Require(kRead, request.world(), "Subscribe");
       !allowed.ok()) {
-    return new RefusedStream(allowed);
+    return refuse(allowed);
   }
   const Limits& limits = host_.limits();
   if (absl::Status valid =
           v1::CheckSubscribeRequest(request, limits.max_filter_ids);
       !valid.ok()) {
-    return new RefusedStream(valid);
+    return refuse(valid);
   }
   const size_t filter_ids =
       static_cast<size_t>(request.entity_size()) + request.subtree_size();
   if (caller->quotas().has_max_filter_ids() &&
       filter_ids > caller->quotas().max_filter_ids()) {
-    return new RefusedStream(caller->usage->Refused(
+    return refuse(caller->usage->Refused(
         "Subscribe",
         absl::ResourceExhaustedError(absl::StrCat(
             "principal '", caller->name(), "' may name at most ",
@@ -868,9 +919,9 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* XformService::Subscribe(
   }
   absl::StatusOr<std::shared_ptr<HostedWorld>> world =
       host_.Get(request.world());
-  if (!world.ok()) return new RefusedStream(world.status());
+  if (!world.ok()) return refuse(world.status());
   if ((*world)->replicator().subscribers() >= limits.max_subscribers) {
-    return new RefusedStream(absl::ResourceExhaustedError(
+    return refuse(absl::ResourceExhaustedError(
         absl::StrCat("world '", (*world)->name(), "' has its limit of ",
                      limits.max_subscribers, " subscribers")));
   }

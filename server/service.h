@@ -18,6 +18,7 @@
 #include "absl/time/time.h"
 #include "server/build_pool.h"
 #include "server/gatekeeper.h"
+#include "server/refusal_guard.h"
 #include "server/world_host.h"
 #include "server/write_watchdog.h"
 #include "xform/v1/xform.grpc.pb.h"
@@ -36,6 +37,8 @@ struct ServiceOptions {
   int build_threads = 2;
   // Who may do what (--auth_file); null: everyone may do anything.
   std::shared_ptr<Gatekeeper> gatekeeper;
+  // Cuts off callers that keep being refused (refusal_guard.h); null: none.
+  std::shared_ptr<RefusalGuard> refusal_guard;
 };
 
 class WriterRegistry;
@@ -94,6 +97,7 @@ class XformService final : public RawXformService {
   WorldHost& host_;
   const ServiceOptions options_;
   const std::shared_ptr<Gatekeeper> gatekeeper_;
+  RefusalGuard* const refusals_;  // options_.refusal_guard's, or null.
   // Counting a principal's worlds and creating one, as one step.
   absl::Mutex create_mu_;
   std::unique_ptr<WriterRegistry> writers_;

@@ -38,6 +38,7 @@
 #include "server/health_service.h"
 #include "server/log.h"
 #include "server/reflection_service.h"
+#include "server/refusal_guard.h"
 #include "server/service.h"
 #include "server/storage.h"
 #include "server/tls.h"
@@ -96,6 +97,12 @@ ABSL_FLAG(int, max_queued_stream_resets, 100,
           "waiting unread is cut off (HTTP/2 rapid reset, a flood gRPC would "
           "take in whole), and its address refused for --cut_off_penalty_ms; "
           "0: not looked for");
+ABSL_FLAG(int, max_refused_mb_per_second, 64,
+          "A caller (a principal with a token or certificate, else an "
+          "address) whose refused calls cost more than this many MiB a "
+          "second (each its request's bytes plus 64 KiB) has the connection "
+          "cut off and its address refused, 1 s at first, doubling while it "
+          "goes on, up to 64 s; 0: no limit");
 ABSL_FLAG(int, cut_off_penalty_ms, 10'000,
           "How long an address whose connection was cut off is refused");
 ABSL_FLAG(int, max_streams_per_connection, 1'024,
@@ -221,6 +228,8 @@ std::vector<std::string> FlagErrors() {
         "--max_calls_per_connection_per_second must not be negative");
   check(absl::GetFlag(FLAGS_max_queued_stream_resets) >= 0,
         "--max_queued_stream_resets must not be negative");
+  check(absl::GetFlag(FLAGS_max_refused_mb_per_second) >= 0,
+        "--max_refused_mb_per_second must not be negative");
   check(absl::GetFlag(FLAGS_cut_off_penalty_ms) >= 0,
         "--cut_off_penalty_ms must not be negative");
   check(absl::GetFlag(FLAGS_max_streams_per_connection) > 0,
@@ -354,18 +363,27 @@ int Main() {
     Log('W', "no --auth_file: no access control, every caller may do anything");
   }
   auto gatekeeper = std::make_shared<Gatekeeper>(policy);
+  // Whichever listener admits connections (below), before any call.
+  ConnectionAdmission* admission = nullptr;
   ServiceOptions options;
   options.gatekeeper = gatekeeper;
+  options.refusal_guard = std::make_shared<RefusalGuard>(
+      RefusalGuardOptions{.refused_bytes_per_second =
+                              absl::GetFlag(FLAGS_max_refused_mb_per_second) *
+                              double{1 << 20}},
+      [&admission](absl::string_view peer, absl::Duration penalty,
+                   absl::string_view why) {
+        if (admission != nullptr) admission->CutOffPeer(peer, penalty, why);
+      });
   options.write_timeout =
       absl::Milliseconds(absl::GetFlag(FLAGS_write_timeout_ms));
   options.build_threads = absl::GetFlag(FLAGS_build_threads);
   XformService service(host, options);
 
-  HealthService health(
-      {.max_watches_per_connection =
-           absl::GetFlag(FLAGS_max_health_watches_per_connection),
-       .max_watches_per_address =
-           absl::GetFlag(FLAGS_max_health_watches_per_address)});
+  HealthService health({.max_watches_per_connection = absl::GetFlag(
+                            FLAGS_max_health_watches_per_connection),
+                        .max_watches_per_address = absl::GetFlag(
+                            FLAGS_max_health_watches_per_address)});
   const auto set_serving = [&health](bool serving) {
     health.SetServingStatus("", serving);
     health.SetServingStatus(v1::Xform::service_full_name(), serving);
@@ -391,7 +409,6 @@ int Main() {
       .cut_off_penalty =
           absl::Milliseconds(absl::GetFlag(FLAGS_cut_off_penalty_ms))};
   std::unique_ptr<Acceptor> acceptor;
-  ConnectionAdmission* admission = nullptr;
   int tls_port = 0;
   if (const std::string cert = absl::GetFlag(FLAGS_tls_cert); !cert.empty()) {
     absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =

@@ -22,6 +22,7 @@
 #include "server/access_policy.h"
 #include "server/gatekeeper.h"
 #include "server/log.h"
+#include "server/refusal_guard.h"
 #include "server/token_bucket.h"
 #include "tests/loopback_server.h"
 #include "xform/v1/xform.grpc.pb.h"
@@ -398,6 +399,103 @@ TEST(UsageTest, WriteEntitiesHoldAtAnyBatchSize) {
     } else {
       EXPECT_EQ(written, 0u) << batch;
     }
+  }
+}
+
+// The RefusalGuard's cut-offs, with a stepped clock: what it cut off, with
+// what penalty.
+class RefusalGuardTest : public ::testing::Test {
+ protected:
+  struct Cut {
+    std::string peer;
+    absl::Duration penalty;
+  };
+  RefusalGuard guard_{{},
+                      [this](absl::string_view peer, absl::Duration penalty,
+                             absl::string_view) {
+                        cuts_.push_back({std::string(peer), penalty});
+                      }};
+  std::vector<Cut> cuts_;
+  const absl::Time start_ = absl::UnixEpoch() + absl::Hours(1);
+};
+
+// An honest client is refused now and then, or small calls often: a 60 Hz
+// poller refused every time for ten minutes, and a 16 MB batch refused
+// every two seconds, are never cut off.
+TEST_F(RefusalGuardTest, HonestRefusalsAreNeverCutOff) {
+  for (int k = 0; k < 60 * 600; ++k) {
+    guard_.Refused("poller", "ipv4:10.0.0.1:1000", 100,
+                   start_ + absl::Seconds(k) / 60);
+  }
+  for (int k = 0; k < 300; ++k) {
+    guard_.Refused("big", "ipv4:10.0.0.2:1000", 16 << 20,
+                   start_ + absl::Seconds(2 * k));
+  }
+  EXPECT_TRUE(cuts_.empty());
+}
+
+// 9.6 MB batches refused 240 times a second: cut off within the second,
+// 1 s at first; again at once on another of its connections while
+// penalized; doubling as it goes on, up to 64 s; forgiven after a quiet
+// spell. Another principal, and another address, are not held to it.
+TEST_F(RefusalGuardTest, ACallerRefusedByTheMegabyteIsCutOffLongerEachTime) {
+  const size_t batch = 9'600'000;
+  absl::Time now = start_;
+  const auto refuse_until_cut = [&](absl::string_view who,
+                                    absl::string_view peer) {
+    const size_t before = cuts_.size();
+    int refused = 0;
+    while (cuts_.size() == before && refused < 10'000) {
+      guard_.Refused(who, peer, batch, now);
+      now += absl::Seconds(1) / 240;
+      ++refused;
+    }
+    return refused;
+  };
+  EXPECT_LE(refuse_until_cut("hog", "ipv4:10.0.0.9:1"), 8);
+  ASSERT_EQ(cuts_.size(), 1u);
+  EXPECT_EQ(cuts_[0].penalty, absl::Seconds(1));
+  guard_.Refused("hog", "ipv4:10.0.0.9:2", batch, now);  // Its other one.
+  ASSERT_EQ(cuts_.size(), 2u);
+  EXPECT_EQ(cuts_[1].peer, "ipv4:10.0.0.9:2");
+  EXPECT_LE(cuts_[1].penalty, absl::Seconds(1));
+  for (absl::Duration expected :
+       {absl::Seconds(2), absl::Seconds(4), absl::Seconds(8), absl::Seconds(16),
+        absl::Seconds(32), absl::Seconds(64), absl::Seconds(64)}) {
+    // Past the last penalty, within forgive_after (2 min) of the trip.
+    now += cuts_.back().penalty + absl::Seconds(1);
+    const size_t before = cuts_.size();
+    refuse_until_cut("hog", "ipv4:10.0.0.9:3");
+    ASSERT_EQ(cuts_.size(), before + 1);
+    EXPECT_EQ(cuts_.back().penalty, expected);
+  }
+  // Another principal from the same address, and the unauthenticated from
+  // another address, each start with a bucket of their own.
+  const size_t before = cuts_.size();
+  guard_.Refused("other", "ipv4:10.0.0.9:4", batch, now);
+  guard_.Refused("", "ipv4:10.0.0.10:4", batch, now);
+  EXPECT_EQ(cuts_.size(), before);
+  // Quiet for longer than forgive_after: back to a second.
+  now += absl::Minutes(10);
+  refuse_until_cut("hog", "ipv4:10.0.0.9:5");
+  EXPECT_EQ(cuts_.back().penalty, absl::Seconds(1));
+  EXPECT_EQ(guard_.cut_offs(), cuts_.size() - 1);  // Less the other link's.
+}
+
+// Callers with no credential are told apart by address, an IPv6 one by its
+// /64: a flood of unknown tokens from one host trips its own bucket only.
+TEST_F(RefusalGuardTest, TheUnauthenticatedAreCountedByAddress) {
+  for (int k = 0; k < 200; ++k) {
+    guard_.Refused("", absl::StrCat("ipv6:[2001:db8::", k, "]:80"), 1 << 20,
+                   start_);
+  }
+  ASSERT_FALSE(cuts_.empty());
+  for (int k = 0; k < 20; ++k) {
+    guard_.Refused("", absl::StrCat("ipv4:192.0.2.", k, ":80"), 1 << 20,
+                   start_);
+  }
+  for (const Cut& cut : cuts_) {
+    EXPECT_TRUE(absl::StartsWith(cut.peer, "ipv6:")) << cut.peer;
   }
 }
 

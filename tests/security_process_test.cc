@@ -264,12 +264,12 @@ TEST_F(SecurityProcessTest, SighupReloadRemovesAPrincipal) {
 // registered it.
 TEST_F(SecurityProcessTest, ReflectionIsOffOrUnderAccessControl) {
   const std::string auth = File("auth-reflection.json");
-  Write(auth, absl::StrCat(
-                  R"({"principals": [{"name": "ops", "token_sha256": ")",
-                  xform::server::Sha256Hex("ops-token"),
-                  R"(", "grants": [{"roles": ["read"], "worlds": ["x-*"]}]},
+  Write(auth,
+        absl::StrCat(R"({"principals": [{"name": "ops", "token_sha256": ")",
+                     xform::server::Sha256Hex("ops-token"),
+                     R"(", "grants": [{"roles": ["read"], "worlds": ["x-*"]}]},
                   {"name": "idle", "token_sha256": ")",
-                  xform::server::Sha256Hex("idle-token"), R"("}]})"));
+                     xform::server::Sha256Hex("idle-token"), R"("}]})"));
   // list_services on a stream of its own: the first answer, or the status.
   const auto list_services = [](const std::shared_ptr<grpc::Channel>& channel,
                                 const std::string& token) {
@@ -312,6 +312,93 @@ TEST_F(SecurityProcessTest, ReflectionIsOffOrUnderAccessControl) {
   grpc::ClientContext context;
   grpc::health::v1::HealthCheckResponse response;
   EXPECT_TRUE(health->Check(&context, {}, &response).ok());
+}
+
+// A principal whose big batches are all refused is cut off within a
+// second's worth of them (--max_refused_mb_per_second, 64 MiB), and its
+// address kept out a second; another principal's connection, open
+// meanwhile, goes on. A caller refused often in small calls is not cut
+// off. Before, the refused principal was never cut off, and 9.6 MB batches
+// refused 240 times a second kept xformd at 90% of a core.
+TEST_F(SecurityProcessTest, APrincipalRefusedByTheMegabyteIsCutOff) {
+  const std::string auth = File("auth-refused.json");
+  Write(auth, absl::StrCat(
+                  R"({"principals": [{"name": "ops", "token_sha256": ")",
+                  xform::server::Sha256Hex("ops-token"),
+                  R"(", "grants": [{"roles": ["admin"], "worlds": ["*"]}]},
+                  {"name": "hog", "token_sha256": ")",
+                  xform::server::Sha256Hex("hog-token"),
+                  R"(", "grants": [{"roles": ["read"], "worlds": ["*"]}]}]})"));
+  Xformd xformd({"--auth_file=" + auth});
+  const auto call = [](xform::v1::Xform::Stub& stub, const std::string& token,
+                       const xform::v1::ApplyRequest& request) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
+    context.AddMetadata("authorization", "Bearer " + token);
+    xform::v1::ApplyResponse response;
+    return stub.Apply(&context, request, &response);
+  };
+  auto ops = xform::v1::Xform::NewStub(xformd.Connect());
+  {
+    grpc::ClientContext context;
+    context.AddMetadata("authorization", "Bearer ops-token");
+    xform::v1::CreateWorldRequest create;
+    create.set_name("w");
+    create.set_mode(xform::v1::FRAME_MODE_DRIVEN);
+    xform::v1::WorldInfo info;
+    ASSERT_TRUE(ops->CreateWorld(&context, create, &info).ok());
+  }
+  xform::v1::ApplyRequest small;
+  small.set_world("w");
+  small.set_end_frame(true);
+  small.add_commands()->mutable_create()->add_entity(1);
+  ASSERT_TRUE(call(*ops, "ops-token", small).ok());
+  // An identity local: position, rotation (x, y, z, w), scale.
+  constexpr float kIdentity[10] = {0, 0, 0, 0, 0, 0, 1, 1, 1, 1};
+  small.mutable_commands(0)->mutable_set_local()->add_entity(1);
+  for (float f : kIdentity) {
+    small.mutable_commands(0)->mutable_set_local()->add_local(f);
+  }
+
+  // Small refused calls, 200 of them (13 MB of charge): not cut off.
+  auto hog = xform::v1::Xform::NewStub(xformd.Connect());
+  for (int k = 0; k < 200; ++k) {
+    ASSERT_EQ(call(*hog, "hog-token", small).error_code(),
+              grpc::StatusCode::PERMISSION_DENIED)
+        << k;
+  }
+  // 1 MB batches, refused: cut off after about 64.
+  xform::v1::ApplyRequest big = small;
+  auto* set = big.mutable_commands(0)->mutable_set_local();
+  for (int k = 0; k < 20'000; ++k) {
+    set->add_entity(1);
+    for (float f : kIdentity) set->add_local(f);
+  }
+  ASSERT_GT(big.ByteSizeLong(), 800'000u);
+  int refused = 0;
+  grpc::Status status;
+  for (; refused < 1000; ++refused) {
+    status = call(*hog, "hog-token", big);
+    if (status.error_code() != grpc::StatusCode::PERMISSION_DENIED) break;
+  }
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE)
+      << status.error_message();
+  EXPECT_LT(refused, 120);
+  EXPECT_TRUE(xformd.WaitForLog(
+      "principal 'hog''s calls were refused faster than", absl::Seconds(5)))
+      << xformd.Log();
+  // The other principal's connection was not touched.
+  const grpc::Status other = call(*ops, "ops-token", small);
+  EXPECT_TRUE(other.ok()) << other.error_message() << xformd.Log();
+  // The address is let in again once the penalty is over.
+  grpc::Status again;
+  for (absl::Time deadline = absl::Now() + absl::Seconds(10);
+       absl::Now() < deadline;) {
+    again =
+        call(*xform::v1::Xform::NewStub(xformd.Connect()), "ops-token", small);
+    if (again.ok()) break;
+  }
+  EXPECT_TRUE(again.ok()) << again.error_message();
 }
 
 // Plaintext on a non-loopback address is served, with a warning.

@@ -9,6 +9,12 @@ its max_subscriptions allows, until --seconds have passed. Meanwhile
 xform-load, as another principal, measures its own stream: the point is
 that its latency does not move. Prints each status code seen and how often.
 
+With --batch_mb, each Apply is a batch of about that many megabytes (a
+set-local of as many entities), so that a principal without the write role
+on --world is refused big requests as fast as it can send them: what
+xformd's --max_refused_mb_per_second is for. A connection xformd cuts off
+is reconnected by grpcio as it would any.
+
 Uses Debian's python3-grpcio and soak_hostile.py's hand encoding.
 """
 
@@ -28,6 +34,7 @@ def main():
     parser.add_argument("--world", default="hog")
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=30)
+    parser.add_argument("--batch_mb", type=float, default=0)
     args = parser.parse_args()
 
     client = wire.Client(args.server)
@@ -51,14 +58,25 @@ def main():
     end = time.time() + args.seconds
     streams = []
 
+    # 10 floats and an id: 48 bytes an entity.
+    big = None
+    if args.batch_mb > 0:
+        count = int(args.batch_mb * 1e6 / 48)
+        big = wire.apply_request(args.world,
+                                 [wire.set_local_command([1] * count, 1.0)])
+
     def write():
         x = 0.0
         while time.time() < end:
             x += 1
+            body = big or wire.apply_request(
+                args.world, [wire.set_local_command([1], x)])
             try:
-                unary(wire.apply_request(args.world,
-                                         [wire.set_local_command([1], x)]),
-                      metadata=metadata, timeout=10)
+                # A big batch waits for a connection rather than failing
+                # fast while xformd keeps the address out: an attacker
+                # sends as soon as it can, and spins on nothing meanwhile.
+                unary(body, metadata=metadata, timeout=10,
+                      wait_for_ready=big is not None)
                 client.note(grpc.StatusCode.OK)
             except grpc.RpcError as error:
                 client.note(error.code())
