@@ -233,11 +233,10 @@ TEST(PoseQuantizerTest, ScalesAreExp2OfTheirLogs) {
 
 // A pose made a matrix (Dequantize: SSE2 on x86-64) is, to the bit, glm's
 // rotation matrix of its quaternion as the format defines it (three sent
-// at 1 / (16383 sqrt 2), the largest rebuilt), each column times its scale,
+// at 1 / kRotationScale, the largest rebuilt), each column times its scale,
 // beside its position in float: for every left-out component, and for
 // hostile rotations whose three squares pass 1 (the largest is then 0).
 TEST(PoseQuantizerTest, DequantizeIsThePosesMatrixToTheBit) {
-  constexpr double kRotationScale = 16383 * 1.4142135623730951;
   constexpr int kSent[4][3] = {{1, 2, 3}, {0, 2, 3}, {0, 1, 3}, {0, 1, 2}};
   std::mt19937_64 rng(19);
   const PoseQuantizer quantizer(kPrecision);

@@ -24,9 +24,6 @@ namespace {
 using ::google::protobuf::internal::WireFormatLite;
 using ::google::protobuf::io::CodedOutputStream;
 
-// The three smallest quaternion components lie within +-1/sqrt(2): 15 bits.
-constexpr double kRotationScale = 16383 * 1.4142135623730951;
-constexpr double kLogScaleScale = 65536;
 // Columns this far from orthogonal (cosine of their angle) are shear.
 constexpr float kMaxSkew = 1e-4f;
 // Beyond this many precisions a double no longer holds the position exactly.
@@ -322,9 +319,9 @@ Matrix3x4 PoseQuantizer::Dequantize(const QuantizedPose& q) const {
 
 void PoseQuantizer::Dequantize(const QuantizedPose& q, Matrix3x4& m) const {
   // In float, and not normalized again: the three components are known to
-  // 1 / 23170, far coarser than a float's 2^-24, and rebuilding the largest
-  // makes the quaternion unit to a float's precision. (Three hostile ones
-  // whose squares pass 1 leave the largest 0, and give a matrix that is no
+  // 1 / kRotationScale, far coarser than a float's 2^-24, and rebuilding the
+  // largest makes the quaternion unit to a float's precision. (Three hostile
+  // ones whose squares pass 1 leave the largest 0, and give a matrix that is no
   // rotation, as a hostile peer's raw entry could be anyway.) This runs once
   // a moved entity on every subscriber.
   const float scale[3] = {ScaleOf(q.log_scale[0]), ScaleOf(q.log_scale[1]),

@@ -3,11 +3,15 @@
 // The compact encoding of a FrameUpdate's moved entities (ENCODING_COMPACT):
 // what FrameUpdate.compact_moved holds, both directions.
 //
+// docs/wire.md is the specification, for a client in another language; this
+// is the one implementation, both directions.
+//
 // A world matrix that is a rotation and a per-axis scale (R * S, no shear)
 // is sent decomposed and quantized (QuantizedPose):
 // - position: integer multiples of the subscription's precision;
-// - rotation: smallest-three, each of the three at 1 / 23170 (15 bits), the
-//   largest component left out and rebuilt; at most 0.01 degree off;
+// - rotation: smallest-three, each of the three as round(c * kRotationScale)
+//   (16383 sqrt 2 = 23169.06..., 15 bits), the largest component left out
+//   and rebuilt; the rotation is at most 0.01 degree off;
 // - scale: log2 of each axis' scale at 1 / 65536 (relative error 1e-5).
 // Quantizing absolute values and delta-coding the integers means a receiver
 // holds exactly the integers the sender coded against: errors never add up.
@@ -57,6 +61,13 @@ namespace xform::v1 {
 inline constexpr float kDefaultPositionPrecision = 0.001f;
 inline constexpr float kMinPositionPrecision = 0x1p-20f;
 inline constexpr float kMaxPositionPrecision = 0x1p10f;
+
+// What a rotation's three sent components are multiplied by and rounded:
+// 16383 sqrt 2, so that the largest they can be, 1 / sqrt 2, is 16383.
+// docs/wire.md gives it to a decoder as this number.
+inline constexpr double kRotationScale = 16383 * 1.4142135623730951;
+// What a log2 scale is multiplied by and rounded.
+inline constexpr double kLogScaleScale = 65536;
 
 // A world matrix as the compact encoding carries it.
 struct QuantizedPose {
