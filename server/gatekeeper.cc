@@ -39,8 +39,9 @@ Usage::Ticket::~Ticket() {
                                     : usage_->writers_);
 }
 
-absl::StatusOr<std::unique_ptr<Usage::Ticket>> Usage::Open(
-    Stream kind, const Caller& caller, Recheck recheck) {
+absl::StatusOr<std::unique_ptr<Usage::Ticket>> Usage::Open(Stream kind,
+                                                           const Caller& caller,
+                                                           Recheck recheck) {
   const config::Quotas& quotas = caller.quotas();
   absl::MutexLock lock(&mu_);
   const bool subscription = kind == Stream::kSubscription;
@@ -96,10 +97,10 @@ absl::Status Usage::TakeWrite(const config::Quotas& quotas, size_t entities,
   }
   if (quotas.has_write_entities_per_second() &&
       !named.TryTake(entity_rate, static_cast<double>(entities), now)) {
-    return Refused("a write",
-                   absl::ResourceExhaustedError(absl::StrCat(
-                       "principal '", name_, "' is over its write rate of ",
-                       entity_rate, " entities/s (write_entities_per_second)")));
+    return Refused("a write", absl::ResourceExhaustedError(absl::StrCat(
+                                  "principal '", name_,
+                                  "' is over its write rate of ", entity_rate,
+                                  " entities/s (write_entities_per_second)")));
   }
   batches_ = batches;
   entities_ = named;

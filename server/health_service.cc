@@ -119,8 +119,7 @@ HealthService::ServingStatus HealthService::StatusOfLocked(
                                    : HealthCheckResponse::NOT_SERVING;
 }
 
-void HealthService::SetServingStatus(const std::string& service,
-                                     bool serving) {
+void HealthService::SetServingStatus(const std::string& service, bool serving) {
   std::vector<std::shared_ptr<Watcher>> told;
   {
     absl::MutexLock lock(&mu_);
@@ -165,8 +164,8 @@ grpc::ServerUnaryReactor* HealthService::Check(
     status = StatusOfLocked(request->service());
   }
   if (status == HealthCheckResponse::SERVICE_UNKNOWN) {
-    reactor->Finish(grpc::Status(grpc::StatusCode::NOT_FOUND,
-                                 "no such service"));
+    reactor->Finish(
+        grpc::Status(grpc::StatusCode::NOT_FOUND, "no such service"));
   } else {
     response->set_status(status);
     reactor->Finish(grpc::Status::OK);

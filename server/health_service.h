@@ -36,7 +36,8 @@
 namespace xform::server {
 
 struct HealthOptions {
-  // Watch streams one connection may hold open (--max_health_watches_per_connection).
+  // Watch streams one connection may hold open
+  // (--max_health_watches_per_connection).
   int max_watches_per_connection = 16;
   // Watch streams one client address may hold open, over all its
   // connections (--max_health_watches_per_address).

@@ -58,8 +58,8 @@ class ReflectionService::Stream final
       Finish(grpc::Status::OK);
       return;
     }
-    absl::StatusOr<Caller> caller = service_.gatekeeper_->Authenticate(
-        *context_, "ServerReflectionInfo");
+    absl::StatusOr<Caller> caller =
+        service_.gatekeeper_->Authenticate(*context_, "ServerReflectionInfo");
     if (caller.ok() && !HasSomeRole(*caller->principal)) {
       caller = caller->usage->Refused(
           "ServerReflectionInfo",
@@ -161,7 +161,8 @@ ReflectionService::Response ReflectionService::Answer(
           type == nullptr
               ? nullptr
               : pool_.FindExtensionByNumber(
-                    type, request.file_containing_extension().extension_number());
+                    type,
+                    request.file_containing_extension().extension_number());
       AddFiles(extension == nullptr ? nullptr : extension->file(), &response);
       break;
     }

@@ -1,8 +1,8 @@
 // Copyright 2026 The xform Authors.
 //
 // A real xformd service (WorldHost + XformService, with xformd's health and
-// reflection services) in the test's process, listening on 127.0.0.1 at a port the
-// kernel picks. Tests talk to it over real loopback gRPC, as clients would.
+// reflection services) in the test's process, listening on 127.0.0.1 at a port
+// the kernel picks. Tests talk to it over real loopback gRPC, as clients would.
 
 #ifndef XFORM_TESTS_LOOPBACK_SERVER_H_
 #define XFORM_TESTS_LOOPBACK_SERVER_H_

@@ -20,8 +20,8 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "grpc/health/v1/health.grpc.pb.h"
 #include "google/protobuf/descriptor.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "grpc/reflection/v1alpha/reflection.grpc.pb.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
@@ -1024,9 +1024,9 @@ TEST_F(ServerTest, HealthAndReflectionAnswer) {
 // MB).
 TEST_F(ServerTest, HealthWatchesAreBoundedPerConnectionAndAddress) {
   server_.Stop();
-  ASSERT_TRUE(server_.Start(Limits{}, {}, 0, nullptr,
-                            {.max_watches_per_connection = 3,
-                             .max_watches_per_address = 5}));
+  ASSERT_TRUE(server_.Start(
+      Limits{}, {}, 0, nullptr,
+      {.max_watches_per_connection = 3, .max_watches_per_address = 5}));
   port_ = server_.port();
   server_.health().SetServingStatus("", true);
   struct Watch {
