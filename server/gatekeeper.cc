@@ -259,7 +259,7 @@ absl::StatusOr<Caller> Gatekeeper::Authenticate(
   return caller;
 }
 
-void Gatekeeper::Reload(std::shared_ptr<const AccessPolicy> policy) {
+void Gatekeeper::Reload(const std::shared_ptr<const AccessPolicy>& policy) {
   std::vector<std::shared_ptr<Usage>> usages;
   {
     absl::MutexLock lock(&mu_);

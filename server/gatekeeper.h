@@ -168,7 +168,7 @@ class Gatekeeper {
   absl::StatusOr<Caller> Authenticate(const grpc::ServerContextBase& context,
                                       absl::string_view method);
   // Swaps in `policy`, then rechecks every open stream against it.
-  void Reload(std::shared_ptr<const AccessPolicy> policy);
+  void Reload(const std::shared_ptr<const AccessPolicy>& policy);
   std::shared_ptr<const AccessPolicy> policy() const;
 
  private:

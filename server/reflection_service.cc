@@ -97,7 +97,7 @@ ReflectionService::ReflectionService(std::vector<std::string> services,
     : pool_(*google::protobuf::DescriptorPool::generated_pool()),
       gatekeeper_(std::move(gatekeeper)),
       services_(std::move(services)) {
-  services_.push_back(
+  services_.emplace_back(
       grpc::reflection::v1alpha::ServerReflection::service_full_name());
   for (const std::string& name : services_) {
     if (const auto* service = pool_.FindServiceByName(name)) {

@@ -190,7 +190,7 @@ class ApplyStreamReactor final
   static grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Start(
       grpc::CallbackServerContext* context, WorldHost& host,
       WriterRegistry& registry, RefusalGuard* refusals, std::atomic<int>& calls,
-      Caller caller) {
+      const Caller& caller) {
     auto reactor = std::shared_ptr<ApplyStreamReactor>(new ApplyStreamReactor(
         context, host, registry, refusals, calls, caller));
     // Counted against the principal's writers; rechecked at each reload.
