@@ -3,7 +3,9 @@
 #include "src/sweep.h"
 
 #include <algorithm>
+#include <cstdlib>
 
+#include "absl/base/config.h"
 #include "xform/internal/math_kernels.h"
 
 namespace xform::internal {
@@ -155,6 +157,9 @@ bool SweepJob::Validate() const {
 }
 
 bool SweepJob::Run() const {
+#if !defined(NDEBUG) || defined(ABSL_HAVE_ADDRESS_SANITIZER)
+  if (!Validate()) std::abort();  // World made a bad job: see sweep.h.
+#endif
   if (ranges.empty()) return true;
   size_t covered_total = 0;
   for (const SweepRange& range : ranges)

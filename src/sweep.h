@@ -52,6 +52,14 @@ struct SweepJob {
   // Sweeps. Returns false when a product overflowed to a non-finite value
   // (finite inputs can: a parent scaled 1e30 over a child at 1e10); the
   // matrices are written all the same, and the caller undoes the batch.
+  //
+  // A job that fails Validate() aborts, in debug and AddressSanitizer builds
+  // (the sanitized tests and the fuzzers) only. Unlike ozz's jobs, whose
+  // inputs are the caller's, this one is made by World from its own columns
+  // every frame: an invalid job is a bug of ours, not bad input, so it is
+  // looked for where bugs are looked for, and not paid for on every frame
+  // elsewhere (O(ranges): a compare or two a moved leaf, beside its ~10 ns
+  // product).
   bool Run() const;
 
  private:
