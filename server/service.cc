@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -221,8 +222,9 @@ class ApplyStreamReactor final
     Caller caller;
     {
       absl::MutexLock lock(&mu_);
-      apply = !ending_;  // Shutdown may have come while the batch was read.
-      busy_ = apply;
+      // Shutdown may have come while the batch was read.
+      apply = state_ == State::kReading;
+      if (apply) state_ = State::kApplying;
       caller = caller_;
     }
     if (!apply) {
@@ -264,8 +266,8 @@ class ApplyStreamReactor final
     bool ending;
     {
       absl::MutexLock lock(&mu_);
-      busy_ = false;
-      ending = ending_;
+      ending = state_ != State::kApplying;
+      if (!ending) state_ = State::kReading;
     }
     if (ending) {
       FinishWith(grpc::Status::OK);
@@ -282,10 +284,10 @@ class ApplyStreamReactor final
     bool now;
     {
       absl::MutexLock lock(&mu_);
-      if (ending_) return;
-      ending_ = true;
+      if (state_ == State::kEnding || state_ == State::kDone) return;
       shutdown_ = status;
-      now = !busy_;
+      now = state_ == State::kReading;
+      if (!now) state_ = State::kEnding;
     }
     if (now) FinishWith(grpc::Status::OK);
   }
@@ -332,9 +334,8 @@ class ApplyStreamReactor final
     grpc::Status finish;
     {
       absl::MutexLock lock(&mu_);
-      if (finished_) return;
-      finished_ = true;
-      ending_ = true;
+      if (state_ == State::kDone) return;
+      state_ = State::kDone;
       // The batch count is read here, once the last batch has been answered.
       finish =
           shutdown_.ok()
@@ -360,14 +361,22 @@ class ApplyStreamReactor final
   // when finishing, which shutdown may do from its own thread.
   std::atomic<uint64_t> batches_ = 0;
 
+  // The stream's state: one batch in flight at most.
+  //   kReading --batch read--> kApplying --answered--> kReading
+  //   kApplying --End()--> kEnding --answered--> kDone
+  //   kReading --End(), or the client done--> kDone;  any --error--> kDone
+  enum class State {
+    kReading,   // Waiting for the next batch.
+    kApplying,  // A batch read and not yet answered.
+    kEnding,    // End() came while applying: finish once it is answered.
+    kDone,      // Finish() called.
+  };
   absl::Mutex mu_;
+  State state_ ABSL_GUARDED_BY(mu_) = State::kReading;
   // Who the stream's batches are checked as: swapped by a reload.
   Caller caller_ ABSL_GUARDED_BY(mu_);
   // The worlds it has written to, for a reload to recheck.
   absl::flat_hash_set<std::string> worlds_written_ ABSL_GUARDED_BY(mu_);
-  bool busy_ ABSL_GUARDED_BY(mu_) = false;  // A batch read and not answered.
-  bool ending_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status shutdown_ ABSL_GUARDED_BY(mu_);  // Set by End().
 };
 
@@ -423,18 +432,17 @@ class SubscribeReactor final
       public std::enable_shared_from_this<SubscribeReactor> {
  public:
   // Starts the stream; the reactor owns itself until OnDone().
-  // `ticket` is taken once the reactor exists, to end it by.
   static void Start(grpc::CallbackServerContext* context,
                     std::shared_ptr<HostedWorld> world,
                     SubscriptionOptions options, WriteWatchdog& watchdog,
                     BuildPool& pool, std::atomic<int>& calls,
                     const Caller& caller,
                     grpc::ServerWriteReactor<grpc::ByteBuffer>** out) {
-    auto reactor = std::shared_ptr<SubscribeReactor>(
-        new SubscribeReactor(context, std::move(world), pool, calls, caller));
     // Folds by its own choice, or its principal's: not worth a warning.
-    reactor->folds_by_choice_ =
+    const bool folds_by_choice =
         options.max_rate_hz > 0 || caller.quotas().has_bytes_out_per_second();
+    auto reactor = std::shared_ptr<SubscribeReactor>(new SubscribeReactor(
+        context, std::move(world), pool, calls, caller, folds_by_choice));
     reactor->self_ = reactor;
     *out = reactor.get();
     // Counted against the principal's subscriptions; rechecked at each
@@ -453,22 +461,18 @@ class SubscribeReactor final
     }
     reactor->ticket_ = *std::move(ticket);
     watchdog.Watch(reactor);
-    reactor->id_ = reactor->world_->replicator().Subscribe(
-        std::move(options), std::make_shared<StreamSink>(reactor));
-    Log('I', "world '", reactor->world_->name(), "': subscriber ", reactor->id_,
-        " joined from ", reactor->peer_);
-    reactor->TrySend(absl::Now());
+    reactor->Join(std::move(options));
   }
 
   // One delivery (see replicator.h): starts the next write if none is in
-  // flight and a message is due, or has the pool make it (`make` is for the
-  // pool's own call).
-  void TrySend(absl::Time now, bool make = false) {
+  // flight and a message is due, or has the pool make it (`made`: the
+  // pool's own call, which makes it).
+  void TrySend(absl::Time now, bool made = false) {
     std::shared_ptr<const Principal> charged;  // Whose quota it is sent on.
     {
       absl::MutexLock lock(&mu_);
-      if (make) making_ = false;
-      if (writing_ || finishing_ || id_ == 0) return;
+      if (made) Advance(Event::kMade);
+      if (state_ != State::kIdle) return;
       // Over its principal's bytes_out_per_second: the replicator folds
       // frames meanwhile, and the world's poller calls again within 5 ms.
       if (!caller_.usage->MaySend(caller_.quotas(), now)) return;
@@ -476,26 +480,20 @@ class SubscribeReactor final
         charged = caller_.principal;
       }
       bool must_make = false;
-      update_ = make ? world_->replicator().Next(id_, now)
+      update_ = made ? world_->replicator().Next(id_, now)
                      : world_->replicator().NextIfMade(id_, now, &must_make);
       if (update_ == nullptr) {
-        if (must_make && !making_) {
-          making_ = true;
+        if (must_make) {
+          Advance(Event::kMustMake);
           pool_.Post([self = shared_from_this()] {
-            self->TrySend(absl::Now(), /*make=*/true);
+            self->TrySend(absl::Now(), /*made=*/true);
           });
         }
         return;
       }
-      writing_ = true;
+      Advance(Event::kWrite);
       write_started_ = now;
-      if (update_->header().frames_skipped > 0 && !folds_by_choice_ &&
-          !warned_slow_) {
-        warned_slow_ = true;  // Once per stream: a slow link is not news twice.
-        Log('W', "world '", world_->name(), "': subscriber ", id_,
-            " is slow, skipped ", update_->header().frames_skipped,
-            " frame(s)");
-      }
+      WarnIfSlowLocked();
     }
     // The slice references the shared encoding and keeps it alive for as long
     // as gRPC holds the bytes, which may outlast this write.
@@ -515,8 +513,8 @@ class SubscribeReactor final
   void CancelIfStuck(absl::Time now, absl::Duration timeout) override {
     {
       absl::MutexLock lock(&mu_);
-      if (!writing_ || cancelled_ || now - write_started_ <= timeout) return;
-      cancelled_ = true;
+      if (state_ != State::kWriting || now - write_started_ <= timeout) return;
+      Advance(Event::kStuck);
       Log('W', "world '", world_->name(), "': subscriber ", id_,
           " write stuck for ", absl::FormatDuration(now - write_started_),
           ", cancelling");
@@ -525,38 +523,33 @@ class SubscribeReactor final
     context_->TryCancel();
   }
 
-  // Finishes with `status` as soon as no write is outstanding.
+  // Finishes with `status`, unless another reason came first, as soon as no
+  // write is outstanding.
   void RequestFinish(const grpc::Status& status) {
     grpc::Status finish;
     {
       absl::MutexLock lock(&mu_);
-      if (!finishing_) {
-        finishing_ = true;
-        finish_status_ = status;  // The first reason to finish is the one told.
-      }
-      if (writing_ || finished_) return;
-      finished_ = true;
-      finish = finish_status_;
+      if (!finish_status_) finish_status_ = status;
+      if (!Advance(Event::kEnd)) return;
+      finish = *finish_status_;
     }
     Finish(finish);
   }
 
   void OnWriteDone(bool ok) override {
+    std::optional<grpc::Status> finish;
     {
       absl::MutexLock lock(&mu_);
-      writing_ = false;
+      if (!ok && !finish_status_) {
+        finish_status_ =
+            grpc::Status(grpc::StatusCode::CANCELLED, "stream broken");
+      }
+      if (Advance(ok ? Event::kWritten : Event::kBroken)) {
+        finish = *finish_status_;
+      }
     }
-    if (!ok) {
-      RequestFinish(grpc::Status(grpc::StatusCode::CANCELLED, "stream broken"));
-      return;
-    }
-    bool finishing;
-    {
-      absl::MutexLock lock(&mu_);
-      finishing = finishing_;
-    }
-    if (finishing) {
-      RequestFinish(grpc::Status::OK);  // Completes the finish already asked.
+    if (finish) {
+      Finish(*finish);
       return;
     }
     TrySend(absl::Now());
@@ -586,7 +579,10 @@ class SubscribeReactor final
     info.bytes = bytes_written_.load(std::memory_order_relaxed);
     absl::MutexLock lock(&mu_);
     info.principal = caller_.name();
-    if (writing_) info.write_outstanding = now - write_started_;
+    if (state_ == State::kWriting || state_ == State::kStuck ||
+        state_ == State::kEnding) {
+      info.write_outstanding = now - write_started_;
+    }
   }
 
   void OnCancel() override {
@@ -594,22 +590,135 @@ class SubscribeReactor final
   }
 
   void OnDone() override {
-    if (id_ != 0) world_->replicator().Unsubscribe(id_);
-    Log('I', "world '", world_->name(), "': subscriber ", id_, " left");
+    Replicator::SubscriptionId id;
+    {
+      absl::MutexLock lock(&mu_);
+      id = id_;
+      gone_ = true;  // A Join still under way unsubscribes itself.
+    }
+    if (id != 0) world_->replicator().Unsubscribe(id);
+    Log('I', "world '", world_->name(), "': subscriber ", id, " left");
     self_.reset();  // May delete this: the last statement.
   }
 
  private:
+  // The stream's state: at most one write in flight, and Finish() called
+  // once, when none is. Advance() is the one place it changes.
+  //
+  //   kJoining --joined--> kIdle --must make--> kMaking --made--> kIdle
+  //   kIdle --write--> kWriting --written--> kIdle
+  //   kWriting --stuck (the watchdog cancels)--> kStuck
+  //   kWriting, kStuck --end--> kEnding --written or broken--> kDone
+  //   kJoining, kIdle, kMaking --end--> kDone;  kWriting, kStuck --broken-->
+  //   kDone
+  enum class State {
+    kJoining,  // Not subscribed yet: nothing to send.
+    kIdle,     // Nothing in flight: TrySend may start a write, or a make.
+    kMaking,   // The pool makes the next message (TrySend(made = true)).
+    kWriting,  // A write in flight.
+    kStuck,    // A write in flight past --write_timeout_ms, cancelled.
+    kEnding,   // A finish asked for waits for the write in flight.
+    kDone,     // Finish() called.
+  };
+  enum class Event {
+    kJoined,
+    kMustMake,
+    kMade,
+    kWrite,
+    kWritten,
+    kBroken,
+    kStuck,
+    kEnd,
+  };
+  // Moves to the state after `event` (an event the state does not take
+  // changes nothing). True when that is kDone, just now: the caller then
+  // calls Finish(), without the lock (gRPC may run OnDone inline).
+  bool Advance(Event event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const State before = state_;
+    switch (event) {
+      case Event::kJoined:
+        if (state_ == State::kJoining) state_ = State::kIdle;
+        break;
+      case Event::kMustMake:
+        if (state_ == State::kIdle) state_ = State::kMaking;
+        break;
+      case Event::kMade:
+        if (state_ == State::kMaking) state_ = State::kIdle;
+        break;
+      case Event::kWrite:
+        if (state_ == State::kIdle) state_ = State::kWriting;
+        break;
+      case Event::kStuck:
+        if (state_ == State::kWriting) state_ = State::kStuck;
+        break;
+      case Event::kWritten:
+        if (state_ == State::kWriting || state_ == State::kStuck) {
+          state_ = State::kIdle;
+        } else if (state_ == State::kEnding) {
+          state_ = State::kDone;
+        }
+        break;
+      case Event::kBroken:
+        if (state_ == State::kWriting || state_ == State::kStuck ||
+            state_ == State::kEnding) {
+          state_ = State::kDone;
+        }
+        break;
+      case Event::kEnd:
+        if (state_ == State::kWriting || state_ == State::kStuck) {
+          state_ = State::kEnding;
+        } else if (state_ != State::kEnding) {
+          state_ = State::kDone;
+        }
+        break;
+    }
+    return state_ == State::kDone && before != State::kDone;
+  }
+
   SubscribeReactor(grpc::CallbackServerContext* context,
                    std::shared_ptr<HostedWorld> world, BuildPool& pool,
-                   std::atomic<int>& calls, const Caller& caller)
+                   std::atomic<int>& calls, const Caller& caller,
+                   bool folds_by_choice)
       : context_(context),
         peer_(PeerAddress(context->peer())),
         world_(std::move(world)),
         pool_(pool),
         hold_(calls),
         usage_(caller.usage),
+        folds_by_choice_(folds_by_choice),
         caller_(caller) {}
+
+  // Subscribes, then sends what is due.
+  void Join(SubscriptionOptions options) {
+    const Replicator::SubscriptionId id = world_->replicator().Subscribe(
+        std::move(options), std::make_shared<StreamSink>(shared_from_this()));
+    bool gone;
+    {
+      absl::MutexLock lock(&mu_);
+      id_ = id;
+      gone = gone_;
+      Advance(Event::kJoined);
+    }
+    if (gone) {  // Cancelled meanwhile, and OnDone has run.
+      world_->replicator().Unsubscribe(id);
+      return;
+    }
+    Log('I', "world '", world_->name(), "': subscriber ", id, " joined from ",
+        peer_);
+    TrySend(absl::Now());
+  }
+
+  // A message folding frames the subscriber did not choose to fold: logged
+  // once per stream (a slow link is not news twice).
+  void WarnIfSlowLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (update_->header().frames_skipped == 0 || folds_by_choice_ ||
+        warned_slow_) {
+      return;
+    }
+    warned_slow_ = true;
+    Log('W', "world '", world_->name(), "': subscriber ", id_,
+        " is slow, skipped ", update_->header().frames_skipped, " frame(s)");
+  }
 
   grpc::CallbackServerContext* const context_;
   const std::string peer_;
@@ -618,29 +727,25 @@ class SubscribeReactor final
   const CallHold hold_;
   // Its principal's: the same through reloads (a principal by name).
   const std::shared_ptr<Usage> usage_;
+  const bool folds_by_choice_;
   std::unique_ptr<Usage::Ticket> ticket_;  // Set once, before it subscribes.
   std::shared_ptr<SubscribeReactor> self_;
-  bool folds_by_choice_ = false;  // Set once, before any other thread sees it.
-  Replicator::SubscriptionId id_ =
-      0;  // Set once, before any other thread sees it.
 
   std::atomic<uint64_t> bytes_written_ = 0;
 
   absl::Mutex mu_;
+  State state_ ABSL_GUARDED_BY(mu_) = State::kJoining;
+  Replicator::SubscriptionId id_ ABSL_GUARDED_BY(mu_) = 0;
+  bool gone_ ABSL_GUARDED_BY(mu_) = false;  // OnDone has run.
   // Whose bytes_out_per_second its messages take: swapped by a reload.
   Caller caller_ ABSL_GUARDED_BY(mu_);
   // The message of the write in flight (perhaps shared with other streams),
   // and the buffer that carries its encoding.
   std::shared_ptr<const Outgoing> update_;
   grpc::ByteBuffer buffer_;
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool making_ ABSL_GUARDED_BY(mu_) = false;  // Posted to the pool.
-  bool finishing_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
-  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
-  bool warned_slow_ ABSL_GUARDED_BY(mu_) = false;
-  grpc::Status finish_status_ ABSL_GUARDED_BY(mu_);
+  std::optional<grpc::Status> finish_status_ ABSL_GUARDED_BY(mu_);
   absl::Time write_started_ ABSL_GUARDED_BY(mu_);
+  bool warned_slow_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 void StreamSink::Wake() {
