@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "grpc/grpc_security_constants.h"
 #include "grpcpp/security/auth_context.h"
-#include "server/acceptor.h"
+#include "server/edge/peer_address.h"
 #include "server/log.h"
 
 namespace xform::server {

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "server/connection_admission.h"
+#include "server/edge/peer_address.h"
 
 namespace xform::server {
 

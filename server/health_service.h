@@ -31,7 +31,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "server/connections_per_address.h"
+#include "server/edge/peer_address.h"
 
 namespace xform::server {
 

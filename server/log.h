@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "server/token_bucket.h"
 
 namespace xform::server {
 
@@ -69,6 +70,7 @@ void Log(char severity, const Args&... args) {
 // Lets one line a second through and counts the rest, so that a caller
 // refused thousands of times a second costs the log a line a second, and
 // the line says how many it stands for (as Redis's ACL LOG counts repeats).
+// Every log line the server paces is paced by one of these.
 class LogThrottle {
  public:
   template <typename... Args>
@@ -77,11 +79,10 @@ class LogThrottle {
     uint64_t held;
     {
       absl::MutexLock lock(&mu_);
-      if (now < next_) {
+      if (!lines_.TryTake(/*rate=*/1, 1, now)) {
         ++held_;
         return;
       }
-      next_ = now + absl::Seconds(1);
       held = held_;
       held_ = 0;
     }
@@ -95,7 +96,7 @@ class LogThrottle {
 
  private:
   absl::Mutex mu_;
-  absl::Time next_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  TokenBucket lines_ ABSL_GUARDED_BY(mu_);  // A line a second.
   uint64_t held_ ABSL_GUARDED_BY(mu_) = 0;
 };
 

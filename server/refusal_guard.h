@@ -10,7 +10,7 @@
 // the request has arrived by then. Nothing above the transport can refuse
 // bytes before they arrive; what can be done is to stop the connection
 // they come on, and keep its address out for a while, as the call flood
-// guard does (call_flood_guard.h).
+// guard does (edge/cancel_flood_guard.h).
 //
 // So each caller's refusals are charged to a token bucket of its own, in
 // bytes: the request's size plus kCallBytes for the call itself (a refused

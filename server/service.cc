@@ -13,7 +13,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "server/acceptor.h"
+#include "server/edge/peer_address.h"
 #include "server/log.h"
 #include "server/refusal_guard.h"
 #include "server/request_reader.h"

@@ -28,13 +28,10 @@
 #include "absl/time/time.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
-#include "server/acceptor.h"
 #include "server/access_policy.h"
-#include "server/call_flood_guard.h"
-#include "server/connection_admission.h"
+#include "server/edge/edge.h"
 #include "server/demo.h"
 #include "server/gatekeeper.h"
-#include "server/grpc_listener_admission.h"
 #include "server/health_service.h"
 #include "server/log.h"
 #include "server/reflection_service.h"
@@ -88,10 +85,11 @@ ABSL_FLAG(int, max_connections, 0,
 ABSL_FLAG(int, max_connections_per_address, 0,
           "Most connections at once from one client address (IPv6: one /64); "
           "0: half of --max_connections. Over it, connections are closed");
-ABSL_FLAG(int, max_calls_per_connection_per_second, 1'000,
-          "A connection starting more calls than this in a second "
-          "is cut off (HTTP/2 rapid reset), and its address refused for "
-          "--cut_off_penalty_ms; 0: no limit");
+ABSL_FLAG(int, max_cancels_per_connection_per_second, 1'000,
+          "A connection whose client cancels more calls than this in a "
+          "second (HTTP/2 rapid reset) is cut off, and its address refused "
+          "for --cut_off_penalty_ms; 0: no limit. Calls that end as they "
+          "should are not counted, however many");
 ABSL_FLAG(int, max_queued_stream_resets, 100,
           "A plaintext connection with this many cancelled streams sent and "
           "waiting unread is cut off (HTTP/2 rapid reset, a flood gRPC would "
@@ -224,8 +222,8 @@ std::vector<std::string> FlagErrors() {
         "--max_connections must not be negative");
   check(absl::GetFlag(FLAGS_max_connections_per_address) >= 0,
         "--max_connections_per_address must not be negative");
-  check(absl::GetFlag(FLAGS_max_calls_per_connection_per_second) >= 0,
-        "--max_calls_per_connection_per_second must not be negative");
+  check(absl::GetFlag(FLAGS_max_cancels_per_connection_per_second) >= 0,
+        "--max_cancels_per_connection_per_second must not be negative");
   check(absl::GetFlag(FLAGS_max_queued_stream_resets) >= 0,
         "--max_queued_stream_resets must not be negative");
   check(absl::GetFlag(FLAGS_max_refused_mb_per_second) >= 0,
@@ -363,17 +361,19 @@ int Main() {
     Log('W', "no --auth_file: no access control, every caller may do anything");
   }
   auto gatekeeper = std::make_shared<Gatekeeper>(policy);
-  // Whichever listener admits connections (below), before any call.
-  ConnectionAdmission* admission = nullptr;
+  // The edge (below), set before any call.
+  Edge* edge_for_refusals = nullptr;
   ServiceOptions options;
   options.gatekeeper = gatekeeper;
   options.refusal_guard = std::make_shared<RefusalGuard>(
       RefusalGuardOptions{.refused_bytes_per_second =
                               absl::GetFlag(FLAGS_max_refused_mb_per_second) *
                               double{1 << 20}},
-      [&admission](absl::string_view peer, absl::Duration penalty,
-                   absl::string_view why) {
-        if (admission != nullptr) admission->CutOffPeer(peer, penalty, why);
+      [&edge_for_refusals](absl::string_view peer, absl::Duration penalty,
+                           absl::string_view why) {
+        if (edge_for_refusals != nullptr) {
+          edge_for_refusals->CutOff(peer, penalty, why);
+        }
       });
   options.write_timeout =
       absl::Milliseconds(absl::GetFlag(FLAGS_write_timeout_ms));
@@ -398,18 +398,18 @@ int Main() {
   }
   const std::string listen = absl::GetFlag(FLAGS_listen);
   grpc::ServerBuilder builder;
-  // Plaintext connections are taken by our Acceptor (see acceptor.h); TLS
-  // ones by gRPC's own listener, as gRPC 1.51 cannot take a TLS connection
-  // from a descriptor, each admitted through our accept4()
-  // (grpc_listener_admission.h). The same limits apply to both.
-  const AdmissionOptions admission_options = {
-      .max_connections = absl::GetFlag(FLAGS_max_connections),
-      .max_connections_per_address =
-          absl::GetFlag(FLAGS_max_connections_per_address),
-      .cut_off_penalty =
-          absl::Milliseconds(absl::GetFlag(FLAGS_cut_off_penalty_ms))};
-  std::unique_ptr<Acceptor> acceptor;
-  int tls_port = 0;
+  EdgeOptions edge_options = {
+      .listen = listen,
+      .admission =
+          {.max_connections = absl::GetFlag(FLAGS_max_connections),
+           .max_connections_per_address =
+               absl::GetFlag(FLAGS_max_connections_per_address),
+           .cut_off_penalty =
+               absl::Milliseconds(absl::GetFlag(FLAGS_cut_off_penalty_ms))},
+      .max_cancels_per_connection_per_second =
+          absl::GetFlag(FLAGS_max_cancels_per_connection_per_second),
+      .max_queued_stream_resets =
+          absl::GetFlag(FLAGS_max_queued_stream_resets)};
   if (const std::string cert = absl::GetFlag(FLAGS_tls_cert); !cert.empty()) {
     absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
         ServerTlsCredentials({.certificate_chain = cert,
@@ -419,48 +419,28 @@ int Main() {
       Log('E', credentials.status().message());
       return 1;
     }
-    absl::StatusOr<ConnectionAdmission*> admitting =
-        AdmitGrpcListenerConnections(admission_options);
-    if (!admitting.ok()) {
-      Log('E', admitting.status().message());
-      return 1;
-    }
-    admission = *admitting;
-    builder.AddListeningPort(listen, *credentials, &tls_port);
+    edge_options.tls = *std::move(credentials);
     Log('I', "TLS from ", cert,
         absl::GetFlag(FLAGS_tls_client_ca).empty()
             ? ""
             : ", client certificates required (--tls_client_ca)",
         "; certificate files re-read as they change");
-  } else {
-    absl::StatusOr<std::unique_ptr<Acceptor>> listening = Acceptor::Listen(
-        listen, {.admission = admission_options,
-                 .max_queued_stream_resets =
-                     absl::GetFlag(FLAGS_max_queued_stream_resets)});
-    if (!listening.ok()) {
-      Log('E', listening.status().message());
-      return 1;
-    }
-    acceptor = *std::move(listening);
-    admission = &acceptor->admission();
-    if (!IsLoopback(listen)) {
-      Log('W', "serving PLAINTEXT on ", listen,
-          ", which is not a loopback address: anyone on the network can read "
-          "the streams and see tokens; give --tls_cert and --tls_key");
-    }
+  } else if (!IsLoopback(listen)) {
+    Log('W', "serving PLAINTEXT on ", listen,
+        ", which is not a loopback address: anyone on the network can read "
+        "the streams and see tokens; give --tls_cert and --tls_key");
   }
+  absl::StatusOr<std::unique_ptr<Edge>> installed =
+      Edge::Install(edge_options, builder);
+  if (!installed.ok()) {
+    Log('E', installed.status().message());
+    return 1;
+  }
+  std::unique_ptr<Edge> edge = *std::move(installed);
+  edge_for_refusals = edge.get();
   builder.RegisterService(&service);
   builder.RegisterService(&health);  // Open to all: probes.
   if (reflection != nullptr) builder.RegisterService(reflection.get());
-  if (const int max_calls =
-          absl::GetFlag(FLAGS_max_calls_per_connection_per_second);
-      max_calls > 0) {
-    std::vector<
-        std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
-        guards;
-    guards.push_back(std::make_unique<CallFloodGuard>(max_calls, admission));
-    builder.experimental().SetInterceptorCreators(std::move(guards));
-  }
   TransportOptions transport;
   transport.max_message_bytes = limits.max_message_bytes;
   transport.memory_quota_bytes = absl::GetFlag(FLAGS_memory_quota_mb) << 20;
@@ -474,16 +454,14 @@ int Main() {
       absl::GetFlag(FLAGS_max_streams_per_connection);
   ConfigureTransport(transport, &builder);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || (acceptor == nullptr && tls_port == 0)) {
+  if (server == nullptr || !edge->Start(*server).ok()) {
     Log('E', "cannot start the gRPC server on ", listen);
     return 1;
   }
-  if (acceptor != nullptr) acceptor->Start(server.get());
   // Before recovery, which may take a while: the port is bound, so a
   // launcher that asked for port 0 can learn which one it got and wait for
   // SERVING on it.
-  Log('I', "xformd listening on ", listen, " (port ",
-      acceptor != nullptr ? acceptor->port() : tls_port, ")");
+  Log('I', "xformd listening on ", listen, " (port ", edge->port(), ")");
   // NOT_SERVING (and every call UNAVAILABLE) until the worlds are back.
   set_serving(false);
   if (absl::Status recovered = host.Recover(); !recovered.ok()) {
@@ -492,12 +470,11 @@ int Main() {
     return 1;
   }
   set_serving(true);
-  Log('I', "xformd serving on ", listen, " (port ",
-      acceptor != nullptr ? acceptor->port() : tls_port, ", ",
-      acceptor != nullptr ? "plaintext" : "TLS", "), default tick ",
+  Log('I', "xformd serving on ", listen, " (port ", edge->port(), ", ",
+      edge->tls() ? "TLS" : "plaintext", "), default tick ",
       absl::GetFlag(FLAGS_tick_hz), " Hz; connections use descriptors up to ",
-      admission->ceiling(), ", at most ", admission->max_per_address(),
-      " from one address");
+      edge->admission().ceiling(), ", at most ",
+      edge->admission().max_per_address(), " from one address");
 
   absl::Notification stop_demo;
   std::thread demo;
@@ -525,7 +502,7 @@ int Main() {
   }
   Log('I', "signal ", signal, " (", strsignal(signal), "): shutting down");
   set_serving(false);
-  if (acceptor != nullptr) acceptor->Stop();
+  edge->Stop();
   stop_demo.Notify();
   if (demo.joinable()) demo.join();
   service.EndAllStreams(absl::UnavailableError("server shutting down"));

@@ -5,7 +5,7 @@
 // being accepted again or by the check of an address at its limit; other
 // addresses are never held back by it.
 
-#include "server/connections_per_address.h"
+#include "server/edge/connections_per_address.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

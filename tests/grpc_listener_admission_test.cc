@@ -8,7 +8,7 @@
 // process. (That gRPC's TLS listener goes through it is tested against
 // xformd itself, in security_process_test.cc.)
 
-#include "server/grpc_listener_admission.h"
+#include "server/edge/grpc_listener_admission.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

@@ -1,6 +1,6 @@
 // Copyright 2026 The xform Authors.
 
-#include "server/stream_reset_scan.h"
+#include "server/edge/stream_reset_scan.h"
 
 #include <cstdint>
 #include <random>

@@ -5,7 +5,7 @@ costs the server: one connection opens streams and cancels each at once
 
 gRPC 1.51, the version Debian ships and xformd links, has none of the
 mitigations gRPC added later; xformd's own defences cut such a connection
-off (--max_calls_per_connection_per_second, --max_queued_stream_resets;
+off (--max_cancels_per_connection_per_second, --max_queued_stream_resets;
 docs/security.md, "HTTP/2 rapid reset"). Run it beside xform-load to see
 what it does to healthy clients (one process per attacking connection):
 

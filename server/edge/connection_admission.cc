@@ -1,6 +1,6 @@
 // Copyright 2026 The xform Authors.
 
-#include "server/connection_admission.h"
+#include "server/edge/connection_admission.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -21,72 +21,6 @@
 #include "server/log.h"
 
 namespace xform::server {
-
-std::string GrpcPeerName(const sockaddr_storage& address) {
-  char host[INET6_ADDRSTRLEN] = {};
-  if (address.ss_family == AF_INET) {
-    const auto& in = reinterpret_cast<const sockaddr_in&>(address);
-    if (inet_ntop(AF_INET, &in.sin_addr, host, sizeof(host)) != nullptr) {
-      return absl::StrCat("ipv4:", host, ":", ntohs(in.sin_port));
-    }
-  } else if (address.ss_family == AF_INET6) {
-    const auto& in6 = reinterpret_cast<const sockaddr_in6&>(address);
-    if (IN6_IS_ADDR_V4MAPPED(&in6.sin6_addr)) {
-      // gRPC names these by their IPv4 address, as a dual-stack listener
-      // accepts IPv4 clients.
-      if (inet_ntop(AF_INET, &in6.sin6_addr.s6_addr[12], host, sizeof(host)) !=
-          nullptr) {
-        return absl::StrCat("ipv4:", host, ":", ntohs(in6.sin6_port));
-      }
-    } else if (inet_ntop(AF_INET6, &in6.sin6_addr, host, sizeof(host)) !=
-               nullptr) {
-      return absl::StrCat("ipv6:[", host, "]:", ntohs(in6.sin6_port));
-    }
-  }
-  return "";
-}
-
-ConnectionsPerAddress::Client ClientOfPeer(absl::string_view grpc_peer) {
-  sockaddr_storage address{};
-  int fd = -1;
-  if (absl::ConsumePrefix(&grpc_peer, "fd:")) {
-    socklen_t length = sizeof(address);
-    if (!absl::SimpleAtoi(grpc_peer, &fd) || fd < 0 ||
-        getpeername(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-      return {};
-    }
-    return ConnectionsPerAddress::Client::Of(address);
-  }
-  // The host part: up to the port's colon, inside brackets for IPv6.
-  const bool v6 = absl::ConsumePrefix(&grpc_peer, "ipv6:[");
-  if (!v6 && !absl::ConsumePrefix(&grpc_peer, "ipv4:")) return {};
-  const size_t end = v6 ? grpc_peer.find_first_of("]%") : grpc_peer.rfind(':');
-  const std::string host(grpc_peer.substr(0, end));
-  if (v6) {
-    auto& in6 = reinterpret_cast<sockaddr_in6&>(address);
-    in6.sin6_family = AF_INET6;
-    if (inet_pton(AF_INET6, host.c_str(), &in6.sin6_addr) != 1) return {};
-  } else {
-    auto& in = reinterpret_cast<sockaddr_in&>(address);
-    in.sin_family = AF_INET;
-    if (inet_pton(AF_INET, host.c_str(), &in.sin_addr) != 1) return {};
-  }
-  return ConnectionsPerAddress::Client::Of(address);
-}
-
-std::string PeerAddress(absl::string_view grpc_peer) {
-  int fd = -1;
-  if (!absl::ConsumePrefix(&grpc_peer, "fd:") ||
-      !absl::SimpleAtoi(grpc_peer, &fd) || fd < 0) {
-    return std::string(grpc_peer);
-  }
-  sockaddr_storage address{};
-  socklen_t length = sizeof(address);
-  if (getpeername(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
-    if (std::string name = GrpcPeerName(address); !name.empty()) return name;
-  }
-  return absl::StrCat("fd:", fd);
-}
 
 absl::StatusOr<std::unique_ptr<ConnectionAdmission>>
 ConnectionAdmission::Create(int lowest_fd, const AdmissionOptions& options) {
@@ -120,10 +54,10 @@ ConnectionAdmission::ConnectionAdmission(int ceiling, int max_per_address,
 bool ConnectionAdmission::Admit(int fd, const sockaddr_storage& peer) {
   if (fd > ceiling_) {
     // Taking it would leave the server too few descriptors of its own.
-    if (refused_at_ceiling_.fetch_add(1) % 1000 == 0) {
-      Log('W', "connection refused: at the connection limit (descriptor ",
-          ceiling_, "); ", refused_at_ceiling_.load(), " refused so far");
-    }
+    refused_at_ceiling_.Log('W',
+                            "connection refused: at the connection limit "
+                            "(descriptor ",
+                            ceiling_, ")");
     return false;
   }
   const ConnectionsPerAddress::Client client =
@@ -137,11 +71,9 @@ bool ConnectionAdmission::Admit(int fd, const sockaddr_storage& peer) {
     penalized_.erase(it);
   }
   if (!per_address_.Admit(fd, client, now)) {
-    if (refused_per_address_.fetch_add(1) % 1000 == 0) {
-      Log('W', "connection from ", name, " refused: its address holds ",
-          max_per_address_, " connections (--max_connections_per_address); ",
-          refused_per_address_.load(), " refused so far");
-    }
+    refused_per_address_.Log('W', "connection from ", name,
+                             " refused: its address holds ", max_per_address_,
+                             " connections (--max_connections_per_address)");
     return false;
   }
   if (by_fd_.size() <= static_cast<size_t>(fd)) by_fd_.resize(fd + 1);
@@ -193,8 +125,22 @@ void ConnectionAdmission::CutOffPeer(absl::string_view grpc_peer,
                                      absl::Duration penalty,
                                      absl::string_view why) {
   if (const std::optional<Connection> connection = Find(grpc_peer)) {
-    CutOff(connection->fd, why, grpc_peer, penalty);
+    CutOff(*connection, why, penalty);
   }
+}
+
+void ConnectionAdmission::CutOff(const Connection& connection,
+                                 absl::string_view why,
+                                 std::optional<absl::Duration> penalty) {
+  {
+    absl::MutexLock lock(&mu_);
+    const auto fd = static_cast<size_t>(connection.fd);
+    if (connection.fd < 0 || fd >= by_fd_.size() ||
+        by_fd_[fd].serial != connection.serial) {
+      return;  // That connection closed, and its number is another's now.
+    }
+  }
+  CutOff(connection.fd, why, "", penalty);
 }
 
 void ConnectionAdmission::CutOff(int fd, absl::string_view why,

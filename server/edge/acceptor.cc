@@ -1,6 +1,6 @@
 // Copyright 2026 The xform Authors.
 
-#include "server/acceptor.h"
+#include "server/edge/acceptor.h"
 
 #include <fcntl.h>
 #include <netdb.h>
@@ -22,8 +22,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "grpcpp/server_posix.h"
+#include "server/edge/stream_reset_scan.h"
 #include "server/log.h"
-#include "server/stream_reset_scan.h"
 
 namespace xform::server {
 namespace {
@@ -174,10 +174,8 @@ void Acceptor::Loop(grpc::Server* server) {
         if (errno == EINTR || errno == ECONNABORTED) continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK) {
           // Out of descriptors or memory: try again shortly, not at once.
-          if (accept_errors_.fetch_add(1) == 0) {
-            Log('W', "accept failed (", strerror(errno), "); retrying every ",
-                kRetryAfterErrorMs, " ms");
-          }
+          accept_errors_.Log('W', "accept failed (", strerror(errno),
+                             "); retrying every ", kRetryAfterErrorMs, " ms");
           wait_ms = kRetryAfterErrorMs;
         }
         break;

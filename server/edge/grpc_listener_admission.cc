@@ -1,6 +1,6 @@
 // Copyright 2026 The xform Authors.
 
-#include "server/grpc_listener_admission.h"
+#include "server/edge/grpc_listener_admission.h"
 
 #include <fcntl.h>
 #include <sys/socket.h>
@@ -34,9 +34,10 @@ struct Installed {
   std::unique_ptr<ConnectionAdmission> admission;
   std::mutex spare_mu;  // Guards `spare`.
   int spare = -1;       // Closed to make room to refuse one connection.
-  std::atomic<uint64_t> out_of_descriptors = 0;  // Paces its log lines.
+  LogThrottle out_of_descriptors;  // A line a second, counting the rest.
 };
 std::atomic<Installed*> installed = nullptr;
+std::atomic<bool> interposed = false;
 
 // Accepts the connection waiting on `listen_fd` into the spare descriptor's
 // number and closes it at once: the client sees it close, and the backlog
@@ -64,10 +65,8 @@ int AdmittedAccept4(Installed& in, int listen_fd, sockaddr* address,
           error != ENOMEM) {
         return fd;  // EAGAIN, EINTR, ECONNABORTED: gRPC knows what to do.
       }
-      if (in.out_of_descriptors.fetch_add(1) % 1000 == 0) {
-        Log('W', "accept failed (", strerror(error),
-            "); refusing connections until it passes");
-      }
+      in.out_of_descriptors.Log('W', "accept failed (", strerror(error),
+                                "); refusing connections until it passes");
       if ((error == EMFILE || error == ENFILE) &&
           RefuseIntoSpare(in, listen_fd)) {
         continue;
@@ -91,6 +90,11 @@ int AdmittedAccept4(Installed& in, int listen_fd, sockaddr* address,
 
 absl::StatusOr<ConnectionAdmission*> AdmitGrpcListenerConnections(
     const AdmissionOptions& options) {
+  if (!interposed.load()) {
+    return absl::FailedPreconditionError(
+        "this program does not stand in front of accept4() "
+        "(link server/edge/accept4_interposer.cc)");
+  }
   if (installed.load() != nullptr) {
     return absl::FailedPreconditionError("already installed");
   }
@@ -113,16 +117,15 @@ absl::StatusOr<ConnectionAdmission*> AdmitGrpcListenerConnections(
   return made;
 }
 
-}  // namespace xform::server
+namespace grpc_listener_internal {
 
-// Stands in front of the C library's for gRPC's listener (see the header).
-extern "C" __attribute__((visibility("default"))) int accept4(int fd,
-                                                              sockaddr* address,
-                                                              socklen_t* length,
-                                                              int flags) {
-  xform::server::Installed* in = xform::server::installed.load();
-  if (in == nullptr) {
-    return xform::server::SystemAccept4(fd, address, length, flags);
-  }
-  return xform::server::AdmittedAccept4(*in, fd, address, length, flags);
+void NoteInterposed() { interposed.store(true); }
+
+int Accept4(int fd, sockaddr* address, socklen_t* length, int flags) {
+  Installed* in = installed.load();
+  if (in == nullptr) return SystemAccept4(fd, address, length, flags);
+  return AdmittedAccept4(*in, fd, address, length, flags);
 }
+
+}  // namespace grpc_listener_internal
+}  // namespace xform::server

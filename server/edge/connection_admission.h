@@ -18,7 +18,7 @@
 // Acceptor handed over by its descriptor ("fd:12") and one it accepted
 // itself by its peer's address ("ipv4:10.0.0.5:41234"); Find() gives the
 // descriptor for either, and which admission of that descriptor it is, so
-// that abuse seen above the transport (CallFloodGuard) is counted per
+// that abuse seen above the transport (CancelFloodGuard) is counted per
 // connection, not per descriptor number, and can be cut off.
 //
 // Cost: Admit is O(1) but at an address's limit, where it may fstat() the
@@ -27,8 +27,8 @@
 //
 // Thread-safe.
 
-#ifndef XFORM_SERVER_CONNECTION_ADMISSION_H_
-#define XFORM_SERVER_CONNECTION_ADMISSION_H_
+#ifndef XFORM_SERVER_EDGE_CONNECTION_ADMISSION_H_
+#define XFORM_SERVER_EDGE_CONNECTION_ADMISSION_H_
 
 #include <sys/socket.h>
 
@@ -46,7 +46,9 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "server/connections_per_address.h"
+#include "server/edge/connections_per_address.h"
+#include "server/edge/peer_address.h"
+#include "server/log.h"
 
 namespace xform::server {
 
@@ -104,6 +106,9 @@ class ConnectionAdmission {
   // connection have closed, the number may be free or another file's
   // (CutOff checks).
   std::optional<Connection> Find(absl::string_view grpc_peer) const;
+  // CutOff of `connection`, if its descriptor is still that admission's.
+  void CutOff(const Connection& connection, absl::string_view why,
+              std::optional<absl::Duration> penalty = std::nullopt);
 
   // The connections counted, some perhaps closed since (StillOpen).
   std::vector<int> Counted() const;
@@ -135,30 +140,10 @@ class ConnectionAdmission {
   std::vector<Admitted> by_fd_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, int> fd_of_name_ ABSL_GUARDED_BY(mu_);
   uint64_t serials_ ABSL_GUARDED_BY(mu_) = 0;
-  std::atomic<uint64_t> refused_at_ceiling_ = 0;   // Paces its log lines.
-  std::atomic<uint64_t> refused_per_address_ = 0;  // Likewise.
+  LogThrottle refused_at_ceiling_;   // A line a second, counting the rest.
+  LogThrottle refused_per_address_;  // Likewise.
 };
-
-// How gRPC names a peer at `address`: "ipv4:10.0.0.5:41234",
-// "ipv6:[::1]:41234" (an IPv4-mapped IPv6 address as the IPv4 one); "" for
-// other families.
-std::string GrpcPeerName(const sockaddr_storage& address);
-
-// Which client (an IPv4 address, an IPv6 /64) the call's peer is, from
-// gRPC's name for it (ServerContext::peer()): "ipv4:...", "ipv6:[...]", or
-// "fd:12" for a connection an Acceptor handed over (one getpeername()).
-// Anything else is the one client Client::Of gives other families.
-ConnectionsPerAddress::Client ClientOfPeer(absl::string_view grpc_peer);
-
-// What to call a call's peer in logs and listings: gRPC's name for it
-// (ServerContext::peer()), but for a connection an Acceptor handed over,
-// which gRPC names by its descriptor ("fd:12"), the address at the other end
-// as gRPC writes one. One getpeername() for those. Should the connection
-// have closed meanwhile, its descriptor may be another's or none: then
-// "fd:12" stays, or, rarely, a dying call is named by the connection that
-// reused it.
-std::string PeerAddress(absl::string_view grpc_peer);
 
 }  // namespace xform::server
 
-#endif  // XFORM_SERVER_CONNECTION_ADMISSION_H_
+#endif  // XFORM_SERVER_EDGE_CONNECTION_ADMISSION_H_

@@ -22,8 +22,10 @@
 // leaves it; either way it tells gRPC to wait for the next (EAGAIN) rather
 // than give up its listener.
 //
-// Only xformd links this, exporting accept4 (--export-dynamic-symbol) so
-// that gRPC's library finds it. Once installed, every accept4() in the
+// The accept4() itself is in accept4_interposer.cc, which only xformd (and
+// this code's own test) links, exporting accept4 (--export-dynamic-symbol)
+// so that gRPC's library finds it; without it, installing fails. Once
+// installed, every accept4() in the
 // process is admitted this way, which is right only where gRPC's listener is
 // the process's one: xformd with --tls_cert, which has no Acceptor. Should
 // gRPC stop accepting through accept4(), the TLS tests of
@@ -31,11 +33,13 @@
 //
 // Cost: what the admission costs (connection_admission.h), per connection.
 
-#ifndef XFORM_SERVER_GRPC_LISTENER_ADMISSION_H_
-#define XFORM_SERVER_GRPC_LISTENER_ADMISSION_H_
+#ifndef XFORM_SERVER_EDGE_GRPC_LISTENER_ADMISSION_H_
+#define XFORM_SERVER_EDGE_GRPC_LISTENER_ADMISSION_H_
+
+#include <sys/socket.h>
 
 #include "absl/status/statusor.h"
-#include "server/connection_admission.h"
+#include "server/edge/connection_admission.h"
 
 namespace xform::server {
 
@@ -45,6 +49,13 @@ namespace xform::server {
 absl::StatusOr<ConnectionAdmission*> AdmitGrpcListenerConnections(
     const AdmissionOptions& options);
 
+namespace grpc_listener_internal {
+// For accept4_interposer.cc: it is linked (from its static initializer),
+// and what its accept4() does.
+void NoteInterposed();
+int Accept4(int fd, sockaddr* address, socklen_t* length, int flags);
+}  // namespace grpc_listener_internal
+
 }  // namespace xform::server
 
-#endif  // XFORM_SERVER_GRPC_LISTENER_ADMISSION_H_
+#endif  // XFORM_SERVER_EDGE_GRPC_LISTENER_ADMISSION_H_

@@ -24,8 +24,8 @@
 // Memory: one entry per admitted descriptor, so O(--max_connections).
 // Not thread-safe: ConnectionAdmission's lock guards it.
 
-#ifndef XFORM_SERVER_CONNECTIONS_PER_ADDRESS_H_
-#define XFORM_SERVER_CONNECTIONS_PER_ADDRESS_H_
+#ifndef XFORM_SERVER_EDGE_CONNECTIONS_PER_ADDRESS_H_
+#define XFORM_SERVER_EDGE_CONNECTIONS_PER_ADDRESS_H_
 
 #include <sys/socket.h>
 #include <sys/types.h>
@@ -107,4 +107,4 @@ class ConnectionsPerAddress {
 
 }  // namespace xform::server
 
-#endif  // XFORM_SERVER_CONNECTIONS_PER_ADDRESS_H_
+#endif  // XFORM_SERVER_EDGE_CONNECTIONS_PER_ADDRESS_H_

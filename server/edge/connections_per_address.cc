@@ -1,6 +1,6 @@
 // Copyright 2026 The xform Authors.
 
-#include "server/connections_per_address.h"
+#include "server/edge/connections_per_address.h"
 
 #include <netinet/in.h>
 #include <sys/stat.h>

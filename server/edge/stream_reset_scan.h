@@ -7,7 +7,7 @@
 // Why: HTTP/2 rapid reset (CVE-2023-44487). gRPC 1.51's reader keeps parsing
 // while its socket has data and lets none of the streams it started go on
 // until it runs dry, so a flood from two connections is never seen by
-// anything above the transport (CallFloodGuard included) while memory grows
+// anything above the transport (CancelFloodGuard included) while memory grows
 // by hundreds of MB a second (docs/security.md). The flood's own bytes are
 // queued in the socket meanwhile, and they say what it is: stream after
 // stream cancelled. An honest client cancels a call now and then; it never
@@ -24,8 +24,8 @@
 //
 // Cost: O(bytes): the search and the chains only move forward. No state.
 
-#ifndef XFORM_SERVER_STREAM_RESET_SCAN_H_
-#define XFORM_SERVER_STREAM_RESET_SCAN_H_
+#ifndef XFORM_SERVER_EDGE_STREAM_RESET_SCAN_H_
+#define XFORM_SERVER_EDGE_STREAM_RESET_SCAN_H_
 
 #include "absl/strings/string_view.h"
 
@@ -37,4 +37,4 @@ int CountStreamResets(absl::string_view bytes);
 
 }  // namespace xform::server
 
-#endif  // XFORM_SERVER_STREAM_RESET_SCAN_H_
+#endif  // XFORM_SERVER_EDGE_STREAM_RESET_SCAN_H_

@@ -20,8 +20,8 @@
 //
 // Thread-safe; one thread of its own.
 
-#ifndef XFORM_SERVER_ACCEPTOR_H_
-#define XFORM_SERVER_ACCEPTOR_H_
+#ifndef XFORM_SERVER_EDGE_ACCEPTOR_H_
+#define XFORM_SERVER_EDGE_ACCEPTOR_H_
 
 #include <atomic>
 #include <cstdint>
@@ -31,7 +31,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "grpcpp/server.h"
-#include "server/connection_admission.h"
+#include "server/edge/connection_admission.h"
+#include "server/log.h"
 
 namespace xform::server {
 
@@ -52,7 +53,7 @@ class Acceptor {
 
   int port() const { return port_; }
   // Which connections it keeps; cuts off abuse found above the transport
-  // (CallFloodGuard) as well as its own.
+  // (CancelFloodGuard, RefusalGuard) as well as its own.
   ConnectionAdmission& admission() { return *admission_; }
 
   // Hands connections to `server`, which must be started, until Stop().
@@ -75,9 +76,9 @@ class Acceptor {
   const int max_queued_stream_resets_;
   int wake_[2] = {-1, -1};  // A pipe that ends the loop's poll().
   std::thread thread_;
-  std::atomic<uint64_t> accept_errors_ = 0;  // Paces its log lines.
+  LogThrottle accept_errors_;  // A line a second, counting the rest.
 };
 
 }  // namespace xform::server
 
-#endif  // XFORM_SERVER_ACCEPTOR_H_
+#endif  // XFORM_SERVER_EDGE_ACCEPTOR_H_
