@@ -214,4 +214,15 @@ void RunDemoWorlds(WorldHost& host, const absl::Notification& stop) {
   solar.join();
 }
 
+DemoWorlds::DemoWorlds(WorldHost& host, bool enabled) {
+  if (enabled)
+    thread_ = std::thread([this, &host] { RunDemoWorlds(host, stop_); });
+}
+
+void DemoWorlds::Stop() {
+  if (!thread_.joinable()) return;
+  stop_.Notify();
+  thread_.join();
+}
+
 }  // namespace xform::server

@@ -12,6 +12,8 @@
 #ifndef XFORM_SERVER_DEMO_H_
 #define XFORM_SERVER_DEMO_H_
 
+#include <thread>
+
 #include "absl/synchronization/notification.h"
 #include "server/world_host.h"
 
@@ -20,6 +22,21 @@ namespace xform::server {
 // Creates the demo worlds (replacing ones recovered from --data_dir) and
 // moves them until `stop`. Blocks; errors are logged.
 void RunDemoWorlds(WorldHost& host, const absl::Notification& stop);
+
+// RunDemoWorlds on a thread of its own, when `enabled`, until Stop() (or
+// the destructor).
+class DemoWorlds {
+ public:
+  DemoWorlds(WorldHost& host, bool enabled);
+  ~DemoWorlds() { Stop(); }
+  DemoWorlds(const DemoWorlds&) = delete;
+  DemoWorlds& operator=(const DemoWorlds&) = delete;
+  void Stop();
+
+ private:
+  absl::Notification stop_;
+  std::thread thread_;
+};
 
 }  // namespace xform::server
 

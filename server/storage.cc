@@ -83,6 +83,17 @@ absl::StatusOr<WorldFiles> ListWorldFiles(const std::string& dir) {
 
 }  // namespace
 
+std::string DescribeDurability(const StorageOptions& options) {
+  const char* fsync = options.fsync == FsyncPolicy::kAlways ? "always"
+                      : options.fsync == FsyncPolicy::kNo   ? "no"
+                                                            : "everysec";
+  const std::string every =
+      options.snapshot_every_bytes > 0
+          ? absl::StrCat(options.snapshot_every_bytes, " journal bytes")
+          : absl::FormatDuration(options.snapshot_every_time);
+  return absl::StrCat("--fsync=", fsync, ", a snapshot every ", every);
+}
+
 absl::Status ParseSnapshotEvery(absl::string_view value,
                                 StorageOptions* options) {
   options->snapshot_every_bytes = 0;

@@ -161,6 +161,10 @@ class Storage {
   const int lock_fd_;
 };
 
+// The options as xformd's log states them: "--fsync=everysec,
+// --snapshot_every=64MiB".
+std::string DescribeDurability(const StorageOptions& options);
+
 // "64MiB", "300s", "10m": --snapshot_every's value into `options`.
 absl::Status ParseSnapshotEvery(absl::string_view value,
                                 StorageOptions* options);

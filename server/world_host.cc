@@ -2,7 +2,6 @@
 
 #include "server/world_host.h"
 
-#include <malloc.h>
 #include <pthread.h>
 
 #include <algorithm>
@@ -11,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/log.h"
+#include "server/memory_policy.h"
 
 namespace xform::server {
 namespace {
@@ -53,7 +53,7 @@ HostedWorld::HostedWorld(std::string name, v1::FrameMode mode, double tick_hz,
                                         : absl::InfiniteDuration()),
       replicator_(max_pending, std::move(burst_budget), std::move(fanout)) {}
 
-HostedWorld::MemoryReturn::~MemoryReturn() { malloc_trim(0); }
+HostedWorld::MemoryReturn::~MemoryReturn() { ReturnFreeHeap(); }
 
 absl::StatusOr<uint64_t> HostedWorld::Apply(const v1::ApplyRequest& request,
                                             const Limits& limits) {
@@ -528,7 +528,7 @@ absl::Time WorldHost::PollOnce() {
       trim = true;
     }
   }
-  if (trim) malloc_trim(0);
+  if (trim) ReturnFreeHeap();
   return now + kPollInterval;
 }
 
