@@ -56,6 +56,16 @@ inline std::string EscapeForLog(absl::string_view text) {
   return out;
 }
 
+// A client-given name as statuses and log lines quote it: cut to 64
+// characters, so an 8 KB name cannot push a status past gRPC's metadata
+// limit.
+inline std::string Quoted(absl::string_view name) {
+  constexpr size_t kShown = 64;
+  if (name.size() <= kShown) return absl::StrCat("'", name, "'");
+  return absl::StrCat("'", name.substr(0, kShown), "...' (", name.size(),
+                      " characters)");
+}
+
 // Writes "<time> <severity> <args...>" as one line, escaped (EscapeForLog).
 template <typename... Args>
 void Log(char severity, const Args&... args) {

@@ -33,6 +33,8 @@ namespace fs = std::filesystem;
 constexpr absl::string_view kWorldPrefix = "w_";
 constexpr absl::string_view kJournalPrefix = "journal-";
 constexpr absl::string_view kSnapshotPrefix = "snapshot-";
+// How often the keeper looks for syncs and snapshots due.
+constexpr absl::Duration kKeepInterval = absl::Milliseconds(250);
 
 std::string FileName(absl::string_view prefix, uint64_t seq) {
   return absl::StrFormat("%s%016x", prefix, seq);
@@ -131,9 +133,9 @@ absl::Status ParseSnapshotEvery(absl::string_view value,
 
 // ---------------------------------------------------------------------------
 
-WorldLog::WorldLog(std::string dir, std::string stored_world,
-                   const StorageOptions& options, uint64_t seq,
-                   std::shared_ptr<JournalWriter> journal)
+FileWorldLog::FileWorldLog(std::string dir, std::string stored_world,
+                           const StorageOptions& options, uint64_t seq,
+                           std::shared_ptr<JournalWriter> journal)
     : dir_(std::move(dir)),
       stored_world_(std::move(stored_world)),
       options_(options),
@@ -141,8 +143,8 @@ WorldLog::WorldLog(std::string dir, std::string stored_world,
       journal_(std::move(journal)),
       journal_start_(kRecordHeaderBytes + stored_world_.size()) {}
 
-absl::StatusOr<WorldLog::Written> WorldLog::Append(uint64_t frame,
-                                                   absl::string_view batch) {
+absl::StatusOr<WorldLog::Acknowledgement> FileWorldLog::Append(
+    uint64_t frame, absl::string_view batch) {
   std::shared_ptr<JournalWriter> journal;
   {
     absl::MutexLock lock(&mu_);
@@ -154,14 +156,13 @@ absl::StatusOr<WorldLog::Written> WorldLog::Append(uint64_t frame,
     return s;
   }
   const uint64_t end = journal->end();
-  return Written{std::move(journal), end};
+  // On disk to `end`, by --fsync=always's rule (at once otherwise).
+  return Acknowledgement([journal = std::move(journal), end]() {
+    return journal->WaitDurable(end);
+  });
 }
 
-absl::Status WorldLog::WaitDurable(const Written& written) {
-  return written.journal->WaitDurable(written.end);
-}
-
-absl::Status WorldLog::Sync() {
+absl::Status FileWorldLog::Sync() {
   std::shared_ptr<JournalWriter> journal;
   {
     absl::MutexLock lock(&mu_);
@@ -170,17 +171,22 @@ absl::Status WorldLog::Sync() {
   return journal->Sync();
 }
 
-void WorldLog::SnapshotFailed(absl::Time now) {
+void FileWorldLog::SnapshotFailed(absl::Time now) {
   absl::MutexLock lock(&mu_);
   retry_after_ = now + kSnapshotRetryDelay;
 }
 
-uint64_t WorldLog::JournalEnd() const {
+uint64_t FileWorldLog::JournalEnd() const {
   absl::MutexLock lock(&mu_);
   return journal_->end();
 }
 
-bool WorldLog::SnapshotDue(absl::Time now) const {
+bool FileWorldLog::Journaled() const {
+  absl::MutexLock lock(&mu_);
+  return journal_->end() > journal_start_ || !journal_->broken().ok();
+}
+
+bool FileWorldLog::SnapshotDue(absl::Time now) const {
   absl::MutexLock lock(&mu_);
   if (now < retry_after_) return false;
   if (!journal_->broken().ok()) return true;
@@ -191,7 +197,7 @@ bool WorldLog::SnapshotDue(absl::Time now) const {
          now - last_snapshot_ >= options_.snapshot_every_time;
 }
 
-absl::StatusOr<WorldLog::Snapshot> WorldLog::Prepare() {
+absl::StatusOr<FileWorldLog::NextJournal> FileWorldLog::Prepare() {
   uint64_t seq;
   {
     absl::MutexLock lock(&mu_);
@@ -204,28 +210,28 @@ absl::StatusOr<WorldLog::Snapshot> WorldLog::Prepare() {
   absl::StatusOr<std::unique_ptr<JournalWriter>> next = JournalWriter::Create(
       path, options_.fsync, EncodeRecord(RecordType::kWorld, 0, stored_world_));
   if (!next.ok()) return next.status();
-  Snapshot snapshot;
-  snapshot.seq = seq;
-  snapshot.next = *std::move(next);
-  return snapshot;
+  NextJournal journal;
+  journal.seq = seq;
+  journal.next = *std::move(next);
+  return journal;
 }
 
-void WorldLog::Switch(Snapshot* snapshot) {
+void FileWorldLog::Switch(NextJournal& next) {
   absl::MutexLock lock(&mu_);
-  snapshot->previous = std::move(journal_);
-  journal_ = snapshot->next;
-  seq_ = snapshot->seq;
+  next.previous = std::move(journal_);
+  journal_ = next.next;
+  seq_ = next.seq;
   last_snapshot_ = absl::Now();
 }
 
-absl::Status WorldLog::Finish(const Snapshot& snapshot,
-                              const WorldImage& image) {
+absl::Status FileWorldLog::Finish(const NextJournal& next,
+                                  const WorldImage& image) {
   // Until the snapshot is whole on disk, recovery needs the previous
   // journal: its tail goes to disk first (a no-op when it is broken: the
   // snapshot then replaces what it could not keep).
-  snapshot.previous->Sync().IgnoreError();
+  next.previous->Sync().IgnoreError();
   const std::string path =
-      absl::StrCat(dir_, "/", FileName(kSnapshotPrefix, snapshot.seq));
+      absl::StrCat(dir_, "/", FileName(kSnapshotPrefix, next.seq));
   if (absl::Status s = WriteSnapshotFile(path, stored_world_, image); !s.ok()) {
     return s;
   }
@@ -233,12 +239,12 @@ absl::Status WorldLog::Finish(const Snapshot& snapshot,
   if (!files.ok()) return files.status();
   std::error_code error;
   for (uint64_t seq : files->journals) {
-    if (seq < snapshot.seq) {
+    if (seq < next.seq) {
       fs::remove(absl::StrCat(dir_, "/", FileName(kJournalPrefix, seq)), error);
     }
   }
   for (uint64_t seq : files->snapshots) {
-    if (seq < snapshot.seq) {
+    if (seq < next.seq) {
       fs::remove(absl::StrCat(dir_, "/", FileName(kSnapshotPrefix, seq)),
                  error);
     }
@@ -246,12 +252,71 @@ absl::Status WorldLog::Finish(const Snapshot& snapshot,
   return SyncDirectory(dir_);
 }
 
+FileWorldLog::Copied FileWorldLog::CopyAndSwitch(SnapshotSource& world,
+                                                 WorldImage& image,
+                                                 NextJournal& next) {
+  // (A batch taken back, which is not journaled, may still have moved
+  // instances: the relocation count says so.)
+  Copied copied;
+  size_t half = 0;
+  size_t size_then = 0;
+  uint64_t journal_end = 0;
+  uint64_t relocated = 0;
+  world.WithWorldLocked([&](const World& w) {
+    const absl::Time locked = absl::Now();
+    size_then = w.size();
+    half = size_then / 2;
+    journal_end = JournalEnd();
+    relocated = w.stats().relocated;
+    w.CopyImage(&image, 0, half);
+    copied.held = absl::Now() - locked;
+  });
+  world.WithWorldLocked([&](const World& w) {
+    const absl::Time locked = absl::Now();
+    if (JournalEnd() == journal_end && w.size() == size_then &&
+        w.stats().relocated == relocated) {
+      w.CopyImage(&image, half, w.size());
+    } else {
+      copied.whole_again = true;
+      w.CopyImage(&image);
+    }
+    Switch(next);
+    copied.held = std::max(copied.held, absl::Now() - locked);
+  });
+  return copied;
+}
+
+absl::Status FileWorldLog::Snapshot(SnapshotSource& world) {
+  const absl::Time start = absl::Now();
+  absl::StatusOr<NextJournal> next = Prepare();
+  if (!next.ok()) return next.status();
+  // Faulted in before the lock, with room to grow: copying into fresh
+  // memory under the lock would cost its page faults there (2 ms a MB).
+  WorldImage image;
+  size_t size = 0;
+  world.WithWorldLocked([&](const World& w) { size = w.size(); });
+  image.Resize(size + size / 8 + 1024);
+  const Copied copied = CopyAndSwitch(world, image, *next);
+  if (absl::Status s = Finish(*next, image); !s.ok()) return s;
+  Log('I', "world ", Quoted(world.name()), ": snapshot of ", image.size(),
+      " entities at frame ", image.frame, " in ",
+      absl::FormatDuration(absl::Now() - start), " (world locked ",
+      absl::FormatDuration(copied.held), " at most",
+      copied.whole_again ? ", copied whole: a batch came between the halves"
+                         : "",
+      ")");
+  return absl::OkStatus();
+}
+
 // ---------------------------------------------------------------------------
 
 Storage::Storage(StorageOptions options, int lock_fd)
     : options_(std::move(options)), lock_fd_(lock_fd) {}
 
-Storage::~Storage() { close(lock_fd_); }
+Storage::~Storage() {
+  keeper_.reset();
+  close(lock_fd_);
+}
 
 std::string Storage::WorldsDir() const { return options_.data_dir + "/worlds"; }
 
@@ -286,8 +351,9 @@ absl::StatusOr<std::unique_ptr<Storage>> Storage::Open(StorageOptions options) {
   return std::unique_ptr<Storage>(new Storage(std::move(options), fd));
 }
 
-absl::StatusOr<std::unique_ptr<WorldLog>> Storage::CreateWorld(
+absl::StatusOr<std::shared_ptr<WorldLog>> Storage::CreateWorld(
     const config::StoredWorld& stored) {
+  absl::MutexLock lock(&keep_mu_);
   const std::string worlds = WorldsDir();
   const std::string dir = WorldDir(stored.create().name());
   std::error_code error;
@@ -306,11 +372,14 @@ absl::StatusOr<std::unique_ptr<WorldLog>> Storage::CreateWorld(
     fs::remove_all(dir, error);
     return synced;
   }
-  return std::make_unique<WorldLog>(dir, std::move(bytes), options_, 0,
-                                    *std::move(journal));
+  auto log = std::make_shared<FileWorldLog>(dir, std::move(bytes), options_, 0,
+                                            *std::move(journal));
+  logs_[stored.create().name()] = log;
+  return log;
 }
 
 absl::Status Storage::DeleteWorld(absl::string_view name) {
+  absl::MutexLock lock(&keep_mu_);
   const std::string worlds = WorldsDir();
   const std::string dir = WorldDir(name);
   const std::string trash = absl::StrCat(options_.data_dir, "/trash/", name,
@@ -318,6 +387,7 @@ absl::Status Storage::DeleteWorld(absl::string_view name) {
   std::error_code error;
   fs::rename(dir, trash, error);
   if (error) return FsError("cannot delete", dir, error);
+  logs_.erase(name);
   if (absl::Status s = SyncDirectory(worlds); !s.ok()) return s;
   fs::remove_all(trash, error);  // Else the next start does it.
   return absl::OkStatus();
@@ -345,108 +415,124 @@ absl::Status Storage::Recover(
       continue;
     }
     if (!world.ok()) return world.status();
+    {
+      absl::MutexLock lock(&keep_mu_);
+      logs_[world->stored.create().name()] =
+          std::static_pointer_cast<FileWorldLog>(world->log);
+    }
     if (absl::Status s = take(*std::move(world)); !s.ok()) return s;
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<RecoveredWorld> Storage::RecoverWorld(const std::string& dir) {
-  absl::StatusOr<WorldFiles> files = ListWorldFiles(dir);
-  if (!files.ok()) return files.status();
-  RecoveredWorld recovered;
-  std::string stored_bytes;
-  uint64_t first_journal = 0;
+namespace {
+
+// The world as of its newest snapshot, into `recovered` (its stored record
+// into `stored_bytes`); the journal it starts (0 with no snapshot).
+absl::StatusOr<uint64_t> ReadNewestSnapshot(const std::string& dir,
+                                            const WorldFiles& files,
+                                            RecoveredWorld& recovered,
+                                            std::string& stored_bytes) {
+  if (files.snapshots.empty()) return 0;
+  const uint64_t seq = files.snapshots.back();
+  const std::string path =
+      absl::StrCat(dir, "/", FileName(kSnapshotPrefix, seq));
+  WorldImage image;
+  if (absl::Status s = ReadSnapshotFile(path, &stored_bytes, &image);
+      !s.ok()) {
+    return s;
+  }
+  recovered.last_frame = image.frame;
+  absl::StatusOr<World> world = World::FromImage(std::move(image));
+  if (!world.ok()) {
+    return absl::DataLossError(
+        absl::StrCat("snapshot ", path, ": ", world.status().message()));
+  }
+  recovered.world = *std::move(world);
+  if (!recovered.stored.ParseFromString(stored_bytes)) {
+    return absl::DataLossError(
+        absl::StrCat("snapshot ", path, ": its world record does not parse"));
+  }
+  return seq;
+}
+
+// One journal record replayed into `recovered`: the first, the world's
+// (kept in `stored_bytes` if no snapshot gave it), or a batch.
+absl::Status Replay(const JournalRecord& record, bool first,
+                    RecoveredWorld& recovered, std::string& stored_bytes) {
+  if (first) {
+    config::StoredWorld stored;
+    if (record.type != RecordType::kWorld ||
+        !stored.ParseFromArray(record.payload.data(),
+                               static_cast<int>(record.payload.size()))) {
+      return absl::DataLossError("the first record is not the world's");
+    }
+    if (stored_bytes.empty()) {
+      stored_bytes = std::string(record.payload);
+      recovered.stored = std::move(stored);
+    }
+    return absl::OkStatus();
+  }
+  if (record.type != RecordType::kBatch) {
+    return absl::DataLossError("a world record after the first");
+  }
+  v1::ApplyRequest request;
+  if (!request.ParseFromArray(record.payload.data(),
+                              static_cast<int>(record.payload.size()))) {
+    return absl::DataLossError("a batch that does not parse");
+  }
+  absl::StatusOr<std::vector<Command>> commands =
+      v1::ToCommands(request, std::numeric_limits<size_t>::max());
+  absl::Status applied =
+      commands.ok() ? recovered.world.Apply(*commands) : commands.status();
+  if (!applied.ok()) {
+    return absl::DataLossError(absl::StrCat(
+        "a journaled batch no longer applies: ", applied.message()));
+  }
+  recovered.last_frame = std::max(recovered.last_frame, record.frame);
+  ++recovered.replayed;
+  return absl::OkStatus();
+}
+
+// Where the journals replayed end: appends go on from there.
+struct JournalTail {
+  std::string path;  // Empty: no journal held a record.
+  uint64_t seq = 0;
+  uint64_t end = 0;
+};
+
+// Replays the journals from `first_journal` on into `recovered`, removing
+// the ones before it and, after a corrupt record (truncate_corrupt), the
+// ones after it.
+absl::StatusOr<JournalTail> ReplayJournals(const std::string& dir,
+                                           const WorldFiles& files,
+                                           uint64_t first_journal,
+                                           bool truncate_corrupt,
+                                           RecoveredWorld& recovered,
+                                           std::string& stored_bytes) {
+  JournalTail tail;
   std::error_code error;
-  absl::Time phase = absl::Now();
-  if (!files->snapshots.empty()) {
-    first_journal = files->snapshots.back();
-    const std::string path =
-        absl::StrCat(dir, "/", FileName(kSnapshotPrefix, first_journal));
-    WorldImage image;
-    if (absl::Status s = ReadSnapshotFile(path, &stored_bytes, &image);
-        !s.ok()) {
-      return s;
-    }
-    recovered.last_frame = image.frame;
-    absl::StatusOr<World> world = World::FromImage(std::move(image));
-    if (!world.ok()) {
-      return absl::DataLossError(
-          absl::StrCat("snapshot ", path, ": ", world.status().message()));
-    }
-    recovered.world = *std::move(world);
-    if (!recovered.stored.ParseFromString(stored_bytes)) {
-      return absl::DataLossError(
-          absl::StrCat("snapshot ", path, ": its world record does not parse"));
-    }
-  }
-  recovered.snapshot_time = absl::Now() - phase;
-  phase = absl::Now();
-  // The journals from the snapshot's on; earlier ones are leftovers.
-  std::vector<uint64_t> journals;
-  for (uint64_t seq : files->journals) {
-    if (seq >= first_journal) {
-      journals.push_back(seq);
-    } else {
-      fs::remove(absl::StrCat(dir, "/", FileName(kJournalPrefix, seq)), error);
-    }
-  }
-  std::string last_path;
-  uint64_t last_seq = 0;
-  uint64_t last_end = 0;
   bool stop = false;  // Corruption dropped the rest (--recover=truncate).
-  for (uint64_t seq : journals) {
+  for (uint64_t seq : files.journals) {
     const std::string path =
         absl::StrCat(dir, "/", FileName(kJournalPrefix, seq));
-    if (stop) {
-      Log('E', "recovery: ", path, " dropped: it follows a corrupt record");
+    if (seq < first_journal || stop) {
+      // Earlier ones are leftovers; later ones follow a corrupt record.
+      if (stop) Log('E', "recovery: ", path, " dropped: it follows a corrupt record");
       fs::remove(path, error);
       continue;
     }
     bool first = true;
     absl::StatusOr<JournalScan> scan = ScanJournal(
-        path, options_.truncate_corrupt,
-        [&](const JournalRecord& record) -> absl::Status {
-          if (std::exchange(first, false)) {
-            config::StoredWorld stored;
-            if (record.type != RecordType::kWorld ||
-                !stored.ParseFromArray(
-                    record.payload.data(),
-                    static_cast<int>(record.payload.size()))) {
-              return absl::DataLossError("the first record is not the world's");
-            }
-            if (stored_bytes.empty()) {
-              stored_bytes = std::string(record.payload);
-              recovered.stored = std::move(stored);
-            }
-            return absl::OkStatus();
-          }
-          if (record.type != RecordType::kBatch) {
-            return absl::DataLossError("a world record after the first");
-          }
-          v1::ApplyRequest request;
-          if (!request.ParseFromArray(
-                  record.payload.data(),
-                  static_cast<int>(record.payload.size()))) {
-            return absl::DataLossError("a batch that does not parse");
-          }
-          absl::StatusOr<std::vector<Command>> commands =
-              v1::ToCommands(request, std::numeric_limits<size_t>::max());
-          absl::Status applied = commands.ok()
-                                     ? recovered.world.Apply(*commands)
-                                     : commands.status();
-          if (!applied.ok()) {
-            return absl::DataLossError(absl::StrCat(
-                "a journaled batch no longer applies: ", applied.message()));
-          }
-          recovered.last_frame = std::max(recovered.last_frame, record.frame);
-          ++recovered.replayed;
-          return absl::OkStatus();
+        path, truncate_corrupt, [&](const JournalRecord& record) {
+          return Replay(record, std::exchange(first, false), recovered,
+                        stored_bytes);
         });
     if (!scan.ok()) return scan.status();
     if (!scan->dropped.empty()) {
-      Log(scan->dropped.rfind("corruption", 0) == 0 ? 'E' : 'W',
-          "recovery: ", scan->dropped);
-      if (scan->dropped.rfind("corruption", 0) == 0) stop = true;
+      const bool corrupt = scan->dropped.rfind("corruption", 0) == 0;
+      Log(corrupt ? 'E' : 'W', "recovery: ", scan->dropped);
+      stop = corrupt;
     }
     if (scan->records == 0) {
       // Its first record was torn: a snapshot's new journal that never
@@ -454,34 +540,109 @@ absl::StatusOr<RecoveredWorld> Storage::RecoverWorld(const std::string& dir) {
       fs::remove(path, error);
       continue;
     }
-    last_path = path;
-    last_seq = seq;
-    last_end = scan->valid_end;
+    tail = {.path = path, .seq = seq, .end = scan->valid_end};
   }
-  if (last_path.empty()) {
-    if (files->snapshots.empty()) {
-      return absl::NotFoundError(absl::StrCat(dir, " holds no world"));
-    }
-    // A snapshot whose journal is gone: begin the journal again.
-    const std::string path =
-        absl::StrCat(dir, "/", FileName(kJournalPrefix, first_journal));
-    absl::StatusOr<std::unique_ptr<JournalWriter>> journal =
-        JournalWriter::Create(
-            path, options_.fsync,
-            EncodeRecord(RecordType::kWorld, 0, stored_bytes));
-    if (!journal.ok()) return journal.status();
-    recovered.log = std::make_unique<WorldLog>(
-        dir, stored_bytes, options_, first_journal, *std::move(journal));
-  } else {
-    absl::StatusOr<std::unique_ptr<JournalWriter>> journal =
-        JournalWriter::Reopen(last_path, options_.fsync, last_end);
-    if (!journal.ok()) return journal.status();
-    recovered.log = std::make_unique<WorldLog>(dir, stored_bytes, options_,
-                                               last_seq, *std::move(journal));
+  return tail;
+}
+
+}  // namespace
+
+absl::StatusOr<RecoveredWorld> Storage::RecoverWorld(const std::string& dir) {
+  absl::StatusOr<WorldFiles> files = ListWorldFiles(dir);
+  if (!files.ok()) return files.status();
+  RecoveredWorld recovered;
+  std::string stored_bytes;
+  absl::Time phase = absl::Now();
+  absl::StatusOr<uint64_t> first_journal =
+      ReadNewestSnapshot(dir, *files, recovered, stored_bytes);
+  if (!first_journal.ok()) return first_journal.status();
+  recovered.snapshot_time = absl::Now() - phase;
+  phase = absl::Now();
+  absl::StatusOr<JournalTail> tail =
+      ReplayJournals(dir, *files, *first_journal, options_.truncate_corrupt,
+                     recovered, stored_bytes);
+  if (!tail.ok()) return tail.status();
+  if (tail->path.empty() && files->snapshots.empty()) {
+    return absl::NotFoundError(absl::StrCat(dir, " holds no world"));
   }
+  // Appends go on at the journal's end; or, for a snapshot whose journal is
+  // gone, in a journal begun again.
+  absl::StatusOr<std::unique_ptr<JournalWriter>> journal =
+      tail->path.empty()
+          ? JournalWriter::Create(
+                absl::StrCat(dir, "/", FileName(kJournalPrefix, *first_journal)),
+                options_.fsync,
+                EncodeRecord(RecordType::kWorld, 0, stored_bytes))
+          : JournalWriter::Reopen(tail->path, options_.fsync, tail->end);
+  if (!journal.ok()) return journal.status();
+  recovered.log = std::make_shared<FileWorldLog>(
+      dir, stored_bytes, options_,
+      tail->path.empty() ? *first_journal : tail->seq, *std::move(journal));
   recovered.world.RestartFrames(recovered.last_frame + 1);
   recovered.replay_time = absl::Now() - phase;
   return recovered;
+}
+
+std::vector<std::pair<std::string, std::shared_ptr<FileWorldLog>>>
+Storage::Logs() {
+  std::vector<std::pair<std::string, std::shared_ptr<FileWorldLog>>> logs;
+  for (auto it = logs_.begin(); it != logs_.end();) {
+    if (std::shared_ptr<FileWorldLog> log = it->second.lock()) {
+      logs.emplace_back(it->first, std::move(log));
+      ++it;
+    } else {
+      logs_.erase(it++);  // Its world is gone.
+    }
+  }
+  std::sort(logs.begin(), logs.end());
+  return logs;
+}
+
+void Storage::StartKeeping(WorldOf world_of) {
+  {
+    absl::MutexLock lock(&keep_mu_);
+    world_of_ = std::move(world_of);
+    next_sync_ = absl::Now() + absl::Seconds(1);
+  }
+  keeper_ = std::make_unique<PeriodicThread>(
+      "xform-storage", absl::Now() + kKeepInterval, [this] { return Keep(); });
+}
+
+absl::Time Storage::Keep() {
+  const absl::Time now = absl::Now();
+  absl::MutexLock lock(&keep_mu_);
+  const bool sync =
+      options_.fsync == FsyncPolicy::kEverySecond && now >= next_sync_;
+  if (sync) next_sync_ = now + absl::Seconds(1);
+  for (const auto& [name, log] : Logs()) {
+    if (sync) {
+      if (absl::Status s = log->Sync(); !s.ok()) {
+        Log('E', "world ", Quoted(name), ": ", s.message());
+      }
+    }
+    if (log->SnapshotDue(now)) SnapshotOf(name, *log);
+  }
+  return now + kKeepInterval;
+}
+
+void Storage::SnapshotOf(const std::string& name, FileWorldLog& log) {
+  if (world_of_ == nullptr) return;
+  const std::shared_ptr<SnapshotSource> world = world_of_(name);
+  if (world == nullptr) return;  // Not served (yet, or any more).
+  if (absl::Status s = log.Snapshot(*world); !s.ok()) {
+    log.SnapshotFailed(absl::Now());
+    Log('E', "world ", Quoted(name), ": snapshot failed: ", s.message(),
+        "; trying again in ",
+        absl::FormatDuration(FileWorldLog::kSnapshotRetryDelay));
+  }
+}
+
+void Storage::SnapshotAll() {
+  keeper_.reset();
+  absl::MutexLock lock(&keep_mu_);
+  for (const auto& [name, log] : Logs()) {
+    if (log->Journaled()) SnapshotOf(name, *log);
+  }
 }
 
 }  // namespace xform::server

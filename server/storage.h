@@ -31,6 +31,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/functional/function_ref.h"
@@ -39,7 +41,10 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/container/flat_hash_map.h"
 #include "server/journal.h"
+#include "server/periodic_thread.h"
+#include "server/world_log.h"
 #include "xform/config/storage.pb.h"
 #include "xform/world.h"
 #include "xform/world_image.h"
@@ -59,36 +64,21 @@ struct StorageOptions {
   bool truncate_corrupt = false;
 };
 
-// One world's journal and snapshots. Append under the world's writer lock;
-// the rest from any thread.
-class WorldLog {
+// One world's journal and snapshots under --data_dir: the file
+// implementation of WorldLog (world_log.h).
+class FileWorldLog final : public WorldLog {
  public:
-  WorldLog(std::string dir, std::string stored_world,
-           const StorageOptions& options, uint64_t seq,
-           std::shared_ptr<JournalWriter> journal);
+  FileWorldLog(std::string dir, std::string stored_world,
+               const StorageOptions& options, uint64_t seq,
+               std::shared_ptr<JournalWriter> journal);
 
   const std::string& dir() const { return dir_; }
 
-  // Where a record went, to wait on.
-  struct Written {
-    std::shared_ptr<JournalWriter> journal;
-    uint64_t end = 0;
-  };
-  // Journals one applied batch (see JournalWriter::Append).
-  absl::StatusOr<Written> Append(uint64_t frame, absl::string_view batch);
-  // --fsync=always: returns once the record is on disk.
-  static absl::Status WaitDurable(const Written& written);
-  // The each-second sync (--fsync=everysec).
-  absl::Status Sync();
-  // Bytes in the current journal: unchanged means no batch was journaled.
-  uint64_t JournalEnd() const;
-  // Whether the journal has grown past --snapshot_every since the last
-  // snapshot, or is broken (a snapshot starts a new one); never within
-  // kSnapshotRetryDelay of a snapshot that failed (a full disk).
-  bool SnapshotDue(absl::Time now) const;
-  void SnapshotFailed(absl::Time now);
-  static constexpr absl::Duration kSnapshotRetryDelay = absl::Seconds(5);
-
+  // Journals one applied batch (see JournalWriter::Append); acknowledged at
+  // once, or, --fsync=always, once the record is on disk (batches waiting
+  // together share one fdatasync).
+  absl::StatusOr<Acknowledgement> Append(uint64_t frame,
+                                         absl::string_view batch) override;
   // A snapshot is three steps, so that the world's lock is held only to
   // copy it:
   //   Prepare   outside the lock: the next journal, created and synced.
@@ -96,16 +86,44 @@ class WorldLog {
   //             next journal from here on.
   //   Finish    outside the lock: the previous journal synced, the snapshot
   //             written, the files before it removed.
-  struct Snapshot {
+  // The copy is in two halves, each under the lock, so that a writer waits
+  // for half a copy at most (about 3 ms at 1M entities); the halves make
+  // one image when no batch was journaled between them, else the second
+  // hold copies it all.
+  absl::Status Snapshot(SnapshotSource& world) override;
+
+  // The each-second sync (--fsync=everysec).
+  absl::Status Sync();
+  // Whether the journal has grown past --snapshot_every since the last
+  // snapshot, or is broken (a snapshot starts a new one); never within
+  // kSnapshotRetryDelay of a snapshot that failed (a full disk).
+  bool SnapshotDue(absl::Time now) const;
+  void SnapshotFailed(absl::Time now);
+  static constexpr absl::Duration kSnapshotRetryDelay = absl::Seconds(5);
+  // Whether anything was journaled since the last snapshot (or the start).
+  bool Journaled() const;
+
+ private:
+  struct NextJournal {
     uint64_t seq = 0;
     std::shared_ptr<JournalWriter> next;
     std::shared_ptr<JournalWriter> previous;
   };
-  absl::StatusOr<Snapshot> Prepare();
-  void Switch(Snapshot* snapshot);
-  absl::Status Finish(const Snapshot& snapshot, const WorldImage& image);
+  absl::StatusOr<NextJournal> Prepare();
+  void Switch(NextJournal& next) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Finish(const NextJournal& next, const WorldImage& image);
+  // Bytes in the current journal: unchanged means no batch was journaled.
+  uint64_t JournalEnd() const;
+  // The world copied into `image` in two holds of its lock, the journal
+  // switched in the second; how long the lock was held at most, and
+  // whether the second hold had to copy it whole.
+  struct Copied {
+    absl::Duration held;
+    bool whole_again = false;
+  };
+  Copied CopyAndSwitch(SnapshotSource& world, WorldImage& image,
+                       NextJournal& next);
 
- private:
   const std::string dir_;
   const std::string stored_world_;  // A StoredWorld, serialized.
   const StorageOptions options_;
@@ -119,36 +137,30 @@ class WorldLog {
   absl::Time retry_after_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
 };
 
-// A world as recovery rebuilt it.
-struct RecoveredWorld {
-  config::StoredWorld stored;
-  World world;              // Its frame open after the last one journaled.
-  uint64_t last_frame = 0;  // The last frame journaled (or snapshotted).
-  std::unique_ptr<WorldLog> log;
-  // For the log: where recovery spent its time.
-  absl::Duration snapshot_time;  // Reading and rebuilding the snapshot.
-  uint64_t replayed = 0;         // Journaled batches.
-  absl::Duration replay_time;
-};
-
-class Storage {
+// --data_dir: every world's FileWorldLog, the file implementation of
+// WorldLogStore (world_log.h).
+class Storage final : public WorldLogStore {
  public:
   // Makes the directories as needed, takes the lock, empties the trash.
   static absl::StatusOr<std::unique_ptr<Storage>> Open(StorageOptions options);
-  ~Storage();
+  ~Storage() override;
 
   const StorageOptions& options() const { return options_; }
 
   // Rebuilds every world in the directory and hands each to `take`. The
   // first error stops it: DataLoss naming the file and offset for
   // corruption (unless truncate_corrupt), or what `take` returned.
-  absl::Status Recover(absl::FunctionRef<absl::Status(RecoveredWorld)> take);
-
+  absl::Status Recover(
+      absl::FunctionRef<absl::Status(RecoveredWorld)> take) override;
   // A new world's directory and first journal, durable when this returns.
-  absl::StatusOr<std::unique_ptr<WorldLog>> CreateWorld(
-      const config::StoredWorld& stored);
+  absl::StatusOr<std::shared_ptr<WorldLog>> CreateWorld(
+      const config::StoredWorld& stored) override;
   // Removes a world's directory durably (see above).
-  absl::Status DeleteWorld(absl::string_view name);
+  absl::Status DeleteWorld(absl::string_view name) override;
+  // --fsync=everysec's sync each second, and --snapshot_every's snapshots,
+  // on a thread of the store's, looked for every 250 ms.
+  void StartKeeping(WorldOf world_of) override;
+  void SnapshotAll() override;
 
  private:
   Storage(StorageOptions options, int lock_fd);
@@ -156,9 +168,26 @@ class Storage {
   std::string WorldsDir() const;
   std::string WorldDir(absl::string_view name) const;
   absl::StatusOr<RecoveredWorld> RecoverWorld(const std::string& dir);
+  // The keeper's round: syncs and due snapshots; when to come again.
+  absl::Time Keep();
+  // The logs the store made that their worlds still hold, by name.
+  std::vector<std::pair<std::string, std::shared_ptr<FileWorldLog>>> Logs()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(keep_mu_);
+  // Snapshots `log` of the world named `name`, if that world is still
+  // served; logs a failure.
+  void SnapshotOf(const std::string& name, FileWorldLog& log)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(keep_mu_);
 
   const StorageOptions options_;
   const int lock_fd_;
+  // Held across a snapshot, a create and a delete, so that a world is not
+  // deleted (and maybe created again under its name) under its snapshot.
+  absl::Mutex keep_mu_;
+  absl::flat_hash_map<std::string, std::weak_ptr<FileWorldLog>> logs_
+      ABSL_GUARDED_BY(keep_mu_);
+  WorldOf world_of_ ABSL_GUARDED_BY(keep_mu_);
+  absl::Time next_sync_ ABSL_GUARDED_BY(keep_mu_) = absl::InfinitePast();
+  std::unique_ptr<PeriodicThread> keeper_;
 };
 
 // The options as xformd's log states them: "--fsync=everysec,

@@ -17,8 +17,6 @@ namespace {
 
 // How often the poller polls subscribers (rate limits).
 constexpr absl::Duration kPollInterval = absl::Milliseconds(5);
-// How often the snapshot thread looks for worlds due one (--snapshot_every).
-constexpr absl::Duration kSnapshotCheckInterval = absl::Milliseconds(250);
 // How long after a delete the poller trims the heap again.
 constexpr absl::Duration kTrimDelay = absl::Seconds(1);
 
@@ -31,13 +29,6 @@ bool ValidName(absl::string_view name) {
 }
 
 }  // namespace
-
-std::string Quoted(absl::string_view name) {
-  constexpr size_t kShown = 64;
-  if (name.size() <= kShown) return absl::StrCat("'", name, "'");
-  return absl::StrCat("'", name.substr(0, kShown), "...' (", name.size(),
-                      " characters)");
-}
 
 // ---------------------------------------------------------------------------
 
@@ -73,7 +64,7 @@ absl::StatusOr<uint64_t> HostedWorld::Apply(const v1::ApplyRequest& request,
   if (log_ != nullptr && !commands->empty()) {
     request.SerializeToString(&journaled);
   }
-  WorldLog::Written written;
+  std::optional<WorldLog::Acknowledgement> acknowledgement;
   absl::StatusOr<uint64_t> frame;
   if (request.end_frame() && mode_ == v1::FRAME_MODE_DRIVEN) {
     // Closes its frame and publishes it, after the publication before it;
@@ -82,7 +73,7 @@ absl::StatusOr<uint64_t> HostedWorld::Apply(const v1::ApplyRequest& request,
     {
       absl::MutexLock lock(&mu_);
       frame = ApplyLocked(*commands, request.client_id(), creates, journaled,
-                          limits, written);
+                          limits, acknowledgement);
       if (frame.ok()) CloseFrameLocked();
     }
     if (frame.ok()) PublishClosed();
@@ -91,13 +82,14 @@ absl::StatusOr<uint64_t> HostedWorld::Apply(const v1::ApplyRequest& request,
     // its tick publishes).
     absl::MutexLock lock(&mu_);
     frame = ApplyLocked(*commands, request.client_id(), creates, journaled,
-                        limits, written);
+                        limits, acknowledgement);
   }
   if (!frame.ok()) return frame.status();
-  // --fsync=always: acknowledged once on disk, waited for without the lock,
-  // so that the batches behind this one share its fsync.
-  if (written.journal != nullptr) {
-    if (absl::Status s = WorldLog::WaitDurable(written); !s.ok()) return s;
+  // Acknowledged once the log says it is durable, waited for without the
+  // lock, so that the batches behind this one share the wait (one fsync,
+  // one round trip).
+  if (acknowledgement) {
+    if (absl::Status s = (*std::move(acknowledgement))(); !s.ok()) return s;
   }
   return frame;
 }
@@ -105,7 +97,7 @@ absl::StatusOr<uint64_t> HostedWorld::Apply(const v1::ApplyRequest& request,
 absl::StatusOr<uint64_t> HostedWorld::ApplyLocked(
     absl::Span<const Command> commands, const std::string& client_id,
     size_t creates, const std::string& journaled, const Limits& limits,
-    WorldLog::Written& written) {
+    std::optional<WorldLog::Acknowledgement>& acknowledgement) {
   if (world_.size() + creates > limits.max_entities_per_world) {
     return absl::ResourceExhaustedError(
         absl::StrCat("world ", Quoted(name_), " would exceed ",
@@ -116,10 +108,10 @@ absl::StatusOr<uint64_t> HostedWorld::ApplyLocked(
   const uint64_t open_frame = world_.frame();
   const auto journal = [&]() -> absl::Status {
     if (journaled.empty()) return absl::OkStatus();
-    absl::StatusOr<WorldLog::Written> appended =
+    absl::StatusOr<WorldLog::Acknowledgement> appended =
         log_->Append(open_frame, journaled);
     if (!appended.ok()) return appended.status();
-    written = *std::move(appended);
+    acknowledgement = *std::move(appended);
     return absl::OkStatus();
   };
   world_.set_max_ancestor_walk(limits.max_ancestor_walk);
@@ -139,7 +131,7 @@ absl::StatusOr<uint64_t> HostedWorld::ApplyLocked(
   return world_.frame();
 }
 
-void HostedWorld::Persist(std::unique_ptr<WorldLog> log) {
+void HostedWorld::Persist(std::shared_ptr<WorldLog> log) {
   log_ = std::move(log);
 }
 
@@ -148,64 +140,6 @@ void HostedWorld::Restore(World world, uint64_t last_frame) {
   absl::MutexLock lock(&mu_);
   world_ = std::move(world);
   replicator_.PublishWhole(world_, last_frame, absl::Now());
-}
-
-absl::Status HostedWorld::SaveSnapshot() {
-  const absl::Time start = absl::Now();
-  absl::StatusOr<WorldLog::Snapshot> snapshot = log_->Prepare();
-  if (!snapshot.ok()) return snapshot.status();
-  // Faulted in before the lock, with room to grow: copying into fresh
-  // memory under the lock would cost its page faults there (2 ms a MB).
-  WorldImage image;
-  size_t size;
-  {
-    absl::MutexLock lock(&mu_);
-    size = world_.size();
-  }
-  image.Resize(size + size / 8 + 1024);
-  // In two halves, each under the lock, so that a writer waits for half a
-  // copy at most (about 3 ms at 1M entities); the halves make one image
-  // when no batch was journaled between them, else the second hold copies
-  // it all.
-  // (A batch taken back, which is not journaled, may still have moved
-  // instances: the relocation count says so.)
-  absl::Duration held;
-  size_t half = 0;
-  size_t size_then = 0;
-  uint64_t journal_end = 0;
-  uint64_t relocated = 0;
-  {
-    absl::MutexLock lock(&mu_);
-    const absl::Time locked = absl::Now();
-    size_then = world_.size();
-    half = size_then / 2;
-    journal_end = log_->JournalEnd();
-    relocated = world_.stats().relocated;
-    world_.CopyImage(&image, 0, half);
-    held = absl::Now() - locked;
-  }
-  bool whole_again = false;
-  {
-    absl::MutexLock lock(&mu_);
-    const absl::Time locked = absl::Now();
-    if (log_->JournalEnd() == journal_end && world_.size() == size_then &&
-        world_.stats().relocated == relocated) {
-      world_.CopyImage(&image, half, world_.size());
-    } else {
-      whole_again = true;
-      world_.CopyImage(&image);
-    }
-    log_->Switch(&*snapshot);
-    held = std::max(held, absl::Now() - locked);
-  }
-  if (absl::Status s = log_->Finish(*snapshot, image); !s.ok()) return s;
-  Log('I', "world ", Quoted(name_), ": snapshot of ", image.size(),
-      " entities at frame ", image.frame, " in ",
-      absl::FormatDuration(absl::Now() - start), " (world locked ",
-      absl::FormatDuration(held), " at most",
-      whole_again ? ", copied whole: a batch came between the halves" : "",
-      ")");
-  return absl::OkStatus();
 }
 
 absl::Status HostedWorld::Read(const v1::ReadRequest& request,
@@ -296,21 +230,20 @@ std::unique_ptr<PeriodicThread> StartTicker(
 }  // namespace
 
 WorldHost::WorldHost(Limits limits, double default_tick_hz,
-                     std::unique_ptr<Storage> storage, int fanout_threads)
+                     std::unique_ptr<WorldLogStore> logs, int fanout_threads)
     : limits_(limits),
       burst_budget_(std::make_shared<BurstBudget>(limits.snapshot_burst_bytes)),
       fanout_(fanout_threads > 1 ? std::make_shared<FanoutPool>(fanout_threads)
                                  : nullptr),
       default_tick_hz_(default_tick_hz),
-      storage_(std::move(storage)),
-      ready_(storage_ == nullptr) {
+      logs_(std::move(logs)),
+      ready_(logs_ == nullptr) {
   poller_ = std::make_unique<PeriodicThread>("xform-poller", absl::Now(),
                                              [this] { return PollOnce(); });
 }
 
 WorldHost::~WorldHost() {
-  snapshotter_.reset();
-  syncer_.reset();
+  logs_.reset();  // Stops its keeping, which finds worlds here.
   absl::flat_hash_map<std::string, std::unique_ptr<PeriodicThread>> tickers;
   {
     absl::MutexLock lock(&mu_);
@@ -340,7 +273,7 @@ absl::StatusOr<std::shared_ptr<HostedWorld>> WorldHost::Create(
   } else if (tick_hz != 0) {
     return absl::InvalidArgumentError("a driven world has no tick_hz");
   }
-  absl::MutexLock storage_lock(&storage_mu_);
+  absl::MutexLock creating(&create_mu_);
   {
     absl::MutexLock lock(&mu_);
     if (worlds_.contains(request.name())) {
@@ -355,16 +288,15 @@ absl::StatusOr<std::shared_ptr<HostedWorld>> WorldHost::Create(
   auto world = std::make_shared<HostedWorld>(request.name(), mode, tick_hz,
                                              limits_.max_pending, burst_budget_,
                                              owner, fanout_);
-  if (storage_ != nullptr) {
-    // On disk before it exists for anyone: created means durable.
+  if (logs_ != nullptr) {
+    // Durable before it exists for anyone: created means durable.
     config::StoredWorld stored;
     v1::CreateWorldRequest& create = *stored.mutable_create();
     create.set_name(request.name());
     create.set_mode(mode);
     create.set_tick_hz(mode == v1::FRAME_MODE_TICK ? tick_hz : 0);
     stored.set_owner(owner);
-    absl::StatusOr<std::unique_ptr<WorldLog>> log =
-        storage_->CreateWorld(stored);
+    absl::StatusOr<std::shared_ptr<WorldLog>> log = logs_->CreateWorld(stored);
     if (!log.ok()) return log.status();
     world->Persist(*std::move(log));
   }
@@ -381,10 +313,10 @@ void WorldHost::StartTicking(const std::shared_ptr<HostedWorld>& world) {
 }
 
 absl::Status WorldHost::Recover() {
-  if (storage_ == nullptr) return absl::OkStatus();
+  if (logs_ == nullptr) return absl::OkStatus();
   const absl::Time start = absl::Now();
   size_t entities = 0;
-  absl::Status status = storage_->Recover([&](RecoveredWorld recovered) {
+  absl::Status status = logs_->Recover([&](RecoveredWorld recovered) {
     const v1::CreateWorldRequest& create = recovered.stored.create();
     auto world = std::make_shared<HostedWorld>(
         create.name(), create.mode(), create.tick_hz(), limits_.max_pending,
@@ -408,59 +340,17 @@ absl::Status WorldHost::Recover() {
   if (!status.ok()) return status;
   Log('I', "recovery: ", List().size(), " world(s), ", entities,
       " entities, in ", absl::FormatDuration(absl::Now() - start));
-  if (storage_->options().fsync == FsyncPolicy::kEverySecond) {
-    syncer_ = std::make_unique<PeriodicThread>(
-        "xform-fsync", absl::Now() + absl::Seconds(1),
-        [this] { return SyncJournals(); });
-  }
-  snapshotter_ = std::make_unique<PeriodicThread>(
-      "xform-snapshot", absl::Now() + kSnapshotCheckInterval,
-      [this] { return TakeDueSnapshots(); });
+  logs_->StartKeeping(
+      [this](absl::string_view name) -> std::shared_ptr<SnapshotSource> {
+        absl::StatusOr<std::shared_ptr<HostedWorld>> world = Get(name);
+        return world.ok() ? *std::move(world) : nullptr;
+      });
   ready_.store(true, std::memory_order_release);
   return absl::OkStatus();
 }
 
-absl::Time WorldHost::SyncJournals() {
-  for (const auto& world : List()) {
-    if (!world->durable()) continue;
-    if (absl::Status s = world->log()->Sync(); !s.ok()) {
-      Log('E', "world ", Quoted(world->name()), ": ", s.message());
-    }
-  }
-  return absl::Now() + absl::Seconds(1);
-}
-
-absl::Time WorldHost::TakeDueSnapshots() {
-  for (const auto& world : List()) {
-    if (!world->durable() || !world->log()->SnapshotDue(absl::Now())) continue;
-    // Not while the world is deleted (and maybe created again under its
-    // name): a create or delete waits for a snapshot under way.
-    absl::MutexLock storage_lock(&storage_mu_);
-    if (absl::StatusOr<std::shared_ptr<HostedWorld>> still = Get(world->name());
-        !still.ok() || *still != world) {
-      continue;
-    }
-    if (absl::Status s = world->SaveSnapshot(); !s.ok()) {
-      world->log()->SnapshotFailed(absl::Now());
-      Log('E', "world ", Quoted(world->name()),
-          ": snapshot failed: ", s.message(), "; trying again in ",
-          absl::FormatDuration(WorldLog::kSnapshotRetryDelay));
-    }
-  }
-  return absl::Now() + kSnapshotCheckInterval;
-}
-
 void WorldHost::SnapshotAll() {
-  snapshotter_.reset();
-  syncer_.reset();
-  absl::MutexLock storage_lock(&storage_mu_);
-  for (const auto& world : List()) {
-    if (!world->durable()) continue;
-    if (absl::Status s = world->SaveSnapshot(); !s.ok()) {
-      Log('E', "world ", Quoted(world->name()),
-          ": snapshot failed: ", s.message());
-    }
-  }
+  if (logs_ != nullptr) logs_->SnapshotAll();
 }
 
 absl::StatusOr<std::shared_ptr<HostedWorld>> WorldHost::Get(
@@ -485,13 +375,13 @@ std::vector<std::shared_ptr<HostedWorld>> WorldHost::List() const {
 absl::Status WorldHost::Delete(absl::string_view name) {
   std::shared_ptr<HostedWorld> world;
   std::unique_ptr<PeriodicThread> ticker;
-  absl::MutexLock storage_lock(&storage_mu_);
+  absl::MutexLock creating(&create_mu_);
   if (absl::StatusOr<std::shared_ptr<HostedWorld>> found = Get(name);
       !found.ok()) {
     return found.status();
   }
-  if (storage_ != nullptr) {
-    if (absl::Status s = storage_->DeleteWorld(name); !s.ok()) return s;
+  if (logs_ != nullptr) {
+    if (absl::Status s = logs_->DeleteWorld(name); !s.ok()) return s;
   }
   {
     absl::MutexLock lock(&mu_);

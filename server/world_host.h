@@ -17,12 +17,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -33,7 +35,7 @@
 #include "server/fanout_pool.h"
 #include "server/periodic_thread.h"
 #include "server/replicator.h"
-#include "server/storage.h"
+#include "server/world_log.h"
 #include "xform/message_size.h"
 #include "xform/v1/wire.h"
 #include "xform/v1/xform.pb.h"
@@ -46,10 +48,6 @@ namespace xform::server {
 // keep up.
 inline constexpr double kMinTickHz = 0.01;
 inline constexpr double kMaxTickHz = 1000;
-
-// A client-given name as error messages quote it: cut to 64 characters, so an
-// 8 KB name cannot push a status past gRPC's metadata limit.
-std::string Quoted(absl::string_view name);
 
 // What one client may ask of the server. Each is an xformd flag; see
 // docs/limits.md for the defaults and what a client sees at each.
@@ -73,14 +71,14 @@ struct Limits {
   size_t max_message_bytes = kDefaultMaxMessageBytes;
 };
 
-class HostedWorld {
+class HostedWorld : public SnapshotSource {
  public:
   HostedWorld(std::string name, v1::FrameMode mode, double tick_hz,
               size_t max_pending = 65'536,
               std::shared_ptr<BurstBudget> burst_budget = nullptr,
               std::string owner = "", std::shared_ptr<Fanout> fanout = nullptr);
 
-  const std::string& name() const { return name_; }
+  const std::string& name() const override { return name_; }
   // The principal that created it (for its max_worlds_owned quota); "" for
   // the server's own (--demo).
   const std::string& owner() const { return owner_; }
@@ -102,20 +100,25 @@ class HostedWorld {
 
   Replicator& replicator() { return replicator_; }
 
-  // Durability (--data_dir), set up before the world is served. Persist:
-  // every batch is journaled to `log` before it is acknowledged (a batch
-  // the journal refuses is taken back, and its UNAVAILABLE returned).
-  void Persist(std::unique_ptr<WorldLog> log);
+  // Durability, set up before the world is served. Persist: every batch is
+  // appended to `log` under the world's lock, and acknowledged to its
+  // client once the log says it is durable (world_log.h); a batch the log
+  // refuses is taken back, and its error returned.
+  void Persist(std::shared_ptr<WorldLog> log);
   // Takes `world` (recovered) as its state and publishes it whole as frame
   // `last_frame`, so that subscribers' snapshots hold it. Before the world
   // is served.
   void Restore(World world, uint64_t last_frame);
   bool durable() const { return log_ != nullptr; }
-  WorldLog* log() { return log_.get(); }
-  // Writes a snapshot and starts a new journal (see WorldLog). The lock is
-  // held only to copy the world's columns, half of them at a time: O(n / 2)
-  // a hold, about 3 ms at 1M entities.
-  absl::Status SaveSnapshot();
+  // A snapshot into its log now (the store takes them when due): see
+  // WorldLog::Snapshot.
+  absl::Status SaveSnapshot() { return log_->Snapshot(*this); }
+  // For the log's snapshots (SnapshotSource).
+  void WithWorldLocked(
+      absl::FunctionRef<void(const World& world)> with_world) override {
+    absl::MutexLock lock(&mu_);
+    with_world(world_);
+  }
 
  private:
   // Destroyed last, once the world's other members are gone: gives their
@@ -151,23 +154,25 @@ class HostedWorld {
   absl::StatusOr<uint64_t> ApplyLocked(
       absl::Span<const Command> commands, const std::string& client_id,
       size_t creates, const std::string& journaled, const Limits& limits,
-      WorldLog::Written& written) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      std::optional<WorldLog::Acknowledgement>& acknowledgement)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Closes the open frame into changes_ (and closed_writers_).
   void CloseFrameLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(publish_mu_, mu_);
   // Hands the frame CloseFrameLocked() closed to the replicator.
   void PublishClosed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(publish_mu_)
       ABSL_LOCKS_EXCLUDED(mu_);
   Replicator replicator_;
-  std::unique_ptr<WorldLog> log_;  // Set before the world is served.
+  std::shared_ptr<WorldLog> log_;  // Set before the world is served.
 };
 
 class WorldHost {
  public:
-  // With `storage`, worlds are durable (see storage.h): Recover() first.
+  // With `logs`, worlds are durable (world_log.h): Recover() first.
   // Each frame's subscribers are woken by `fanout_threads` threads, the
   // publishing one included (FanoutPool).
   WorldHost(Limits limits, double default_tick_hz,
-            std::unique_ptr<Storage> storage = nullptr, int fanout_threads = 1);
+            std::unique_ptr<WorldLogStore> logs = nullptr,
+            int fanout_threads = 1);
   ~WorldHost();
   WorldHost(const WorldHost&) = delete;
   WorldHost& operator=(const WorldHost&) = delete;
@@ -185,12 +190,12 @@ class WorldHost {
   // Ends every subscriber stream with `status` (shutdown).
   void EndAllStreams(const absl::Status& status);
 
-  // Durability. Recover: rebuilds the worlds in the storage, before any
-  // call is served; then starts the each-second sync and the snapshots.
+  // Durability. Recover: rebuilds the worlds the log store holds, before
+  // any call is served; then the store keeps their logs (syncs, snapshots).
   absl::Status Recover();
-  // Snapshots every durable world with something journaled (clean shutdown).
+  // Snapshots every durable world with something logged (clean shutdown).
   void SnapshotAll();
-  bool durable() const { return storage_ != nullptr; }
+  bool durable() const { return logs_ != nullptr; }
   // Whether calls may be served: recovery is over (at once without storage).
   bool ready() const { return ready_.load(std::memory_order_acquire); }
 
@@ -199,10 +204,6 @@ class WorldHost {
   // trims the heap after a delete; returns when to poll again (5 ms).
   absl::Time PollOnce();
 
-  // The durable worlds' threads: the each-second journal sync, and the
-  // snapshots --snapshot_every asks for.
-  absl::Time SyncJournals();
-  absl::Time TakeDueSnapshots();
   void StartTicking(const std::shared_ptr<HostedWorld>& world)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -210,10 +211,10 @@ class WorldHost {
   const std::shared_ptr<BurstBudget> burst_budget_;
   const std::shared_ptr<Fanout> fanout_;  // Shared by the worlds; or none.
   const double default_tick_hz_;
-  const std::unique_ptr<Storage> storage_;
-  // Creates and deletes, one at a time: their files are written outside
-  // mu_, which every call takes to find its world.
-  absl::Mutex storage_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  std::unique_ptr<WorldLogStore> logs_;
+  // Creates and deletes, one at a time: their logs are made and removed
+  // outside mu_, which every call takes to find its world.
+  absl::Mutex create_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<HostedWorld>> worlds_
       ABSL_GUARDED_BY(mu_);
@@ -225,9 +226,7 @@ class WorldHost {
   absl::flat_hash_map<std::string, std::unique_ptr<PeriodicThread>> tickers_
       ABSL_GUARDED_BY(mu_);
   std::unique_ptr<PeriodicThread> poller_;
-  std::unique_ptr<PeriodicThread> syncer_;
   std::atomic<bool> ready_;
-  std::unique_ptr<PeriodicThread> snapshotter_;
 };
 
 }  // namespace xform::server

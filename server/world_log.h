@@ -1,0 +1,115 @@
+// Copyright 2026 The xform Authors.
+//
+// WorldLog: what makes a world outlive its process, the one seam between a
+// world and its durability. A world's log takes every batch the world
+// applies, in apply order, each with its frame, and says when that batch is
+// durable; takes snapshots, after which the records before them may go; and
+// gives the world back at start. A WorldLogStore holds every world's log:
+// it creates and deletes them, recovers them all, and keeps them (syncs,
+// snapshots due).
+//
+// The local files under --data_dir (storage.h: FileWorldLog, Storage) are
+// one; a log replicated by others (a JetStream stream) is meant to be
+// another, so an append is acknowledged asynchronously: Append() hands the
+// record over under the world's writer lock without waiting for it to be
+// durable, and the Acknowledgement it returns is waited for afterwards,
+// without the lock, so that one world's writers do not each wait for a
+// sync or a round trip in turn. Acknowledgements come in append order.
+//
+// Thread safety: Append under the world's writer lock (so records are in
+// apply order); the rest from any thread.
+
+#ifndef XFORM_SERVER_WORLD_LOG_H_
+#define XFORM_SERVER_WORLD_LOG_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/functional/any_invocable.h"
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "xform/config/storage.pb.h"
+#include "xform/world.h"
+
+namespace xform::server {
+
+// What a snapshot needs of its world: the world, under its writer lock, for
+// as long as `with_world` runs (a copy of its columns, and whatever must
+// happen at the same point of the world's history).
+class SnapshotSource {
+ public:
+  virtual ~SnapshotSource() = default;
+  virtual void WithWorldLocked(
+      absl::FunctionRef<void(const World& world)> with_world) = 0;
+  virtual const std::string& name() const = 0;
+};
+
+class WorldLog {
+ public:
+  virtual ~WorldLog() = default;
+
+  // Waits until an appended record is durable by the log's rule (the file
+  // journal's --fsync policy; a quorum's acknowledgement), or returns why it
+  // never will be (UNAVAILABLE). Called once, without the world's lock.
+  using Acknowledgement = absl::AnyInvocable<absl::Status() &&>;
+
+  // Takes one applied batch, as its client encoded it, applied at the
+  // world's open `frame`. Under the world's writer lock: it does not wait
+  // for durability. An error (UNAVAILABLE, saying why: a full disk, the log
+  // lost) refuses the batch, which the world then takes back.
+  virtual absl::StatusOr<Acknowledgement> Append(uint64_t frame,
+                                                 absl::string_view batch) = 0;
+
+  // Takes a snapshot of `world` now: the world as of its last record (what
+  // was recovered, with every record since replayed). Holds the world's
+  // lock only to copy it. Errors are the caller's to log; the log stays as
+  // it was.
+  virtual absl::Status Snapshot(SnapshotSource& world) = 0;
+};
+
+// A world as recovery rebuilt it.
+struct RecoveredWorld {
+  config::StoredWorld stored;
+  World world;              // Its frame open after the last one journaled.
+  uint64_t last_frame = 0;  // The last frame journaled (or snapshotted).
+  std::shared_ptr<WorldLog> log;
+  // For the log: where recovery spent its time.
+  absl::Duration snapshot_time;  // Reading and rebuilding the snapshot.
+  uint64_t replayed = 0;         // Journaled batches.
+  absl::Duration replay_time;
+};
+
+class WorldLogStore {
+ public:
+  virtual ~WorldLogStore() = default;
+
+  // Rebuilds every world the store holds and hands each to `take`, before
+  // any call is served. The first error stops it: DATA_LOSS naming where
+  // for corruption, or what `take` returned.
+  virtual absl::Status Recover(
+      absl::FunctionRef<absl::Status(RecoveredWorld)> take) = 0;
+  // A new world's log, durable when this returns: created means durable.
+  virtual absl::StatusOr<std::shared_ptr<WorldLog>> CreateWorld(
+      const config::StoredWorld& stored) = 0;
+  // Removes a world's log durably, after a snapshot of it under way.
+  virtual absl::Status DeleteWorld(absl::string_view name) = 0;
+
+  // Keeps the logs it made, from now on until destroyed: whatever the
+  // store does besides appends (the file journal's each-second sync), and
+  // snapshots when due, of the worlds `world_of` gives (null: that world
+  // is gone).
+  using WorldOf = absl::AnyInvocable<std::shared_ptr<SnapshotSource>(
+      absl::string_view name) const>;
+  virtual void StartKeeping(WorldOf world_of) = 0;
+  // A snapshot of every world with something logged since its last (at a
+  // clean shutdown), after which the store stops keeping.
+  virtual void SnapshotAll() = 0;
+};
+
+}  // namespace xform::server
+
+#endif  // XFORM_SERVER_WORLD_LOG_H_
