@@ -178,4 +178,28 @@ void PublishedState::TakeIn(const FrameChanges& changes) {
   }
 }
 
+void PublishedState::ClearDestroyedLog(uint64_t frame) {
+  destroyed_log_.clear();
+  destroyed_log_after_ = frame;
+}
+
+void PublishedState::LogDestroyed(const FrameChanges& changes,
+                                  uint64_t needed_after, size_t max) {
+  while (!destroyed_log_.empty() &&
+         destroyed_log_.front().frame <= needed_after) {
+    destroyed_log_.pop_front();
+  }
+  destroyed_log_after_ = std::max(destroyed_log_after_, needed_after);
+  for (EntityId e : changes.destroyed) {
+    const Slot slot = FindThisFrame(e);
+    if (slot == kNoSlot) continue;
+    destroyed_log_.push_back({changes.frame, stamps(slot).created, e});
+  }
+  while (destroyed_log_.size() > max) {
+    destroyed_log_after_ =
+        std::max(destroyed_log_after_, destroyed_log_.front().frame);
+    destroyed_log_.pop_front();
+  }
+}
+
 }  // namespace xform::server

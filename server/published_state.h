@@ -40,6 +40,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -135,6 +136,28 @@ class PublishedState {
   // read from the state stays valid while this does not change.
   uint64_t structure_epoch() const { return structure_epoch_; }
 
+  // The destroyed log: the entities frames destroyed, each with the frame
+  // that destroyed it and the one that created it, kept while someone may
+  // be owed what changed since a frame (a subscriber that catches up from
+  // the state), so that what it had and is gone can be told it. It holds
+  // every destruction after destroyed_log_after(), and at most `max` of
+  // them: one owed more than that is resent its view whole instead.
+  //
+  // Logs the destructions of the frame just taken in, after trimming the
+  // log to what is needed after `needed_after`. Call after TakeIn.
+  // O(destroyed + trimmed).
+  void LogDestroyed(const FrameChanges& changes, uint64_t needed_after,
+                    size_t max);
+  // Nobody may need it: empties it, as of frame `frame`.
+  void ClearDestroyedLog(uint64_t frame);
+  uint64_t destroyed_log_after() const { return destroyed_log_after_; }
+  // Of the entities destroyed after frame `after` (after >=
+  // destroyed_log_after()), those that existed then: gone now (`gone`), or
+  // created again since (`again`, by slot). O(log size + those).
+  template <typename SlotSet>
+  void DestroyedSince(uint64_t after, std::vector<EntityId>& gone,
+                      SlotSet& again) const;
+
  private:
   Slot NewSlot(EntityId e);
   // Puts `s` first among `parent`'s children (nowhere for a root).
@@ -173,6 +196,14 @@ class PublishedState {
     uint64_t parented = 0;
   };
   internal::Column<StructureStamps> structure_stamps_;
+  struct DestroyedEntity {
+    uint64_t frame;
+    uint64_t created;
+    EntityId entity;
+  };
+  std::deque<DestroyedEntity> destroyed_log_;
+  uint64_t destroyed_log_after_ = 0;
+
   // By block of kSlotsPerBlock slots, the latest frame that stamped any of
   // them: a search for what changed skips a block unchanged since, a
   // word's read. Small blocks, so that a few changes scattered over a big
@@ -229,6 +260,23 @@ PublishedState::Slot PublishedState::NextInSubtree(Slot root, Slot at,
   }
   left(s);
   return s == root ? kNoSlot : next_sibling_[s];
+}
+
+template <typename SlotSet>
+void PublishedState::DestroyedSince(uint64_t after, std::vector<EntityId>& gone,
+                                    SlotSet& again) const {
+  const auto first = std::partition_point(
+      destroyed_log_.begin(), destroyed_log_.end(),
+      [after](const DestroyedEntity& d) { return d.frame <= after; });
+  for (auto it = first; it != destroyed_log_.end(); ++it) {
+    if (it->created > after) continue;  // New since: it never had it.
+    const Slot slot = Find(it->entity);
+    if (slot == kNoSlot) {
+      gone.push_back(it->entity);
+    } else {
+      again.insert(slot);
+    }
+  }
 }
 
 }  // namespace xform::server

@@ -67,7 +67,7 @@ uint64_t Replicator::OwedAfter(const Subscription& s, uint64_t frame) {
 
 bool Replicator::StartCatchingUpFromState(Subscription& s, uint64_t frame) {
   const uint64_t after = OwedAfter(s, frame);
-  if (after < destroyed_log_after_) return false;
+  if (after < state_.destroyed_log_after()) return false;
   s.frames_with_changes += s.ready_frames;
   s.changed_entities = s.ready_entities;
   s.ready.clear();
@@ -79,7 +79,7 @@ bool Replicator::StartCatchingUpFromState(Subscription& s, uint64_t frame) {
 
 bool Replicator::StopNoting(Subscription& s) {
   if (!MayCatchUpFromState(s) || s.snapshot || !s.pending_after ||
-      *s.pending_after < destroyed_log_after_) {
+      *s.pending_after < state_.destroyed_log_after()) {
     return false;
   }
   s.changed_after = s.pending_after;
@@ -98,7 +98,7 @@ bool Replicator::CatchUpFromState(Subscription& s, absl::Time now) {
   const size_t listed = std::min(s.changed_entities, max_pending_ + 1);
   s.changed_after.reset();
   s.changed_entities = 0;
-  if (after < destroyed_log_after_) {
+  if (after < state_.destroyed_log_after()) {
     s.Resync();  // Its destructions were dropped from the log.
     return false;
   }
@@ -111,7 +111,7 @@ bool Replicator::CatchUpFromState(Subscription& s, absl::Time now) {
   OwedSlots owed;
   // Its entities destroyed and created again: to it, re-parented and moved.
   absl::flat_hash_set<Slot> again;
-  HeldDestroyedSince(after, owed.destroyed, again);
+  state_.DestroyedSince(after, owed.destroyed, again);
   size_t entities = owed.destroyed.size();
   bool within = entities <= max_pending_;
   if (within) {
@@ -152,22 +152,6 @@ bool Replicator::CatchUpFromState(Subscription& s, absl::Time now) {
   return true;
 }
 
-void Replicator::HeldDestroyedSince(uint64_t after, std::vector<EntityId>& gone,
-                                    absl::flat_hash_set<Slot>& again) const {
-  const auto first = std::partition_point(
-      destroyed_log_.begin(), destroyed_log_.end(),
-      [after](const DestroyedEntity& d) { return d.frame <= after; });
-  for (auto it = first; it != destroyed_log_.end(); ++it) {
-    if (it->created > after) continue;
-    const Slot slot = state_.Find(it->entity);
-    if (slot == PublishedState::kNoSlot) {
-      gone.push_back(it->entity);
-    } else {
-      again.insert(slot);
-    }
-  }
-}
-
 void Replicator::LogDestroyed(const FrameChanges& changes) {
   // What the subscribers that may catch up from the state could still
   // need: destructions after the frame each was last sent.
@@ -188,27 +172,12 @@ void Replicator::LogDestroyed(const FrameChanges& changes) {
     needed_after = std::min(needed_after, after);
   }
   if (!any) {
-    destroyed_log_.clear();
-    destroyed_log_after_ = changes.frame;
+    state_.ClearDestroyedLog(changes.frame);
     return;
-  }
-  while (!destroyed_log_.empty() &&
-         destroyed_log_.front().frame <= needed_after) {
-    destroyed_log_.pop_front();
-  }
-  destroyed_log_after_ = std::max(destroyed_log_after_, needed_after);
-  for (EntityId e : changes.destroyed) {
-    const Slot slot = state_.FindThisFrame(e);
-    if (slot == PublishedState::kNoSlot) continue;
-    destroyed_log_.push_back({changes.frame, state_.stamps(slot).created, e});
   }
   // A laggard is owed at most max_pending: one that would be owed more of
   // these resyncs (CatchUpFromState).
-  while (destroyed_log_.size() > max_pending_) {
-    destroyed_log_after_ =
-        std::max(destroyed_log_after_, destroyed_log_.front().frame);
-    destroyed_log_.pop_front();
-  }
+  state_.LogDestroyed(changes, needed_after, max_pending_);
 }
 
 bool Replicator::InView(const Subscription& s, Slot slot) const {

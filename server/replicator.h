@@ -581,11 +581,6 @@ class Replicator {
   // no longer reaches back to it, resyncs it). Returns whether it caught
   // up.
   bool CatchUpFromState(Subscription& s, absl::Time now);
-  // Of the entities the destroyed log has destroyed after `after`, those a
-  // subscriber last sent that frame had: gone, or (`again`, by slot)
-  // created again since, which to it is re-parented.
-  void HeldDestroyedSince(uint64_t after, std::vector<EntityId>& gone,
-                          absl::flat_hash_set<Slot>& again) const;
   // The next chunk of the subscriber's KeptViewScan: O(chunk's slots +
   // changed in them). Returns whether the scan is done.
   bool ScanForKeptView(KeptViewScan& scan) const;
@@ -712,20 +707,6 @@ class Replicator {
   // each). Kept between frames, so marking is not O(slots).
   SlotBits moved_slots_;
   std::vector<uint32_t> moved_index_by_slot_;
-  // The entities frames destroyed, in frame order, while any subscriber
-  // may catch up from the state (MayCatchUpFromState): each with the frame
-  // that destroyed it and the one that created it, so a catch-up after
-  // frame f sends the destruction of what it had, created by f. Holds every
-  // destruction after `destroyed_log_after_`; trimmed to what those
-  // subscribers may need, and to max_pending entries (a subscriber owed
-  // more resyncs).
-  struct DestroyedEntity {
-    uint64_t frame;
-    uint64_t created;
-    EntityId entity;
-  };
-  std::deque<DestroyedEntity> destroyed_log_;
-  uint64_t destroyed_log_after_ = 0;
   // How many of subs_ filter echoes, changed with it.
   std::atomic<size_t> echo_filtered_{0};
   // StreamStats' counters: the lock's, and the sink owner's (atomic).

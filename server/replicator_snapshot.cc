@@ -151,7 +151,7 @@ bool Replicator::ScanForKeptView(KeptViewScan& scan) const {
 void Replicator::FinishKeptViewSnapshot(Subscription& s) {
   KeptViewScan scan = std::move(*s.kept_view_scan);
   s.kept_view_scan.reset();
-  if (scan.after < destroyed_log_after_) {
+  if (scan.after < state_.destroyed_log_after()) {
     s.Resync();  // Destructions it is owed were dropped from the log.
     return;
   }
@@ -160,7 +160,7 @@ void Replicator::FinishKeptViewSnapshot(Subscription& s) {
   auto snap = StartSnapshot(s);
   snap->kept_view_after = scan.after;
   absl::flat_hash_set<Slot> again;
-  HeldDestroyedSince(scan.after, snap->gone, again);
+  state_.DestroyedSince(scan.after, snap->gone, again);
   // What changed since the scan began, wherever the scan was (those slots'
   // rows alone), and what it found, of the slots still live: stale. The
   // subscriber holds every live entity not created since, but for ids it
