@@ -3,6 +3,7 @@
 #include "server/published_state.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/container/flat_hash_set.h"
 
@@ -200,6 +201,29 @@ void PublishedState::LogDestroyed(const FrameChanges& changes,
         std::max(destroyed_log_after_, destroyed_log_.front().frame);
     destroyed_log_.pop_front();
   }
+}
+
+std::vector<PublishedState::Slot> PublishedState::SlotsByDepth(
+    absl::Span<const EntityId> entities) const {
+  std::vector<Slot> slots;
+  slots.reserve(entities.size());
+  for (EntityId e : entities) {
+    const Slot slot = Find(e);
+    if (slot != kNoSlot) slots.push_back(slot);
+  }
+  SortByDepth(slots);
+  return slots;
+}
+
+void PublishedState::SortByDepth(std::vector<Slot>& slots) const {
+  // Depths looked up once each, not once per comparison.
+  std::vector<std::pair<uint32_t, Slot>> by_depth;
+  by_depth.reserve(slots.size());
+  for (Slot slot : slots) by_depth.emplace_back(depth(slot), slot);
+  std::stable_sort(
+      by_depth.begin(), by_depth.end(),
+      [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (size_t k = 0; k < slots.size(); ++k) slots[k] = by_depth[k].second;
 }
 
 }  // namespace xform::server

@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/types/span.h"
 #include "server/slot_bits.h"
 #include "xform/internal/id_index.h"
 #include "xform/transform.h"
@@ -131,6 +132,12 @@ class PublishedState {
   // returns. O(1) amortized over a walk.
   template <typename F>
   Slot NextInSubtree(Slot root, Slot at, bool descend, F&& left) const;
+
+  // The live entities' slots, parents first (by depth, in the given order
+  // among equals); the dead left out. O(n log n).
+  std::vector<Slot> SlotsByDepth(absl::Span<const EntityId> entities) const;
+  // The same, of slots, in place.
+  void SortByDepth(std::vector<Slot>& slots) const;
 
   // Counts frames that destroyed or re-parented entities: a parent chain
   // read from the state stays valid while this does not change.

@@ -1,13 +1,13 @@
 // Copyright 2026 The xform Authors.
 //
-// Replicator's streamed snapshots (StreamedSnapshot in replicator.h): how one
-// starts, how frames mark it, and how each next part is made.
+// Replicator's streamed snapshots (StreamedSnapshot in subscription.h): how
+// one starts, how frames mark it, and how each next part is made.
 
 #include <algorithm>
 #include <memory>
 #include <vector>
 
-#include "server/replicator.h"
+#include "server/replicator_impl.h"
 #include "xform/v1/frame_update.h"
 
 namespace xform::server {
@@ -37,11 +37,27 @@ std::vector<v1::FrameUpdate> Marked(std::vector<v1::FrameUpdate> parts,
   return parts;
 }
 
+void WriteEntry(SnapshotEntry kind, EntityId e, EntityId parent,
+                const Matrix3x4& world, v1::FrameUpdateWriter& writer) {
+  switch (kind) {
+    case SnapshotEntry::kCreated:
+      writer.Created(e, parent, world);
+      return;
+    case SnapshotEntry::kReparentedAndMoved:
+      writer.Reparented(e, parent);
+      writer.Moved(e, world);
+      return;
+    case SnapshotEntry::kMoved:
+      writer.Moved(e, world);
+      return;
+  }
+}
+
 }  // namespace
 
 // A burst's entries as of the frame it was taken at, copied out of the
 // published state; its parts are made from it outside the lock.
-struct Replicator::BurstCopy {
+struct BurstCopy {
   uint64_t frame = 0;
   absl::Time time;
   uint32_t first_part = 0;
@@ -103,12 +119,12 @@ struct Replicator::BurstCopy {
   }
 };
 
-std::shared_ptr<Replicator::BurstCopy> Replicator::MakeBurstCopy(size_t room) {
+std::shared_ptr<BurstCopy> Replicator::Impl::MakeBurstCopy(size_t room) {
   return std::make_shared<BurstCopy>(room);
 }
 
-void Replicator::NoteInSnapshot(StreamedSnapshot& snap, EntityId e,
-                                NetChange change, Slot slot) const {
+void Replicator::Impl::NoteInSnapshot(StreamedSnapshot& snap, EntityId e,
+                                      NetChange change, Slot slot) const {
   // A destroyed entity's slot is free now, but not reused before the next
   // frame, so its bits are still its own.
   if (slot == PublishedState::kNoSlot) slot = state_.FindThisFrame(e);
@@ -121,10 +137,8 @@ void Replicator::NoteInSnapshot(StreamedSnapshot& snap, EntityId e,
   }
 }
 
-std::unique_ptr<Replicator::StreamedSnapshot> Replicator::StartSnapshot(
+std::unique_ptr<StreamedSnapshot> Replicator::Impl::StartSnapshot(
     Subscription& s) {
-  // What it is sent comes from the published state.
-  s.ReleaseHeld();
   auto snap = std::make_unique<StreamedSnapshot>();
   snap->skipped_before =
       s.frames_with_changes > 0 ? s.frames_with_changes - 1 : 0;
@@ -132,13 +146,13 @@ std::unique_ptr<Replicator::StreamedSnapshot> Replicator::StartSnapshot(
   return snap;
 }
 
-bool Replicator::NoteChanged(KeptViewScan& scan, Slot slot) const {
+bool Replicator::Impl::NoteChanged(KeptViewScan& scan, Slot slot) const {
   scan.changed.set(slot);
   if (state_.stamps(slot).created > scan.after) scan.created.set(slot);
   return true;
 }
 
-bool Replicator::ScanForKeptView(KeptViewScan& scan) const {
+bool Replicator::Impl::ScanForKeptView(KeptViewScan& scan) const {
   const size_t end =
       std::min(scan.end_block, scan.next_block + kKeptViewScanBlocks);
   state_.ForEachChangedSinceIn(
@@ -148,15 +162,12 @@ bool Replicator::ScanForKeptView(KeptViewScan& scan) const {
   return end == scan.end_block;
 }
 
-void Replicator::FinishKeptViewSnapshot(Subscription& s) {
-  KeptViewScan scan = std::move(*s.kept_view_scan);
-  s.kept_view_scan.reset();
+void Replicator::Impl::FinishKeptViewSnapshot(Subscription& s) {
+  KeptViewScan scan = std::move(*s.in<OwedFromState>().scan);
   if (scan.after < state_.destroyed_log_after()) {
-    s.Resync();  // Destructions it is owed were dropped from the log.
+    s.ToResyncing();  // Destructions it is owed were dropped from the log.
     return;
   }
-  s.changed_after.reset();
-  s.changed_entities = 0;
   auto snap = StartSnapshot(s);
   snap->kept_view_after = scan.after;
   absl::flat_hash_set<Slot> again;
@@ -175,108 +186,29 @@ void Replicator::FinishKeptViewSnapshot(Subscription& s) {
   snap->known = live;
   snap->known.AndNot(scan.created);
   for (Slot slot : again) snap->known.set(slot);
-  s.snapshot = std::move(snap);
+  s.ToSnapshotting(std::move(snap));
   Count(s, &Subscription::kept_view_snapshots,
         &StreamStats::kept_view_snapshots);
 }
 
-void Replicator::BuildSnapshot(Subscription& s) {
+void Replicator::Impl::BuildSnapshot(Subscription& s) {
   // Its view comes whole: what it held is replaced.
   auto snap = StartSnapshot(s);
-  if (s.whole_world) {
+  if (s.whole_world()) {
     // Every live slot stale, none known: O(slots / 64) and the free list.
     snap->stale = state_.LiveSlots();
     snap->stale_count = state_.size();
-  } else {
-    // The view's members, stale: the listed entities alive, and the
-    // subtrees' as their walk finds them (membership rebuilt, shallowest
-    // roots first, so a root inside another's subtree is covered by it).
-    s.in_subtree.clear();
-    for (EntityId e : s.listed) {
-      const Slot slot = state_.Find(e);
-      if (slot != PublishedState::kNoSlot && snap->stale.set(slot)) {
-        ++snap->stale_count;
-      }
-    }
-    if (!s.options.subtrees.empty()) {
-      auto walk = std::make_unique<MembershipWalk>();
-      std::vector<EntityId> roots(s.options.subtrees.begin(),
-                                  s.options.subtrees.end());
-      for (Slot root : SlotsByDepth(roots)) {
-        walk->roots.push_back(state_.entity(root));
-      }
-      walk->chunk = membership_walk_chunk_;
-      s.membership_walk = std::move(walk);
-    }
+    s.ToSnapshotting(std::move(snap));
+    return;
   }
-  s.snapshot = std::move(snap);
+  StreamedSnapshot& marked = *snap;
+  auto finding =
+      s.view->StartSnapshot([&](Slot slot) { marked.MarkStale(slot); });
+  s.ToSnapshotting(std::move(snap), std::move(finding));
 }
 
-bool Replicator::WalkMembership(Subscription& s) {
-  MembershipWalk& walk = *s.membership_walk;
-  StreamedSnapshot& snap = *s.snapshot;
-  for (size_t visited = 0; visited < walk.chunk; ++visited) {
-    Slot slot;
-    if (walk.at == PublishedState::kNoSlot) {
-      // The next root alive that no walk covered.
-      while (walk.next_root < walk.roots.size() &&
-             (walk.covered.contains(walk.roots[walk.next_root]) ||
-              state_.Find(walk.roots[walk.next_root]) ==
-                  PublishedState::kNoSlot)) {
-        ++walk.next_root;
-      }
-      if (walk.next_root == walk.roots.size()) return true;
-      slot = walk.root = state_.Find(walk.roots[walk.next_root]);
-    } else {
-      slot = state_.NextInSubtree(walk.root, walk.at, /*descend=*/true,
-                                  [&](Slot left) { walk.path.reset(left); });
-      if (slot == PublishedState::kNoSlot) {
-        walk.covered.insert(walk.roots_seen.begin(), walk.roots_seen.end());
-        walk.roots_seen.clear();
-        walk.at = PublishedState::kNoSlot;
-        ++walk.next_root;
-        continue;
-      }
-    }
-    walk.at = slot;
-    walk.path.set(slot);
-    s.in_subtree.set(slot);
-    if (snap.stale.set(slot)) ++snap.stale_count;
-    if (walk.roots.size() > 1 && slot != walk.root &&
-        s.roots.contains(state_.entity(slot))) {
-      walk.roots_seen.push_back(state_.entity(slot));
-    }
-  }
-  return false;
-}
-
-void Replicator::BreakMembershipWalks(
-    const FrameChanges& changes, absl::Span<Subscription* const> filtered) {
-  for (Subscription* s : filtered) {
-    MembershipWalk* walk = s->membership_walk.get();
-    if (walk == nullptr || walk->at == PublishedState::kNoSlot) continue;
-    // A root re-parented keeps its subtree; one destroyed ends it.
-    const auto on_path = [&](Slot slot, bool may_be_root) {
-      return slot != PublishedState::kNoSlot && walk->path.test(slot) &&
-             (may_be_root || slot != walk->root);
-    };
-    const bool broken =
-        std::any_of(changes.destroyed.begin(), changes.destroyed.end(),
-                    [&](EntityId e) {
-                      return on_path(state_.FindThisFrame(e), true);
-                    }) ||
-        std::any_of(changes.reparented.begin(), changes.reparented.end(),
-                    [&](EntityId e) { return on_path(state_.Find(e), false); });
-    if (!broken) continue;
-    walk->path.clear();
-    walk->roots_seen.clear();
-    walk->at = PublishedState::kNoSlot;
-    walk->chunk *= 2;
-  }
-}
-
-Replicator::Slot Replicator::NextStale(const Subscription& s,
-                                       StreamedSnapshot& snap) const {
+Replicator::Impl::Slot Replicator::Impl::NextStale(
+    const Subscription& s, StreamedSnapshot& snap) const {
   if (snap.chain.empty()) {
     if (snap.stale_count == 0) return PublishedState::kNoSlot;
     const size_t slot = snap.stale.Find(snap.cursor);
@@ -287,7 +219,7 @@ Replicator::Slot Replicator::NextStale(const Subscription& s,
     snap.chain.push_back(static_cast<Slot>(slot));
     for (Slot p = state_.parent(static_cast<Slot>(slot));
          p != PublishedState::kNoSlot && !snap.known.test(p) &&
-         (s.whole_world || InView(s, p));
+         (s.whole_world() || s.view->Contains(p));
          p = state_.parent(p)) {
       snap.chain.push_back(p);
     }
@@ -299,8 +231,8 @@ Replicator::Slot Replicator::NextStale(const Subscription& s,
   return slot;
 }
 
-Replicator::SnapshotEntry Replicator::EntryFor(StreamedSnapshot& snap,
-                                               Slot slot) const {
+SnapshotEntry Replicator::Impl::EntryFor(StreamedSnapshot& snap,
+                                         Slot slot) const {
   if (snap.known.set(slot)) return SnapshotEntry::kCreated;
   if (snap.kept_view_after) {
     // Held, and created since: an id it had, destroyed and created again,
@@ -313,29 +245,7 @@ Replicator::SnapshotEntry Replicator::EntryFor(StreamedSnapshot& snap,
   return SnapshotEntry::kReparentedAndMoved;
 }
 
-void Replicator::WriteEntry(SnapshotEntry kind, EntityId e, EntityId parent,
-                            const Matrix3x4& world,
-                            v1::FrameUpdateWriter& writer) {
-  switch (kind) {
-    case SnapshotEntry::kCreated:
-      writer.Created(e, parent, world);
-      return;
-    case SnapshotEntry::kReparentedAndMoved:
-      writer.Reparented(e, parent);
-      writer.Moved(e, world);
-      return;
-    case SnapshotEntry::kMoved:
-      writer.Moved(e, world);
-      return;
-  }
-}
-
-std::shared_ptr<const Outgoing> Replicator::NextSnapshotPart(
-    Subscription& s, size_t* copy_wanted) {
-  StreamedSnapshot& snap = *s.snapshot;
-  if (snap.chain_epoch != state_.structure_epoch()) snap.chain.clear();
-  const size_t part_bytes =
-      std::min(s.options.part_budget_bytes, kSnapshotPartBytes);
+bool Replicator::Impl::BurstDue(StreamedSnapshot& snap) const {
   // A pass over the slots is done. What changed behind it is sent in another
   // pass, a part at a time, unless it is at most max_pending entities, or
   // the burst budget grants it room: then all of it now, so the last part
@@ -354,7 +264,16 @@ std::shared_ptr<const Outgoing> Replicator::NextSnapshotPart(
       snap.burst_due = snap.burst_claim != nullptr;
     }
   }
-  if (snap.burst_due) {
+  return snap.burst_due;
+}
+
+std::shared_ptr<const Outgoing> Replicator::Impl::NextSnapshotPart(
+    Subscription& s, size_t* copy_wanted) {
+  StreamedSnapshot& snap = *s.in<Snapshotting>().snapshot;
+  if (snap.chain_epoch != state_.structure_epoch()) snap.chain.clear();
+  const size_t part_bytes =
+      std::min(s.options.part_budget_bytes, kSnapshotPartBytes);
+  if (BurstDue(snap)) {
     // Its copy's memory is touched first, outside the lock (see Take): on
     // some machines, faulting in tens of MB costs more than copying them.
     if (copy_wanted != nullptr &&
@@ -390,9 +309,9 @@ std::shared_ptr<const Outgoing> Replicator::NextSnapshotPart(
   return TakePart(s);
 }
 
-std::shared_ptr<const Outgoing> Replicator::Burst(Subscription& s,
-                                                  size_t part_bytes) {
-  StreamedSnapshot& snap = *s.snapshot;
+std::shared_ptr<const Outgoing> Replicator::Impl::Burst(Subscription& s,
+                                                        size_t part_bytes) {
+  StreamedSnapshot& snap = *s.in<Snapshotting>().snapshot;
   // What is gone, first, made now: ids only, and rare.
   if (!snap.gone.empty()) {
     v1::FrameUpdateWriter writer(frame_, frame_time_, part_bytes,
@@ -436,10 +355,10 @@ std::shared_ptr<const Outgoing> Replicator::Burst(Subscription& s,
   return TakePart(s);
 }
 
-void Replicator::EndSnapshot(Subscription& s) {
+void Replicator::Impl::EndSnapshot(Subscription& s) {
   // Frames published while it streamed are in it, not skipped.
   s.frames_with_changes = 0;
-  s.snapshot.reset();
+  s.ToCaughtUp();
 }
 
 }  // namespace xform::server

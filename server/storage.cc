@@ -438,8 +438,7 @@ absl::StatusOr<uint64_t> ReadNewestSnapshot(const std::string& dir,
   const std::string path =
       absl::StrCat(dir, "/", FileName(kSnapshotPrefix, seq));
   WorldImage image;
-  if (absl::Status s = ReadSnapshotFile(path, &stored_bytes, &image);
-      !s.ok()) {
+  if (absl::Status s = ReadSnapshotFile(path, &stored_bytes, &image); !s.ok()) {
     return s;
   }
   recovered.last_frame = image.frame;
@@ -518,13 +517,15 @@ absl::StatusOr<JournalTail> ReplayJournals(const std::string& dir,
         absl::StrCat(dir, "/", FileName(kJournalPrefix, seq));
     if (seq < first_journal || stop) {
       // Earlier ones are leftovers; later ones follow a corrupt record.
-      if (stop) Log('E', "recovery: ", path, " dropped: it follows a corrupt record");
+      if (stop) {
+        Log('E', "recovery: ", path, " dropped: it follows a corrupt record");
+      }
       fs::remove(path, error);
       continue;
     }
     bool first = true;
-    absl::StatusOr<JournalScan> scan = ScanJournal(
-        path, truncate_corrupt, [&](const JournalRecord& record) {
+    absl::StatusOr<JournalScan> scan =
+        ScanJournal(path, truncate_corrupt, [&](const JournalRecord& record) {
           return Replay(record, std::exchange(first, false), recovered,
                         stored_bytes);
         });
@@ -570,7 +571,8 @@ absl::StatusOr<RecoveredWorld> Storage::RecoverWorld(const std::string& dir) {
   absl::StatusOr<std::unique_ptr<JournalWriter>> journal =
       tail->path.empty()
           ? JournalWriter::Create(
-                absl::StrCat(dir, "/", FileName(kJournalPrefix, *first_journal)),
+                absl::StrCat(dir, "/",
+                             FileName(kJournalPrefix, *first_journal)),
                 options_.fsync,
                 EncodeRecord(RecordType::kWorld, 0, stored_bytes))
           : JournalWriter::Reopen(tail->path, options_.fsync, tail->end);
