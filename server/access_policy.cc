@@ -79,6 +79,41 @@ absl::StatusOr<Principal> PrincipalOf(absl::string_view where,
   return out;
 }
 
+// A principal's credentials, checked, and told apart from the principals'
+// before it (`seen_hashes`, `seen_certificates`): its token's hash (zeros
+// without one), for `named` in errors.
+absl::StatusOr<Sha256> CredentialsOf(
+    absl::string_view named, const config::Principal& in,
+    absl::flat_hash_set<std::string>& seen_hashes,
+    absl::flat_hash_set<std::string>& seen_certificates) {
+  Sha256 hash{};
+  if (!in.token_sha256().empty()) {
+    if (in.token_sha256().size() != 64 ||
+        !absl::c_all_of(in.token_sha256(), absl::ascii_isxdigit)) {
+      return Invalid(named,
+                     "token_sha256 must be 64 hex digits (xformctl auth "
+                     "hash-token)");
+    }
+    const std::string bytes = absl::HexStringToBytes(in.token_sha256());
+    if (!seen_hashes.insert(bytes).second) {
+      return Invalid(named, "token_sha256 is another principal's too");
+    }
+    std::copy(bytes.begin(), bytes.end(), hash.begin());
+  }
+  for (const std::string& certificate : in.certificate_names()) {
+    if (certificate.empty() || !seen_certificates.insert(certificate).second) {
+      return Invalid(named,
+                     "a certificate name is empty or another principal's");
+    }
+  }
+  if (in.token_sha256().empty() && in.certificate_names().empty()) {
+    return Invalid(named,
+                   "it has neither token_sha256 nor certificate_names, so "
+                   "no caller can be it");
+  }
+  return hash;
+}
+
 }  // namespace
 
 Sha256 Sha256Of(absl::string_view bytes) {
@@ -158,8 +193,8 @@ absl::StatusOr<std::shared_ptr<const AccessPolicy>> AccessPolicy::Parse(
   auto policy = std::shared_ptr<AccessPolicy>(new AccessPolicy());
   policy->enforced_ = true;
   absl::flat_hash_set<std::string> names;
-  absl::flat_hash_set<std::string> hashes;
-  absl::flat_hash_set<std::string> certificates;
+  absl::flat_hash_set<std::string> seen_hashes;
+  absl::flat_hash_set<std::string> seen_certificates;
   for (int i = 0; i < file.principals_size(); ++i) {
     const config::Principal& in = file.principals(i);
     const std::string where = absl::StrCat("principals[", i, "]");
@@ -172,37 +207,14 @@ absl::StatusOr<std::shared_ptr<const AccessPolicy>> AccessPolicy::Parse(
     }
     const std::string named =
         absl::StrCat(where, " (\"", absl::CEscape(in.name()), "\")");
-    Sha256 hash{};
-    if (!in.token_sha256().empty()) {
-      std::string bytes;
-      if (in.token_sha256().size() != 64 ||
-          !absl::c_all_of(in.token_sha256(), absl::ascii_isxdigit)) {
-        return Invalid(named,
-                       "token_sha256 must be 64 hex digits (xformctl auth "
-                       "hash-token)");
-      }
-      bytes = absl::HexStringToBytes(in.token_sha256());
-      if (!hashes.insert(bytes).second) {
-        return Invalid(named, "token_sha256 is another principal's too");
-      }
-      std::copy(bytes.begin(), bytes.end(), hash.begin());
-    }
-    for (const std::string& certificate : in.certificate_names()) {
-      if (certificate.empty() || !certificates.insert(certificate).second) {
-        return Invalid(named,
-                       "a certificate name is empty or another principal's");
-      }
-    }
-    if (in.token_sha256().empty() && in.certificate_names().empty()) {
-      return Invalid(named,
-                     "it has neither token_sha256 nor certificate_names, so "
-                     "no caller can be it");
-    }
+    absl::StatusOr<Sha256> hash =
+        CredentialsOf(named, in, seen_hashes, seen_certificates);
+    if (!hash.ok()) return hash.status();
     absl::StatusOr<Principal> principal =
         PrincipalOf(named, in, file.default_quotas());
     if (!principal.ok()) return principal.status();
     policy->principals_.push_back(*std::move(principal));
-    policy->token_hashes_.push_back(hash);
+    policy->token_hashes_.push_back(*hash);
     policy->certificate_names_.emplace_back(in.certificate_names().begin(),
                                             in.certificate_names().end());
   }

@@ -132,77 +132,82 @@ glm::quat Turn(float angle, glm::vec3 axis = {0, 1, 0}) {
   return glm::angleAxis(angle, glm::normalize(axis));
 }
 
+// The solar system at rest: pivots (orbits) under the system, each body on
+// its pivot, and a belt of asteroids.
+std::vector<Command> SolarScene() {
+  std::vector<Command> scene;
+  const auto create = [&](EntityId e, EntityId parent, glm::vec3 position,
+                          float scale) {
+    CreateOp op;
+    op.entity = e;
+    op.parent = parent;
+    op.local.position = position;
+    op.local.scale = glm::vec3(scale);
+    scene.emplace_back(op);
+  };
+  create(kSystem, kNoEntity, {0, 0, 0}, 1);
+  create(kSun, kSystem, {0, 0, 0}, 5);
+  for (EntityId p = 0; p < std::size(kPlanets); ++p) {
+    const Planet& planet = kPlanets[p];
+    create(kOrbit + p, kSystem, {0, 0, 0}, 1);
+    create(kPlanet + p, kOrbit + p, {planet.radius, 0, 0}, planet.scale);
+    for (EntityId m = 0; m < static_cast<EntityId>(planet.moons); ++m) {
+      create(kMoonOrbit + 10 * p + m, kPlanet + p, {0, 0, 0}, 1);
+      create(kMoon + 10 * p + m, kMoonOrbit + 10 * p + m,
+             {1.4f + 0.7f * static_cast<float>(m), 0, 0}, 0.3f);
+    }
+  }
+  create(kBelt, kSystem, {0, 0, 0}, 1);
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> angle(0, 2 * std::numbers::pi_v<float>);
+  std::uniform_real_distribution<float> radius(29, 36);
+  std::uniform_real_distribution<float> height(-0.8f, 0.8f);
+  std::uniform_real_distribution<float> size(0.1f, 0.35f);
+  for (int a = 0; a < kAsteroids; ++a) {
+    const float theta = angle(rng), r = radius(rng);
+    create(kAsteroid + a, kBelt,
+           {r * std::cos(theta), height(rng), r * std::sin(theta)}, size(rng));
+  }
+  return scene;
+}
+
+// Tick `tick`'s motions: every pivot turns, and its children follow.
+void SolarStep(uint64_t tick, std::vector<Command>* move) {
+  const float t = static_cast<float>(tick) / 60;
+  const auto turn = [&](EntityId e, glm::quat rotation,
+                        glm::vec3 position = {0, 0, 0}, float scale = 1) {
+    SetLocalOp op;
+    op.entity = e;
+    op.local.position = position;
+    op.local.rotation = rotation;
+    op.local.scale = glm::vec3(scale);
+    move->emplace_back(op);
+  };
+  turn(kSun, Turn(0.2f * t), {0, 0, 0}, 5);
+  turn(kBelt, Turn(0.04f * t));
+  for (EntityId p = 0; p < std::size(kPlanets); ++p) {
+    const Planet& planet = kPlanets[p];
+    // Kepler-ish: the outer planets are slower.
+    const float year = 3 / std::sqrt(planet.radius);
+    turn(kOrbit + p, Turn(year * t + static_cast<float>(p),
+                          {0.03f * static_cast<float>(p), 1, 0}));
+    turn(kPlanet + p, Turn(1.5f * t), {planet.radius, 0, 0}, planet.scale);
+    for (EntityId m = 0; m < static_cast<EntityId>(planet.moons); ++m) {
+      turn(kMoonOrbit + 10 * p + m,
+           Turn((2.5f - 0.4f * static_cast<float>(m)) * t +
+                    static_cast<float>(m),
+                {0.2f * static_cast<float>(m), 1, 0}));
+    }
+  }
+}
+
 DemoWorld SolarDemo() {
   DemoWorld demo{.name = "solar", .hz = 60};
   demo.description =
       "a sun, 8 planets, 15 moons and 3000 asteroids; every motion is a "
       "pivot's, which its children follow, 60 Hz";
-  demo.build = [] {
-    std::vector<Command> scene;
-    const auto create = [&](EntityId e, EntityId parent, glm::vec3 position,
-                            float scale) {
-      CreateOp op;
-      op.entity = e;
-      op.parent = parent;
-      op.local.position = position;
-      op.local.scale = glm::vec3(scale);
-      scene.emplace_back(op);
-    };
-    create(kSystem, kNoEntity, {0, 0, 0}, 1);
-    create(kSun, kSystem, {0, 0, 0}, 5);
-    for (EntityId p = 0; p < std::size(kPlanets); ++p) {
-      const Planet& planet = kPlanets[p];
-      create(kOrbit + p, kSystem, {0, 0, 0}, 1);
-      create(kPlanet + p, kOrbit + p, {planet.radius, 0, 0}, planet.scale);
-      for (EntityId m = 0; m < static_cast<EntityId>(planet.moons); ++m) {
-        create(kMoonOrbit + 10 * p + m, kPlanet + p, {0, 0, 0}, 1);
-        create(kMoon + 10 * p + m, kMoonOrbit + 10 * p + m,
-               {1.4f + 0.7f * static_cast<float>(m), 0, 0}, 0.3f);
-      }
-    }
-    create(kBelt, kSystem, {0, 0, 0}, 1);
-    std::mt19937 rng(7);
-    std::uniform_real_distribution<float> angle(0,
-                                                2 * std::numbers::pi_v<float>);
-    std::uniform_real_distribution<float> radius(29, 36);
-    std::uniform_real_distribution<float> height(-0.8f, 0.8f);
-    std::uniform_real_distribution<float> size(0.1f, 0.35f);
-    for (int a = 0; a < kAsteroids; ++a) {
-      const float theta = angle(rng), r = radius(rng);
-      create(kAsteroid + a, kBelt,
-             {r * std::cos(theta), height(rng), r * std::sin(theta)},
-             size(rng));
-    }
-    return scene;
-  };
-  demo.step = [](uint64_t tick, std::vector<Command>* move) {
-    const float t = static_cast<float>(tick) / 60;
-    const auto turn = [&](EntityId e, glm::quat rotation,
-                          glm::vec3 position = {0, 0, 0}, float scale = 1) {
-      SetLocalOp op;
-      op.entity = e;
-      op.local.position = position;
-      op.local.rotation = rotation;
-      op.local.scale = glm::vec3(scale);
-      move->emplace_back(op);
-    };
-    turn(kSun, Turn(0.2f * t), {0, 0, 0}, 5);
-    turn(kBelt, Turn(0.04f * t));
-    for (EntityId p = 0; p < std::size(kPlanets); ++p) {
-      const Planet& planet = kPlanets[p];
-      // Kepler-ish: the outer planets are slower.
-      const float year = 3 / std::sqrt(planet.radius);
-      turn(kOrbit + p, Turn(year * t + static_cast<float>(p),
-                            {0.03f * static_cast<float>(p), 1, 0}));
-      turn(kPlanet + p, Turn(1.5f * t), {planet.radius, 0, 0}, planet.scale);
-      for (EntityId m = 0; m < static_cast<EntityId>(planet.moons); ++m) {
-        turn(kMoonOrbit + 10 * p + m,
-             Turn((2.5f - 0.4f * static_cast<float>(m)) * t +
-                      static_cast<float>(m),
-                  {0.2f * static_cast<float>(m), 1, 0}));
-      }
-    }
-  };
+  demo.build = SolarScene;
+  demo.step = SolarStep;
   return demo;
 }
 

@@ -11,6 +11,7 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -69,114 +70,155 @@ std::string EncodeRecord(RecordType type, uint64_t frame,
   return out;
 }
 
+namespace {
+
+// A file mapped read-only, whole (populated at once: faulting a big journal
+// in page by page costs more than reading it), unmapped on every path out
+// of a scan.
+class MappedFile {
+ public:
+  // Null data for an empty file.
+  static absl::StatusOr<std::unique_ptr<MappedFile>> Open(
+      const std::string& path) {
+    Descriptor file{open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+    if (file.fd < 0) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot open ", path, ": ", ErrnoText(errno)));
+    }
+    struct stat st {};
+    if (fstat(file.fd, &st) != 0) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot stat ", path, ": ", ErrnoText(errno)));
+    }
+    const auto size = static_cast<uint64_t>(st.st_size);
+    if (size == 0) return std::make_unique<MappedFile>(nullptr, 0);
+    void* mapped =
+        mmap(nullptr, size, PROT_READ, MAP_PRIVATE | MAP_POPULATE, file.fd, 0);
+    if (mapped == MAP_FAILED) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot map ", path, ": ", ErrnoText(errno)));
+    }
+    madvise(mapped, size, MADV_SEQUENTIAL);
+    return std::make_unique<MappedFile>(static_cast<const char*>(mapped), size);
+  }
+
+  MappedFile(const char* data, uint64_t size) : data_(data), size_(size) {}
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  ~MappedFile() {
+    if (data_ != nullptr) munmap(const_cast<char*>(data_), size_);
+  }
+  const char* data() const { return data_; }
+  uint64_t size() const { return size_; }
+
+ private:
+  const char* const data_;
+  const uint64_t size_;
+};
+
+// The record at `at`, checked, or why it is bad (`bad`), with where it
+// claims to end (`next`): the end of the file when it is cut short, where
+// it starts when its header cannot be trusted.
+struct RecordAt {
+  JournalRecord record{};
+  std::string bad;
+  uint64_t next = 0;
+};
+RecordAt ReadRecordAt(const char* data, uint64_t size, uint64_t at) {
+  RecordAt found{.next = size};
+  const uint64_t left = size - at;
+  if (left < kRecordHeaderBytes) {
+    found.bad = absl::StrCat("a record header cut short (", left, " bytes)");
+    return found;
+  }
+  // A length that is wrong would read as a record cut short by the end of
+  // the file: the header's own CRC tells the two apart.
+  if (Load<uint32_t>(data + at + 17) !=
+      Crc32c(absl::string_view(data + at, 17))) {
+    found.bad = "a record header whose CRC does not match";
+    found.next = at;
+    return found;
+  }
+  const uint32_t length = Load<uint32_t>(data + at);
+  const auto type = static_cast<uint8_t>(data[at + 8]);
+  if (length > kMaxRecordPayload) {
+    found.bad = absl::StrCat("a record length of ", length);
+    found.next = at;
+    return found;
+  }
+  if (length > left - kRecordHeaderBytes) {
+    found.bad = absl::StrCat("a record of ", length, " bytes cut short at ",
+                             left - kRecordHeaderBytes);
+    return found;
+  }
+  found.next = at + kRecordHeaderBytes + length;
+  const absl::string_view payload(data + at + kRecordHeaderBytes, length);
+  if (RecordCrc(data + at + 8, payload) != Load<uint32_t>(data + at + 4)) {
+    found.bad = "a record whose CRC does not match";
+  } else if (type != static_cast<uint8_t>(RecordType::kWorld) &&
+             type != static_cast<uint8_t>(RecordType::kBatch)) {
+    found.bad = absl::StrCat("a record of unknown type ", type);
+  } else {
+    found.record = {.type = static_cast<RecordType>(type),
+                    .frame = Load<uint64_t>(data + at + 9),
+                    .payload = payload,
+                    .offset = at};
+  }
+  return found;
+}
+
+// Whether a bad record at `at`, claiming to end at `next`, is torn, what a
+// crash in mid-write leaves: nothing but zeros (space the file system
+// allocated but never got the data for) follows where it starts or where
+// it claims to end.
+bool IsTorn(const char* data, uint64_t size, uint64_t at, uint64_t next) {
+  const auto zeros_from = [&](uint64_t from) {
+    return std::all_of(data + std::min(from, size), data + size,
+                       [](char c) { return c == 0; });
+  };
+  return next >= size || zeros_from(at) || (next > at && zeros_from(next));
+}
+
+}  // namespace
+
 absl::StatusOr<JournalScan> ScanJournal(
     const std::string& path, bool truncate_corrupt,
     absl::FunctionRef<absl::Status(const JournalRecord&)> visit) {
-  Descriptor file{open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (file.fd < 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot open ", path, ": ", ErrnoText(errno)));
-  }
-  struct stat st {};
-  if (fstat(file.fd, &st) != 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot stat ", path, ": ", ErrnoText(errno)));
-  }
+  absl::StatusOr<std::unique_ptr<MappedFile>> file = MappedFile::Open(path);
+  if (!file.ok()) return file.status();
+  const char* data = (*file)->data();
+  const uint64_t size = (*file)->size();
   JournalScan scan;
-  scan.file_size = static_cast<uint64_t>(st.st_size);
-  if (scan.file_size == 0) return scan;
-  void* mapped =
-      // Populated at once: faulting a big journal in page by page costs
-      // more than reading it.
-      mmap(nullptr, scan.file_size, PROT_READ, MAP_PRIVATE | MAP_POPULATE,
-           file.fd, 0);
-  if (mapped == MAP_FAILED) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot map ", path, ": ", ErrnoText(errno)));
-  }
-  struct Unmap {
-    void* p;
-    size_t n;
-    ~Unmap() { munmap(p, n); }
-  } unmap{mapped, scan.file_size};
-  madvise(mapped, scan.file_size, MADV_SEQUENTIAL);
-  const char* data = static_cast<const char*>(mapped);
-  const uint64_t size = scan.file_size;
-  uint64_t at = 0;
-  while (at < size) {
-    const uint64_t left = size - at;
-    std::string bad;
-    // Where the bad record claims to end: the end of the file when it is
-    // cut short; where it starts when its header cannot be trusted.
-    uint64_t next = size;
-    if (left < kRecordHeaderBytes) {
-      bad = absl::StrCat("a record header cut short (", left, " bytes)");
-    } else if (Load<uint32_t>(data + at + 17) !=
-               Crc32c(absl::string_view(data + at, 17))) {
-      // A length that is wrong would read as a record cut short by the end
-      // of the file: the header's own CRC tells the two apart.
-      bad = "a record header whose CRC does not match";
-      next = at;
-    } else {
-      const uint32_t length = Load<uint32_t>(data + at);
-      const uint32_t crc = Load<uint32_t>(data + at + 4);
-      const auto type = static_cast<uint8_t>(data[at + 8]);
-      if (length > kMaxRecordPayload) {
-        bad = absl::StrCat("a record length of ", length);
-        next = at;
-      } else if (length > left - kRecordHeaderBytes) {
-        bad = absl::StrCat("a record of ", length, " bytes cut short at ",
-                           left - kRecordHeaderBytes);
-      } else {
-        next = at + kRecordHeaderBytes + length;
-        const absl::string_view payload(data + at + kRecordHeaderBytes, length);
-        if (RecordCrc(data + at + 8, payload) != crc) {
-          bad = "a record whose CRC does not match";
-        } else if (type != static_cast<uint8_t>(RecordType::kWorld) &&
-                   type != static_cast<uint8_t>(RecordType::kBatch)) {
-          bad = absl::StrCat("a record of unknown type ", type);
-        } else {
-          const JournalRecord record{.type = static_cast<RecordType>(type),
-                                     .frame = Load<uint64_t>(data + at + 9),
-                                     .payload = payload,
-                                     .offset = at};
-          if (absl::Status s = visit(record); !s.ok()) {
-            const std::string where =
-                absl::StrCat(path, " at offset ", at, ": ", s.message());
-            if (!absl::IsDataLoss(s) || !truncate_corrupt) {
-              return absl::Status(s.code(), where);
-            }
-            scan.dropped = absl::StrCat("corruption dropped (", size - at,
-                                        " bytes): ", where);
-            break;
-          }
-          ++scan.records;
-          at = next;
-          scan.valid_end = at;
-          continue;
-        }
+  scan.file_size = size;
+  for (uint64_t at = 0; at < size;) {
+    RecordAt found = ReadRecordAt(data, size, at);
+    if (!found.bad.empty()) {
+      const bool torn = IsTorn(data, size, at, found.next);
+      const std::string where =
+          absl::StrCat(path, " at offset ", at, " of ", size, ": ", found.bad);
+      if (!torn && !truncate_corrupt) {
+        return absl::DataLossError(absl::StrCat(
+            "journal corrupt: ", where,
+            ", with more records after it; start with --recover=truncate to "
+            "drop it and everything after it"));
       }
+      scan.dropped = absl::StrCat(torn ? "a torn last record" : "corruption",
+                                  " dropped (", size - at, " bytes): ", where);
+      break;
     }
-    // A bad record. Torn, what a crash in mid-write leaves, when nothing
-    // but zeros (space the file system allocated but never got the data
-    // for) follows where it starts or where it claims to end.
-    const auto zeros_from = [&](uint64_t from) {
-      return std::all_of(data + std::min(from, size), data + size,
-                         [](char c) { return c == 0; });
-    };
-    const bool torn =
-        next >= size || zeros_from(at) || (next > at && zeros_from(next));
-    const std::string where =
-        absl::StrCat(path, " at offset ", at, " of ", size, ": ", bad);
-    if (!torn && !truncate_corrupt) {
-      return absl::DataLossError(absl::StrCat(
-          "journal corrupt: ", where,
-          ", with more records after it; start with --recover=truncate to "
-          "drop it and everything after it"));
+    if (absl::Status s = visit(found.record); !s.ok()) {
+      const std::string where =
+          absl::StrCat(path, " at offset ", at, ": ", s.message());
+      if (!absl::IsDataLoss(s) || !truncate_corrupt) {
+        return absl::Status(s.code(), where);
+      }
+      scan.dropped =
+          absl::StrCat("corruption dropped (", size - at, " bytes): ", where);
+      break;
     }
-    scan.dropped = absl::StrCat(torn ? "a torn last record" : "corruption",
-                                " dropped (", size - at, " bytes): ", where);
-    break;
+    ++scan.records;
+    at = found.next;
+    scan.valid_end = at;
   }
   return scan;
 }

@@ -106,8 +106,28 @@ void PublishedState::TakeIn(const FrameChanges& changes) {
   if (!changes.destroyed.empty() || !changes.reparented.empty()) {
     ++structure_epoch_;
   }
+  TakeInDestroyed(changes.destroyed);
+  TakeInCreated(changes);
+  // Freed slots are taken from the next frame on (see the header).
+  for (const auto& [e, s] : freed_) free_slots_.push_back(s);
+  TakeInReparented(changes);
+  for (size_t k = 0; k < changes.moved.size(); ++k) {
+    // As scattered over the world as the writes were: overlap the misses.
+    constexpr size_t kAhead = internal::kPrefetchAhead;
+    if (k + kAhead < changes.moved.size()) {
+      slot_of_.Prefetch(changes.moved[k + kAhead]);
+    }
+    if (const Slot s = slot_of_.Find(changes.moved[k]); s != kNoSlot) {
+      world_[s].world = changes.MovedWorld(k);
+      Stamp(s, changes.frame, /*created=*/false, /*parented=*/false,
+            /*moved=*/true);
+    }
+  }
+}
+
+void PublishedState::TakeInDestroyed(absl::Span<const EntityId> destroyed) {
   freed_.clear();
-  for (EntityId e : changes.destroyed) {
+  for (EntityId e : destroyed) {
     const Slot s = slot_of_.Find(e);
     if (s == kNoSlot) continue;
     freed_[e] = s;
@@ -117,6 +137,9 @@ void PublishedState::TakeIn(const FrameChanges& changes) {
     entity_[s] = kNoEntity;
     slot_of_.Erase(e);
   }
+}
+
+void PublishedState::TakeInCreated(const FrameChanges& changes) {
   if (const size_t slots = entity_.size() + changes.created.size();
       slots > entity_.capacity()) {
     // A scene load grows the columns once, not by doubling as it goes
@@ -142,8 +165,9 @@ void PublishedState::TakeIn(const FrameChanges& changes) {
     Stamp(s, changes.frame, /*created=*/true, /*parented=*/true,
           /*moved=*/true);
   }
-  // Freed slots are taken from the next frame on (see the header).
-  for (const auto& [e, s] : freed_) free_slots_.push_back(s);
+}
+
+void PublishedState::TakeInReparented(const FrameChanges& changes) {
   for (size_t k = 0; k < changes.reparented.size(); ++k) {
     const Slot s = slot_of_.Find(changes.reparented[k]);
     const EntityId parent = changes.reparented_parent[k];
@@ -164,18 +188,6 @@ void PublishedState::TakeIn(const FrameChanges& changes) {
       depth_[s] = parent_[s] == kNoSlot ? 0 : depth_[parent_[s]] + 1;
       unwalked.erase(s);
     });
-  }
-  for (size_t k = 0; k < changes.moved.size(); ++k) {
-    // As scattered over the world as the writes were: overlap the misses.
-    constexpr size_t kAhead = internal::kPrefetchAhead;
-    if (k + kAhead < changes.moved.size()) {
-      slot_of_.Prefetch(changes.moved[k + kAhead]);
-    }
-    if (const Slot s = slot_of_.Find(changes.moved[k]); s != kNoSlot) {
-      world_[s].world = changes.MovedWorld(k);
-      Stamp(s, changes.frame, /*created=*/false, /*parented=*/false,
-            /*moved=*/true);
-    }
   }
 }
 

@@ -166,6 +166,12 @@ class PublishedState {
                       SlotSet& again) const;
 
  private:
+  // TakeIn's steps: the destroyed entities' slots freed (in freed_), the
+  // created ones given slots, the re-parented linked anew with their
+  // subtrees' depths.
+  void TakeInDestroyed(absl::Span<const EntityId> destroyed);
+  void TakeInCreated(const FrameChanges& changes);
+  void TakeInReparented(const FrameChanges& changes);
   Slot NewSlot(EntityId e);
   // Puts `s` first among `parent`'s children (nowhere for a root).
   void Link(Slot s, Slot parent);

@@ -136,7 +136,7 @@ absl::StatusOr<std::unique_ptr<Edge>> InstallEdge(
 // The services every caller reaches; health is open to all (probes).
 struct Services {
   Services(const XformdConfig& config, WorldHost& host,
-           std::shared_ptr<Gatekeeper> gatekeeper, Edge** edge)
+           const std::shared_ptr<Gatekeeper>& gatekeeper, Edge** edge)
       : xform(host, OptionsFor(config, gatekeeper, edge)),
         health(config.health),
         reflection(config.reflection

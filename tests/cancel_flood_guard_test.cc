@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "server/edge/connection_admission.h"
@@ -68,8 +67,8 @@ TEST_F(CancelFloodGuardTest, CancelsUnderTheRateAreNeverCutOff) {
   const ConnectionAdmission::Connection connection = Admit(&peer);
   // 99 a second for a minute, evenly.
   for (int k = 0; k < 99 * 60; ++k) {
-    EXPECT_FALSE(guard_->CountCancelled(connection,
-                                        start_ + absl::Seconds(k) / 99))
+    EXPECT_FALSE(
+        guard_->CountCancelled(connection, start_ + absl::Seconds(k) / 99))
         << k;
   }
   EXPECT_FALSE(CutOff(peer));
@@ -79,7 +78,8 @@ TEST_F(CancelFloodGuardTest, ABurstPastTheRateIsCutOffOnce) {
   int peer;
   const ConnectionAdmission::Connection connection = Admit(&peer);
   int cut = 0;
-  for (int k = 0; k < 100; ++k) cut += guard_->CountCancelled(connection, start_);
+  for (int k = 0; k < 100; ++k)
+    cut += guard_->CountCancelled(connection, start_);
   EXPECT_EQ(cut, 0);  // A second's worth, at once.
   EXPECT_TRUE(guard_->CountCancelled(connection, start_));
   EXPECT_TRUE(CutOff(peer));

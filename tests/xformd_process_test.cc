@@ -15,8 +15,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -424,15 +424,13 @@ TEST(XformdProcessTest, AClientMakingManyShortCallsOnOneConnectionIsNotCutOff) {
   }
   for (int64_t k = 0; k < 64; ++k) call(k);
   absl::MutexLock lock(&calls.mu);
-  calls.mu.AwaitWithTimeout(
-      absl::Condition(
-          +[](Calls* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(c->mu) {
-            return c->in_flight == 0;
-          },
-          &calls),
-      absl::Seconds(30));
-  const double per_second =
-      static_cast<double>(calls.ok) / absl::ToDoubleSeconds(absl::Now() - start);
+  calls.mu.AwaitWithTimeout(absl::Condition(
+                                +[](Calls* c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(
+                                     c->mu) { return c->in_flight == 0; },
+                                &calls),
+                            absl::Seconds(30));
+  const double per_second = static_cast<double>(calls.ok) /
+                            absl::ToDoubleSeconds(absl::Now() - start);
   std::printf("%lld calls served on one connection, %.0f a second\n",
               static_cast<long long>(calls.ok), per_second);
   EXPECT_EQ(calls.failed, 0) << calls.first_failure.error_message();
@@ -448,8 +446,8 @@ TEST(XformdProcessTest, AClientMakingManyShortCallsOnOneConnectionIsNotCutOff) {
 // cancels wait unread (--max_queued_stream_resets), with the call guard off
 // here so that this is the look's doing, and the server stays small.
 TEST(XformdProcessTest, ConnectionsFloodingResetsAreCutOffUnread) {
-  Xformd xformd(
-      {"--max_cancels_per_connection_per_second=0", "--cut_off_penalty_ms=3000"});
+  Xformd xformd({"--max_cancels_per_connection_per_second=0",
+                 "--cut_off_penalty_ms=3000"});
   ASSERT_FALSE(xformd.address().empty()) << xformd.Log();
   const int port = std::stoi(xformd.address().substr(10));
   bool cut_off[2] = {false, false};

@@ -46,8 +46,12 @@ constexpr int kResetFrameBytes = 13;
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Acceptor>> Acceptor::Listen(
-    absl::string_view host_port, AcceptorOptions options) {
+namespace {
+
+// The addresses HOST:PORT names (a bracketed IPv6 host too), for a
+// listener.
+absl::StatusOr<std::unique_ptr<addrinfo, decltype(&freeaddrinfo)>>
+ListenAddresses(absl::string_view host_port) {
   const size_t colon = host_port.rfind(':');
   if (colon == absl::string_view::npos) {
     return absl::InvalidArgumentError(
@@ -75,31 +79,47 @@ absl::StatusOr<std::unique_ptr<Acceptor>> Acceptor::Listen(
     return absl::InvalidArgumentError(
         absl::StrCat("--listen=", host_port, ": ", gai_strerror(error)));
   }
-  std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> addresses(found,
-                                                               &freeaddrinfo);
+  return std::unique_ptr<addrinfo, decltype(&freeaddrinfo)>(found,
+                                                            &freeaddrinfo);
+}
+
+// A non-blocking socket listening on `a`, or -1 with the reason in *error.
+int ListenOn(const addrinfo& a, std::string* error) {
+  const int fd = socket(
+      a.ai_family, a.ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a.ai_protocol);
+  if (fd < 0) {
+    *error = strerror(errno);
+    return -1;
+  }
+  const int on = 1;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
+  if (bind(fd, a.ai_addr, a.ai_addrlen) != 0 || listen(fd, 1024) != 0) {
+    *error = strerror(errno);
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+int BoundPort(int fd) {
+  sockaddr_storage bound{};
+  socklen_t length = sizeof(bound);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length);
+  return bound.ss_family == AF_INET6
+             ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
+             : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Acceptor>> Acceptor::Listen(
+    absl::string_view host_port, AcceptorOptions options) {
+  auto addresses = ListenAddresses(host_port);
+  if (!addresses.ok()) return addresses.status();
   std::string last_error = "no address";
-  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
-    const int fd =
-        socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
-               a->ai_protocol);
-    if (fd < 0) {
-      last_error = strerror(errno);
-      continue;
-    }
-    const int on = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on));
-    if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 || listen(fd, 1024) != 0) {
-      last_error = strerror(errno);
-      close(fd);
-      continue;
-    }
-    sockaddr_storage bound{};
-    socklen_t length = sizeof(bound);
-    getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length);
-    const int bound_port =
-        bound.ss_family == AF_INET6
-            ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
-            : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  for (addrinfo* a = addresses->get(); a != nullptr; a = a->ai_next) {
+    const int fd = ListenOn(*a, &last_error);
+    if (fd < 0) continue;
     absl::StatusOr<std::unique_ptr<ConnectionAdmission>> admission =
         ConnectionAdmission::Create(fd, options.admission);
     if (!admission.ok()) {
@@ -107,7 +127,7 @@ absl::StatusOr<std::unique_ptr<Acceptor>> Acceptor::Listen(
       return admission.status();
     }
     return std::unique_ptr<Acceptor>(
-        new Acceptor(fd, bound_port, *std::move(admission),
+        new Acceptor(fd, BoundPort(fd), *std::move(admission),
                      options.max_queued_stream_resets));
   }
   return absl::UnavailableError(
