@@ -196,8 +196,9 @@ absl::Status Caller::Require(Role role, absl::string_view world,
                   " role on world '", world.substr(0, 128), "'")));
 }
 
-Gatekeeper::Gatekeeper(std::shared_ptr<const AccessPolicy> policy)
-    : policy_(std::move(policy)) {}
+Gatekeeper::Gatekeeper(std::shared_ptr<const AccessPolicy> policy,
+                       const Clock& clock)
+    : clock_(clock), unauthenticated_(clock), policy_(std::move(policy)) {}
 
 std::shared_ptr<const AccessPolicy> Gatekeeper::policy() const {
   absl::MutexLock lock(&mu_);
@@ -207,7 +208,7 @@ std::shared_ptr<const AccessPolicy> Gatekeeper::policy() const {
 std::shared_ptr<Usage> Gatekeeper::UsageOf(const std::string& name) {
   absl::MutexLock lock(&mu_);
   std::shared_ptr<Usage>& usage = usage_[name];
-  if (usage == nullptr) usage = std::make_shared<Usage>(name);
+  if (usage == nullptr) usage = std::make_shared<Usage>(name, clock_);
   return usage;
 }
 
@@ -252,7 +253,7 @@ absl::StatusOr<Caller> Gatekeeper::Authenticate(
   caller.credential = std::move(credential);
   caller.enforced = policy->enforced();
   if (absl::Status rate =
-          caller.usage->TakeCall(caller.quotas(), method, absl::Now());
+          caller.usage->TakeCall(caller.quotas(), method, clock_.Now());
       !rate.ok()) {
     return rate;
   }

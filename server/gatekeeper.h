@@ -43,6 +43,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/server_context.h"
 #include "server/access_policy.h"
+#include "server/clock.h"
 #include "server/log.h"
 #include "server/token_bucket.h"
 
@@ -108,7 +109,11 @@ class Usage : public std::enable_shared_from_this<Usage> {
     const uint64_t id_;
   };
 
-  explicit Usage(std::string name) : name_(std::move(name)) {}
+  // Its buckets are read at the times its callers pass, from `clock` (as
+  // its refusals' log lines are paced).
+  explicit Usage(std::string name, const Clock& clock = Clock::Real())
+      : name_(std::move(name)), clock_(clock), refusals_(clock) {}
+  const Clock& clock() const { return clock_; }
 
   // RESOURCE_EXHAUSTED naming the quota when `caller`'s quotas allow no
   // more. `recheck` (null for a unary call) is called at each reload while
@@ -145,6 +150,7 @@ class Usage : public std::enable_shared_from_this<Usage> {
     Recheck recheck;
   };
   const std::string name_;
+  const Clock& clock_;
   LogThrottle refusals_;
   absl::Mutex mu_;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
@@ -159,7 +165,9 @@ class Usage : public std::enable_shared_from_this<Usage> {
 
 class Gatekeeper {
  public:
-  explicit Gatekeeper(std::shared_ptr<const AccessPolicy> policy);
+  // The quotas' buckets and the log's pacing read `clock`.
+  explicit Gatekeeper(std::shared_ptr<const AccessPolicy> policy,
+                      const Clock& clock = Clock::Real());
 
   // UNAUTHENTICATED (logged, never with the token) when the call carries no
   // credentials and anonymous callers are refused, or credentials no
@@ -174,6 +182,7 @@ class Gatekeeper {
  private:
   std::shared_ptr<Usage> UsageOf(const std::string& name);
 
+  const Clock& clock_;
   LogThrottle unauthenticated_;
   mutable absl::Mutex mu_;
   std::shared_ptr<const AccessPolicy> policy_ ABSL_GUARDED_BY(mu_);

@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "server/clock.h"
 #include "server/token_bucket.h"
 
 namespace xform::server {
@@ -83,9 +84,11 @@ void Log(char severity, const Args&... args) {
 // Every log line the server paces is paced by one of these.
 class LogThrottle {
  public:
+  explicit LogThrottle(const Clock& clock = Clock::Real()) : clock_(clock) {}
+
   template <typename... Args>
   void Log(char severity, const Args&... args) {
-    const absl::Time now = absl::Now();
+    const absl::Time now = clock_.Now();
     uint64_t held;
     {
       absl::MutexLock lock(&mu_);
@@ -105,6 +108,7 @@ class LogThrottle {
   }
 
  private:
+  const Clock& clock_;
   absl::Mutex mu_;
   TokenBucket lines_ ABSL_GUARDED_BY(mu_);  // A line a second.
   uint64_t held_ ABSL_GUARDED_BY(mu_) = 0;

@@ -149,8 +149,9 @@ absl::StatusOr<uint64_t> ApplyBatch(WorldHost& host, const Caller& caller,
         std::min<size_t>(limits.max_entities_per_world,
                          caller.quotas().max_entities_per_world());
   }
-  if (absl::Status rate = caller.usage->TakeWrite(
-          caller.quotas(), v1::EntitiesNamed(request), absl::Now());
+  if (absl::Status rate =
+          caller.usage->TakeWrite(caller.quotas(), v1::EntitiesNamed(request),
+                                  caller.usage->clock().Now());
       !rate.ok()) {
     return rate;
   }
@@ -475,7 +476,10 @@ class SubscribeReactor final
       if (state_ != State::kIdle) return;
       // Over its principal's bytes_out_per_second: the replicator folds
       // frames meanwhile, and the world's poller calls again within 5 ms.
-      if (!caller_.usage->MaySend(caller_.quotas(), now)) return;
+      if (!caller_.usage->MaySend(caller_.quotas(),
+                                  caller_.usage->clock().Now())) {
+        return;
+      }
       if (caller_.quotas().has_bytes_out_per_second()) {
         charged = caller_.principal;
       }
@@ -499,7 +503,7 @@ class SubscribeReactor final
     // as gRPC holds the bytes, which may outlast this write.
     const absl::string_view bytes = update_->encoded();
     if (charged != nullptr) {
-      usage_->ChargeSent(charged->quotas, bytes.size(), now);
+      usage_->ChargeSent(charged->quotas, bytes.size(), usage_->clock().Now());
     }
     world_->replicator().CountWritten(bytes.size());
     bytes_written_.fetch_add(bytes.size(), std::memory_order_relaxed);
@@ -972,15 +976,15 @@ grpc::ServerUnaryReactor* XformService::Read(
         absl::StatusOr<std::shared_ptr<HostedWorld>> world =
             WorldFor(host_, caller, kRead, read.world(), "Read");
         if (!world.ok()) return world.status();
-        if (absl::Status room =
-                caller.usage->CheckSend(caller.quotas(), absl::Now());
+        if (absl::Status room = caller.usage->CheckSend(
+                caller.quotas(), caller.usage->clock().Now());
             !room.ok()) {
           return room;
         }
         absl::Status status = (*world)->Read(read, host_.limits(), out);
         if (status.ok() && caller.quotas().has_bytes_out_per_second()) {
           caller.usage->ChargeSent(caller.quotas(), out->ByteSizeLong(),
-                                   absl::Now());
+                                   caller.usage->clock().Now());
         }
         return status;
       });

@@ -25,6 +25,7 @@
 #include "server/refusal_guard.h"
 #include "server/token_bucket.h"
 #include "tests/loopback_server.h"
+#include "tests/manual_clock.h"
 #include "xform/v1/xform.grpc.pb.h"
 
 namespace xform::server {
@@ -79,9 +80,10 @@ std::shared_ptr<const AccessPolicy> Policy(absl::string_view extra = "") {
 class AuthTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    gatekeeper_ = std::make_shared<Gatekeeper>(Policy(
-        R"(, {"name": "temp", "token_sha256": "$temp",
-             "grants": [{"roles": ["read"], "worlds": ["scene-*"]}]})"));
+    gatekeeper_ = std::make_shared<Gatekeeper>(
+        Policy(R"(, {"name": "temp", "token_sha256": "$temp",
+             "grants": [{"roles": ["read"], "worlds": ["scene-*"]}]})"),
+        clock_);
     ASSERT_TRUE(server_.Start({}, {.gatekeeper = gatekeeper_}));
     for (const char* name : {"scene-1", "private-1", "trickle"}) {
       v1::CreateWorldRequest create;
@@ -198,6 +200,8 @@ class AuthTest : public ::testing::Test {
     return grpc::Status::OK;
   }
 
+  // The quotas' time: stepped, never slept through.
+  ManualClock clock_;
   std::shared_ptr<Gatekeeper> gatekeeper_;
   LoopbackServer server_;
   std::unique_ptr<v1::Xform::Stub> stub_;
@@ -350,13 +354,21 @@ TEST_F(AuthTest, WritersAndWriteRates) {
   }
   // 3 batches a second: the bucket (one second's worth) holds 2 more after
   // the stream's, then refuses, naming the quota, applying nothing.
-  absl::SleepFor(absl::Seconds(1));  // Full again.
-  EXPECT_TRUE(Apply("limited-token", "lim-1", {10}).ok());
+  clock_.Advance(absl::Seconds(1));  // Full again.
+  // The stream's writer is counted until the server has ended it, which
+  // may be a moment after its client has (a writer refused takes no batch).
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  grpc::Status first;
+  do {
+    first = Apply("limited-token", "lim-1", {10});
+  } while (absl::StrContains(first.error_message(), "max_writers") &&
+           absl::Now() < deadline);
+  EXPECT_TRUE(first.ok()) << first.error_message();
   EXPECT_TRUE(Apply("limited-token", "lim-1", {11}).ok());
   EXPECT_TRUE(Apply("limited-token", "lim-1", {12}).ok());
   ExpectQuota(Apply("limited-token", "lim-1", {13}),
               "write_batches_per_second");
-  absl::SleepFor(absl::Milliseconds(400));  // Room for one more.
+  clock_.Advance(absl::Milliseconds(400));  // Room for one more.
   EXPECT_TRUE(Apply("limited-token", "lim-1", {14}).ok());
   // 100 entities a second.
   std::vector<EntityId> sixty, next_sixty;
@@ -528,7 +540,6 @@ TEST_F(AuthTest, RefusalsAreLoggedAtMostOnceASecondEach) {
     }
     return lines;
   };
-  absl::SleepFor(absl::Seconds(1));  // Past any line of an earlier test.
   testing::internal::CaptureStderr();
   for (int k = 0; k < 200; ++k) {
     EXPECT_EQ(Apply("reader-token", "scene-1").error_code(),
@@ -538,7 +549,7 @@ TEST_F(AuthTest, RefusalsAreLoggedAtMostOnceASecondEach) {
       refused_lines(testing::internal::GetCapturedStderr());
   ASSERT_EQ(lines.size(), 1u);
   EXPECT_FALSE(absl::StrContains(lines[0], "more since")) << lines[0];
-  absl::SleepFor(absl::Seconds(1));
+  clock_.Advance(absl::Seconds(1));
   testing::internal::CaptureStderr();
   EXPECT_EQ(Apply("reader-token", "scene-1").error_code(),
             StatusCode::PERMISSION_DENIED);
@@ -594,7 +605,7 @@ TEST_F(AuthTest, CallRate) {
   ExpectQuota(Call("GetWorld", "chatty-token", "scene-1"), "calls_per_second");
   ExpectQuota(Call("Subscribe", "chatty-token", "scene-1"), "calls_per_second");
   EXPECT_TRUE(Call("GetWorld", "reader-token", "scene-1").ok());
-  absl::SleepFor(absl::Milliseconds(300));  // 1.2 calls' worth.
+  clock_.Advance(absl::Milliseconds(300));  // 1.2 calls' worth.
   EXPECT_TRUE(Call("GetWorld", "chatty-token", "scene-1").ok());
   ExpectQuota(Call("GetWorld", "chatty-token", "scene-1"), "calls_per_second");
 }
@@ -614,6 +625,10 @@ TEST_F(AuthTest, BytesOutRate) {
     size_t size() {
       absl::MutexLock lock(&mu);
       return updates.size();
+    }
+    uint64_t last_frame() {
+      absl::MutexLock lock(&mu);
+      return updates.empty() ? 0 : updates.back().frame();
     }
   };
   auto read_all = [](grpc::ClientReader<v1::FrameUpdate>* reader,
@@ -649,18 +664,19 @@ TEST_F(AuthTest, BytesOutRate) {
     }
     v1::ApplyResponse response;
     ASSERT_TRUE(stub_->Apply(As("admin-token").get(), move, &response).ok());
-    absl::SleepFor(absl::Milliseconds(20));
+    // The unquoted one gets every frame promptly; the next waits for it.
+    const absl::Time deadline = absl::Now() + absl::Seconds(5);
+    while (free_got.last_frame() < response.frame() && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    ASSERT_EQ(free_got.last_frame(), response.frame());
   }
-  // Unquoted: every frame, promptly.
-  const absl::Time deadline = absl::Now() + absl::Seconds(5);
-  while (free_got.size() < kFrames && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  EXPECT_EQ(free_got.size(), kFrames);
-  // Quoted at 4 KB/s: its snapshot's debt is still being paid, so it has
-  // at most one message of the ten frames (about 57 KB) so far ...
-  EXPECT_LE(narrow_got.size(), 1u);
-  // ... and within three seconds (12 KB of room) the rest, folded, exact.
+  // Quoted at 4 KB/s: its snapshot's debt is still being paid (its clock
+  // has not moved), so it has its snapshot alone (Subscribe read it) ...
+  EXPECT_EQ(narrow_got.size(), 0u);
+  // ... and once three seconds (12 KB of room) pass, the ten frames (about
+  // 57 KB), folded, exact.
+  clock_.Advance(absl::Seconds(3));
   auto narrow_exact = [&] {
     absl::MutexLock lock(&narrow_got.mu);
     for (const v1::FrameUpdate& update : narrow_got.updates) {

@@ -31,6 +31,7 @@ using xform::server::AdmitGrpcListenerConnections;
 using xform::server::ConnectionAdmission;
 using xform::tests::ClosedByServer;
 using xform::tests::ConnectFrom;
+using xform::tests::WaitReadable;
 
 constexpr int kPerAddress = 2;
 
@@ -74,14 +75,21 @@ TEST(GrpcListenerAdmissionTest, AdmitsAnAddresssShareAndRefusesTheRest) {
   for (int k = 0; k < kPerAddress + 1; ++k) {
     clients.push_back(ConnectFrom("127.0.0.2", port));
   }
-  absl::SleepFor(absl::Milliseconds(100));  // All in the backlog.
+  // Accepted until each client is admitted or closed: the connections
+  // reach the backlog as they are made, so a few empty accepts may come
+  // first.
   std::vector<int> admitted;
-  for (;;) {
+  int closed = 0;
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (admitted.size() + closed < clients.size() && absl::Now() < deadline) {
     sockaddr_storage peer{};
     const int fd = Accept(listener, &peer);
     if (fd < 0) {
       EXPECT_EQ(errno, EAGAIN);
-      break;
+      WaitReadable(listener, absl::Milliseconds(10));
+      closed = 0;
+      for (int client : clients) closed += ClosedByServer(client);
+      continue;
     }
     // The peer's address reaches the caller, as gRPC names peers by it.
     EXPECT_EQ(xform::server::GrpcPeerName(peer).rfind("ipv4:127.0.0.2:", 0),
@@ -92,9 +100,6 @@ TEST(GrpcListenerAdmissionTest, AdmitsAnAddresssShareAndRefusesTheRest) {
     admitted.push_back(fd);
   }
   EXPECT_EQ(admitted.size(), static_cast<size_t>(kPerAddress));
-  absl::SleepFor(absl::Milliseconds(100));
-  int closed = 0;
-  for (int fd : clients) closed += ClosedByServer(fd);
   EXPECT_EQ(closed, 1);
   for (int fd : clients) close(fd);
   for (int fd : admitted) close(fd);
@@ -110,7 +115,7 @@ TEST(GrpcListenerAdmissionTest, OutOfDescriptorsRefusesAndSaysTryAgain) {
   int port = 0;
   const int listener = Listen(&port);
   const int waiting = ConnectFrom("127.0.0.3", port);
-  absl::SleepFor(absl::Milliseconds(100));
+  ASSERT_TRUE(WaitReadable(listener, absl::Seconds(10)));  // In the backlog.
   rlimit limit{};
   ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &limit), 0);
   // No descriptor free below the limit: fill up to it, then lower it.
@@ -133,12 +138,13 @@ TEST(GrpcListenerAdmissionTest, OutOfDescriptorsRefusesAndSaysTryAgain) {
 
   ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &limit), 0);
   for (int fd : filler) close(fd);
-  absl::SleepFor(absl::Milliseconds(100));
-  EXPECT_TRUE(ClosedByServer(waiting)) << "left waiting in the backlog";
+  EXPECT_TRUE(WaitReadable(waiting, absl::Seconds(10)) &&
+              ClosedByServer(waiting))
+      << "left waiting in the backlog";
   close(waiting);
 
   const int next = ConnectFrom("127.0.0.3", port);
-  absl::SleepFor(absl::Milliseconds(100));
+  ASSERT_TRUE(WaitReadable(listener, absl::Seconds(10)));
   const int fd = Accept(listener, &peer);
   EXPECT_GE(fd, 0) << strerror(errno);
   if (fd >= 0) close(fd);

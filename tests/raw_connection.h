@@ -8,13 +8,13 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
-#include <thread>
 
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 
 namespace xform::tests {
@@ -43,10 +43,21 @@ inline bool ClosedByServer(int fd) {
   return got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
 }
 
-// Whether a new connection from `source` is closed by xformd at once.
+// Waits up to `timeout` for `fd` to be readable: data or a close on a
+// connection, a connection waiting on a listener. Whether it became so.
+inline bool WaitReadable(int fd, absl::Duration timeout) {
+  pollfd polled{.fd = fd, .events = POLLIN | POLLRDHUP, .revents = 0};
+  return poll(&polled, 1,
+              static_cast<int>(absl::ToInt64Milliseconds(timeout))) == 1;
+}
+
+// Whether a new connection from `source` to xformd's plaintext port is
+// closed rather than kept. Both are seen, not waited out: a kept one is
+// sent gRPC's SETTINGS at once, a refused one is closed with nothing sent.
 inline bool Refused(const char* source, int port) {
   const int fd = ConnectFrom(source, port);
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_TRUE(WaitReadable(fd, absl::Seconds(10)))
+      << "neither kept (SETTINGS) nor closed";
   const bool refused = ClosedByServer(fd);
   close(fd);
   return refused;

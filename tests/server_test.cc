@@ -847,7 +847,12 @@ TEST_F(ServerTest, EchoSuppressionSkipsAWritersOwnMoves) {
 TEST_F(ServerTest, TickWorldsPublishByThemselvesDrivenWorldsOnEndFrame) {
   ASSERT_TRUE(CreateWorld("tick", v1::FRAME_MODE_TICK, 100).ok());
   ASSERT_TRUE(CreateWorld("driven", v1::FRAME_MODE_DRIVEN).ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // Both exist before the tick world's first tick; after its sixth, the
+  // driven one has still not moved on.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (Info("tick").frame() <= 5u && absl::Now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
   EXPECT_GT(Info("tick").frame(), 5u);
   EXPECT_EQ(Info("driven").frame(), 0u);
   v1::ApplyRequest tick;
@@ -1136,6 +1141,7 @@ class GapWatch {
           max_gap_ = std::max(max_gap_, now - last);
         }
         last = now;
+        ++received_;
       }
       reader->Finish().IgnoreError();
     });
@@ -1146,8 +1152,13 @@ class GapWatch {
     context_.TryCancel();
     reader_.join();
   }
+  // Measures from when its stream flows (two messages in).
   void Start() {
     absl::MutexLock lock(&mu_);
+    EXPECT_TRUE(mu_.AwaitWithTimeout(
+        absl::Condition(
+            +[](int* received) { return *received >= 2; }, &received_),
+        absl::Seconds(10)));
     measuring_ = true;
   }
   absl::Duration max_gap() {
@@ -1163,6 +1174,7 @@ class GapWatch {
   std::thread reader_;
   absl::Mutex mu_;
   bool measuring_ ABSL_GUARDED_BY(mu_) = false;
+  int received_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Duration max_gap_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -1175,7 +1187,6 @@ TEST_F(ServerTest, DeepChainsCostWhatFlatWorldsCost) {
   ASSERT_TRUE(CreateWorld("deep", v1::FRAME_MODE_DRIVEN).ok());
   ASSERT_TRUE(CreateWorld("ticking", v1::FRAME_MODE_TICK, 60).ok());
   GapWatch watch(stub_.get(), NewChannel());
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
   watch.Start();
   const auto chain = [](EntityId first, EntityId last, EntityId parent) {
     v1::ApplyRequest request;
