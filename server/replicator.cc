@@ -178,7 +178,7 @@ size_t Owed(const Subscription& s, size_t live) {
     return std::min(owed->entities, live);
   }
   if (const auto* snapshotting = s.as<Snapshotting>()) {
-    return snapshotting->snapshot->stale_count;
+    return snapshotting->snapshot->stale.count;
   }
   return 0;
 }

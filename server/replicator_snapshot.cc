@@ -131,9 +131,9 @@ void Replicator::Impl::NoteInSnapshot(StreamedSnapshot& snap, EntityId e,
   if (slot == PublishedState::kNoSlot) return;
   if (change == kDestroyed) {
     if (snap.known.reset(slot)) snap.gone.push_back(e);
-    if (snap.stale.reset(slot)) --snap.stale_count;
-  } else if (snap.stale.set(slot)) {
-    ++snap.stale_count;
+    snap.stale.reset(slot);
+  } else {
+    snap.stale.set(slot);
   }
 }
 
@@ -180,9 +180,8 @@ void Replicator::Impl::FinishKeptViewSnapshot(Subscription& s) {
   state_.ForEachChangedSince(
       scan.began, [&](Slot slot) { return NoteChanged(scan, slot); });
   const SlotBits live = state_.LiveSlots();
-  snap->stale = std::move(scan.changed);
-  snap->stale.And(live);
-  snap->stale_count = snap->stale.Count();
+  scan.changed.And(live);
+  snap->stale.Assign(std::move(scan.changed));
   snap->known = live;
   snap->known.AndNot(scan.created);
   for (Slot slot : again) snap->known.set(slot);
@@ -196,23 +195,21 @@ void Replicator::Impl::BuildSnapshot(Subscription& s) {
   auto snap = StartSnapshot(s);
   if (s.whole_world()) {
     // Every live slot stale, none known: O(slots / 64) and the free list.
-    snap->stale = state_.LiveSlots();
-    snap->stale_count = state_.size();
+    snap->stale.bits = state_.LiveSlots();
+    snap->stale.count = state_.size();
     s.ToSnapshotting(std::move(snap));
     return;
   }
-  StreamedSnapshot& marked = *snap;
-  auto finding =
-      s.view->StartSnapshot([&](Slot slot) { marked.MarkStale(slot); });
+  auto finding = s.view->StartSnapshot(snap->stale);
   s.ToSnapshotting(std::move(snap), std::move(finding));
 }
 
 Replicator::Impl::Slot Replicator::Impl::NextStale(
     const Subscription& s, StreamedSnapshot& snap) const {
   if (snap.chain.empty()) {
-    if (snap.stale_count == 0) return PublishedState::kNoSlot;
-    const size_t slot = snap.stale.Find(snap.cursor);
-    if (slot == snap.stale.size()) return PublishedState::kNoSlot;
+    if (snap.stale.count == 0) return PublishedState::kNoSlot;
+    const size_t slot = snap.stale.bits.Find(snap.cursor);
+    if (slot == snap.stale.bits.size()) return PublishedState::kNoSlot;
     // Past it: if it changes again, it waits for the next pass.
     snap.cursor = slot + 1;
     // The slot, and its ancestors the subscriber lacks, the root-most last.
@@ -227,7 +224,7 @@ Replicator::Impl::Slot Replicator::Impl::NextStale(
   }
   const Slot slot = snap.chain.back();
   snap.chain.pop_back();
-  if (snap.stale.reset(slot)) --snap.stale_count;
+  snap.stale.reset(slot);
   return slot;
 }
 
@@ -254,13 +251,13 @@ bool Replicator::Impl::BurstDue(StreamedSnapshot& snap) const {
   // world changing faster than the stream carries: the burst is what changed
   // behind the scan) hold at most the budget between them, server-wide, and
   // take turns.
-  if (!snap.burst_due && snap.chain.empty() && snap.stale_count > 0 &&
-      snap.stale.Find(snap.cursor) == snap.stale.size()) {
+  if (!snap.burst_due && snap.chain.empty() && snap.stale.count > 0 &&
+      snap.stale.bits.Find(snap.cursor) == snap.stale.bits.size()) {
     snap.cursor = 0;
-    snap.burst_due = snap.stale_count <= max_pending_;
+    snap.burst_due = snap.stale.count <= max_pending_;
     if (!snap.burst_due && burst_budget_ != nullptr) {
       snap.burst_claim =
-          burst_budget_->TryClaim(snap.stale_count * kBurstEntryBytes);
+          burst_budget_->TryClaim(snap.stale.count * kBurstEntryBytes);
       snap.burst_due = snap.burst_claim != nullptr;
     }
   }
@@ -278,8 +275,8 @@ std::shared_ptr<const Outgoing> Replicator::Impl::NextSnapshotPart(
     // some machines, faulting in tens of MB costs more than copying them.
     if (copy_wanted != nullptr &&
         (snap.burst_copy == nullptr ||
-         snap.burst_copy->room() < snap.stale_count)) {
-      *copy_wanted = snap.stale_count + snap.stale_count / 4 + 1024;
+         snap.burst_copy->room() < snap.stale.count)) {
+      *copy_wanted = snap.stale.count + snap.stale.count / 4 + 1024;
       return nullptr;
     }
     return Burst(s, part_bytes);
@@ -290,7 +287,7 @@ std::shared_ptr<const Outgoing> Replicator::Impl::NextSnapshotPart(
   const size_t gone = std::min(snap.gone.size(), writer.room() / kIdBytes);
   writer.Destroyed({snap.gone.data() + snap.gone.size() - gone, gone});
   snap.gone.resize(snap.gone.size() - gone);
-  if (snap.gone.empty()) writer.Reserve(snap.stale_count);
+  if (snap.gone.empty()) writer.Reserve(snap.stale.count);
   // Then stale entities in slot order, each after its parent chain.
   while (snap.gone.empty() && writer.Fits(kEntryBytes)) {
     const Slot slot = NextStale(s, snap);
@@ -298,7 +295,7 @@ std::shared_ptr<const Outgoing> Replicator::Impl::NextSnapshotPart(
     WriteEntry(EntryFor(snap, slot), state_.entity(slot),
                state_.parent_entity(slot), state_.world(slot), writer);
   }
-  const bool done = snap.stale_count == 0 && snap.gone.empty();
+  const bool done = snap.stale.count == 0 && snap.gone.empty();
   for (auto& part :
        Share(Marked(writer.Finish(snap.skipped_before, /*last=*/done),
                     snap.kept_view_after.has_value()))) {
@@ -326,7 +323,7 @@ std::shared_ptr<const Outgoing> Replicator::Impl::Burst(Subscription& s,
   }
   // The rest, copied: a pass over the stale slots, as NextSnapshotPart's.
   std::shared_ptr<BurstCopy> copy = std::move(snap.burst_copy);
-  if (copy == nullptr) copy = MakeBurstCopy(snap.stale_count);
+  if (copy == nullptr) copy = MakeBurstCopy(snap.stale.count);
   copy->frame = frame_;
   copy->time = frame_time_;
   copy->first_part = snap.part;

@@ -130,9 +130,7 @@ std::shared_ptr<const Outgoing> Replicator::Impl::TakeOwed(
         lock, id,
         [](Subscription& current) {
           Snapshotting& snap = current.in<Snapshotting>();
-          return current.view->FindMore(*snap.finding, [&](Slot slot) {
-            snap.snapshot->MarkStale(slot);
-          });
+          return current.view->FindMore(*snap.finding, snap.snapshot->stale);
         },
         [started](Subscription& current) {
           const auto* now_snapshotting = current.as<Snapshotting>();

@@ -14,6 +14,7 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace xform::server {
@@ -109,6 +110,26 @@ class SlotBits {
   // The word of the lowest slot set since the last clear() (a slot reset
   // since may leave it lower than it need be).
   size_t first_word_ = kNoWord;
+};
+
+// A SlotBits that keeps how many are set, so that the count costs nothing:
+// what a snapshot has still to send. Marking is inline (a view's search
+// marks a slot a member, a million times for a million-entity view).
+struct CountedSlotBits {
+  SlotBits bits;
+  size_t count = 0;
+
+  void set(size_t slot) {
+    if (bits.set(slot)) ++count;
+  }
+  void reset(size_t slot) {
+    if (bits.reset(slot)) --count;
+  }
+  // `to`, counted: O(words).
+  void Assign(SlotBits to) {
+    bits = std::move(to);
+    count = bits.Count();
+  }
 };
 
 }  // namespace xform::server

@@ -73,9 +73,8 @@ enum class SnapshotEntry : uint8_t { kCreated, kReparentedAndMoved, kMoved };
 // must be sent, again if it changed since (`stale`), a bit per slot.
 struct StreamedSnapshot {
   using Slot = PublishedState::Slot;
-  SlotBits known;  // The subscriber has the slot's entity.
-  SlotBits stale;  // The slot's entity must be sent (again).
-  size_t stale_count = 0;
+  SlotBits known;         // The subscriber has the slot's entity.
+  CountedSlotBits stale;  // The slot's entity must be sent (again).
   size_t cursor = 0;
   std::vector<EntityId> gone;  // Destroyed, and the subscriber had them.
   // A parent chain not yet sent (slots, the root-most last), valid while
@@ -96,10 +95,6 @@ struct StreamedSnapshot {
   bool burst_due = false;
   std::shared_ptr<const void> burst_claim;
   std::shared_ptr<BurstCopy> burst_copy;
-
-  void MarkStale(Slot slot) {
-    if (stale.set(slot)) ++stale_count;
-  }
 };
 
 // What changed after frame `after`, for a snapshot that keeps the view,

@@ -124,14 +124,14 @@ class EntityFilter final : public ViewFilter {
     }
   }
 
-  std::unique_ptr<Finding> StartSnapshot(MarkStale stale) override {
+  std::unique_ptr<Finding> StartSnapshot(CountedSlotBits& stale) override {
     // Membership rebuilt: the listed entities alive at once, the subtrees'
     // as their walk finds them, shallowest roots first, so that a root
     // inside another's subtree is covered by it.
     in_subtree_.clear();
     for (EntityId e : listed_) {
       const Slot slot = state_.Find(e);
-      if (slot != PublishedState::kNoSlot) stale(slot);
+      if (slot != PublishedState::kNoSlot) stale.set(slot);
     }
     if (root_list_.empty()) return nullptr;
     auto walk = std::make_unique<MembershipWalk>();
@@ -142,7 +142,7 @@ class EntityFilter final : public ViewFilter {
     return walk;
   }
 
-  bool FindMore(Finding& finding, MarkStale stale) override {
+  bool FindMore(Finding& finding, CountedSlotBits& stale) override {
     auto& walk = static_cast<MembershipWalk&>(finding);
     for (size_t visited = 0; visited < walk.chunk; ++visited) {
       Slot slot;
@@ -163,7 +163,7 @@ class EntityFilter final : public ViewFilter {
       walk.at = slot;
       walk.path.set(slot);
       in_subtree_.set(slot);
-      stale(slot);
+      stale.set(slot);
       if (walk.roots.size() > 1 && slot != walk.root &&
           roots_.contains(state_.entity(slot))) {
         walk.roots_seen.push_back(state_.entity(slot));

@@ -95,12 +95,13 @@ class ViewFilter {
       const FrameMoves& moves,
       absl::FunctionRef<void(size_t k)> in_view) const = 0;
 
-  // The view is being sent whole. Marks `stale` what it holds that is found
-  // at once, and returns what finding the rest needs (null: nothing more).
-  using MarkStale = absl::FunctionRef<void(Slot slot)>;
-  virtual std::unique_ptr<Finding> StartSnapshot(MarkStale stale) = 0;
-  // The next chunk of the search: O(chunk). True once it is done.
-  virtual bool FindMore(Finding& finding, MarkStale stale) = 0;
+  // The view is being sent whole. Sets in `stale` what it holds that is
+  // found at once, and returns what finding the rest needs (null: nothing
+  // more).
+  virtual std::unique_ptr<Finding> StartSnapshot(CountedSlotBits& stale) = 0;
+  // The next chunk of the search, setting what it finds in `stale`:
+  // O(chunk). True once it is done.
+  virtual bool FindMore(Finding& finding, CountedSlotBits& stale) = 0;
   // A frame destroyed or re-parented entities: a search whose path it broke
   // starts its root again (with a bigger chunk).
   virtual void Interrupt(Finding& finding, const FrameChanges& changes) = 0;
