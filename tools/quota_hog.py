@@ -2,7 +2,7 @@
 """A principal at its quotas, as hard as it can, for the fairness benchmark.
 
 With --token naming a principal of xformd's --auth_file whose quotas are
-small (docs/benchmarks.md has the file), --threads threads call Apply on
+small, --threads threads call Apply on
 --world as fast as they can (one entity moved a batch: over its write-rate
 quota, most are refused) and keep asking for more Subscribe streams than
 its max_subscriptions allows, until --seconds have passed. Meanwhile
@@ -14,6 +14,11 @@ set-local of as many entities), so that a principal without the write role
 on --world is refused big requests as fast as it can send them: what
 xformd's --max_refused_mb_per_second is for. A connection xformd cuts off
 is reconnected by grpcio as it would any.
+
+The auth file the benchmark uses (docs/benchmarks.md, "Hostile clients
+beside an honest one"): principal "hog" is admin on world "hog" with quotas
+write_batches_per_second 10, max_subscriptions 2, max_writers 4 and
+calls_per_second 100; principal "load" is admin on world "load" alone.
 
 Uses Debian's python3-grpcio and soak_hostile.py's hand encoding.
 """

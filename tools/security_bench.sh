@@ -1,6 +1,6 @@
 #!/bin/bash
-# The cost of TLS and access control (docs/benchmarks.md, "The cost of TLS
-# and access control"): xform-load's stream mode on the 100k scene world,
+# The cost of TLS and access control (docs/benchmarks.md, "TLS and access
+# control"): xform-load's stream mode on the 100k scene world,
 # 5k moves a frame at 60 Hz, 16 subscribers, with each encoding, against an
 # xformd started plain and with TLS and --auth_file, alternating in one run
 # so the ratios compare like with like. Not run in CI (minutes).

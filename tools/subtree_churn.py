@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Subscribes to subtree views of a world over and over, for
-docs/benchmarks.md ("Subtree views' starts in chunks").
+docs/benchmarks.md ("Hostile clients beside an honest one").
 
 Each of --threads threads subscribes to the subtrees of --roots (default:
 the 1,000 roots of xform-load's 1M `wide` world, ids 1, 1001, ...), reads
