@@ -11,13 +11,32 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "server/crc32c.h"
+#include "xform/v1/wire.h"
 
 namespace xform::server {
+
+absl::Status ReplayBatch(absl::string_view batch, World& world) {
+  v1::ApplyRequest request;
+  if (!request.ParseFromArray(batch.data(), static_cast<int>(batch.size()))) {
+    return absl::DataLossError("a batch that does not parse");
+  }
+  absl::StatusOr<std::vector<Command>> commands =
+      v1::ToCommands(request, std::numeric_limits<size_t>::max());
+  absl::Status applied =
+      commands.ok() ? world.Apply(*commands) : commands.status();
+  if (!applied.ok()) {
+    return absl::DataLossError(
+        absl::StrCat("a logged batch no longer applies: ", applied.message()));
+  }
+  return absl::OkStatus();
+}
 namespace {
 
 // The formats are little-endian; so is every machine xformd runs on.

@@ -39,6 +39,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "xform/world.h"
 
 namespace xform::server {
 
@@ -57,6 +58,11 @@ inline constexpr size_t kRecordHeaderBytes = 21;
 // A record longer than this is corruption, not a batch (the message size
 // limit is at most 1 GiB).
 inline constexpr uint32_t kMaxRecordPayload = uint32_t{1} << 30;
+
+// A batch as a log holds it (an ApplyRequest as its client encoded it)
+// applied again to `world` in recovery, whichever log held it. DataLoss
+// when it does not parse or no longer applies.
+absl::Status ReplayBatch(absl::string_view batch, World& world);
 
 // A record's bytes: header and payload.
 std::string EncodeRecord(RecordType type, uint64_t frame,

@@ -174,4 +174,86 @@ absl::Status ReadSnapshotFile(const std::string& path, std::string* info,
   return absl::OkStatus();
 }
 
+namespace {
+
+template <typename T>
+void Append(std::string& out, const T& value) {
+  out.append(reinterpret_cast<const char*>(&value), sizeof value);
+}
+
+template <typename Vector>
+void AppendColumn(std::string& out, const Vector& column) {
+  out.append(reinterpret_cast<const char*>(column.data()),
+             column.size() * sizeof(typename Vector::value_type));
+}
+
+template <typename Vector>
+void TakeColumn(absl::string_view& in, size_t n, Vector* column) {
+  const size_t bytes = n * sizeof(typename Vector::value_type);
+  column->resize(n);
+  std::memcpy(column->data(), in.data(), bytes);
+  in.remove_prefix(bytes);
+}
+
+}  // namespace
+
+std::string EncodeSnapshot(absl::string_view info, const WorldImage& image) {
+  constexpr size_t kEntityBytes = 8 + 4 + 12 + 16 + 12;
+  std::string out;
+  out.reserve(kMagic.size() + 4 + info.size() + 16 +
+              image.size() * kEntityBytes + 4);
+  out.append(kMagic.data(), kMagic.size());
+  Append(out, static_cast<uint32_t>(info.size()));
+  out.append(info.data(), info.size());
+  Append(out, image.frame);
+  Append(out, static_cast<uint64_t>(image.size()));
+  AppendColumn(out, image.entity);
+  AppendColumn(out, image.parent);
+  AppendColumn(out, image.position);
+  AppendColumn(out, image.rotation);
+  AppendColumn(out, image.scale);
+  Append(out, ExtendCrc32c(0, out));
+  return out;
+}
+
+absl::Status DecodeSnapshot(absl::string_view bytes, absl::string_view what,
+                            std::string* info, WorldImage* image) {
+  const auto bad = [&](absl::string_view why) {
+    return absl::DataLossError(
+        absl::StrCat("snapshot ", what, " is not whole: ", why));
+  };
+  constexpr uint64_t kEntityBytes = 8 + 4 + 12 + 16 + 12;
+  if (bytes.size() < kMagic.size() + 4 + 16 + 4 ||
+      bytes.substr(0, kMagic.size()) != kMagic) {
+    return bad("not a snapshot of this version");
+  }
+  uint32_t crc = 0;
+  std::memcpy(&crc, bytes.data() + bytes.size() - 4, 4);
+  if (crc != ExtendCrc32c(0, bytes.substr(0, bytes.size() - 4))) {
+    return bad("its CRC does not match");
+  }
+  // The body, between the magic and the CRC.
+  absl::string_view in =
+      bytes.substr(kMagic.size(), bytes.size() - 4 - kMagic.size());
+  uint32_t info_size = 0;
+  std::memcpy(&info_size, in.data(), 4);
+  in.remove_prefix(4);
+  if (uint64_t{info_size} + 16 > in.size()) return bad("a bad header");
+  info->assign(in.data(), info_size);
+  in.remove_prefix(info_size);
+  uint64_t n = 0;
+  std::memcpy(&image->frame, in.data(), 8);
+  std::memcpy(&n, in.data() + 8, 8);
+  in.remove_prefix(16);
+  if (n > in.size() / kEntityBytes || n * kEntityBytes != in.size()) {
+    return bad(absl::StrCat(bytes.size(), " bytes for ", n, " entities"));
+  }
+  TakeColumn(in, n, &image->entity);
+  TakeColumn(in, n, &image->parent);
+  TakeColumn(in, n, &image->position);
+  TakeColumn(in, n, &image->rotation);
+  TakeColumn(in, n, &image->scale);
+  return absl::OkStatus();
+}
+
 }  // namespace xform::server

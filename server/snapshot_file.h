@@ -36,6 +36,13 @@ absl::Status WriteSnapshotFile(const std::string& path, absl::string_view info,
 absl::Status ReadSnapshotFile(const std::string& path, std::string* info,
                               WorldImage* image);
 
+// The same bytes in memory: what a log kept elsewhere than in files (a
+// JetStream stream, server/cluster/) stores as a snapshot. Decode returns
+// DataLoss as ReadSnapshotFile does, naming `what`.
+std::string EncodeSnapshot(absl::string_view info, const WorldImage& image);
+absl::Status DecodeSnapshot(absl::string_view bytes, absl::string_view what,
+                            std::string* info, WorldImage* image);
+
 }  // namespace xform::server
 
 #endif  // XFORM_SERVER_SNAPSHOT_FILE_H_

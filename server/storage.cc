@@ -475,18 +475,8 @@ absl::Status Replay(const JournalRecord& record, bool first,
   if (record.type != RecordType::kBatch) {
     return absl::DataLossError("a world record after the first");
   }
-  v1::ApplyRequest request;
-  if (!request.ParseFromArray(record.payload.data(),
-                              static_cast<int>(record.payload.size()))) {
-    return absl::DataLossError("a batch that does not parse");
-  }
-  absl::StatusOr<std::vector<Command>> commands =
-      v1::ToCommands(request, std::numeric_limits<size_t>::max());
-  absl::Status applied =
-      commands.ok() ? recovered.world.Apply(*commands) : commands.status();
-  if (!applied.ok()) {
-    return absl::DataLossError(absl::StrCat(
-        "a journaled batch no longer applies: ", applied.message()));
+  if (absl::Status s = ReplayBatch(record.payload, recovered.world); !s.ok()) {
+    return s;
   }
   recovered.last_frame = std::max(recovered.last_frame, record.frame);
   ++recovered.replayed;

@@ -2,6 +2,8 @@
 
 #include "server/xformd_config.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -11,9 +13,11 @@
 
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
 #include "xform/message_size.h"
@@ -124,6 +128,23 @@ ABSL_FLAG(std::string, snapshot_every, "64MiB",
           "Snapshot a world, and start its journal afresh, once its journal "
           "holds this many bytes (64MiB, 500MB) or this long after its last "
           "snapshot (300s, 10m)");
+ABSL_FLAG(std::string, cluster, "",
+          "NATS servers (nats://host:port, comma-separated, any of the "
+          "cluster's) whose JetStream keeps every world's log instead of "
+          "--data_dir: worlds survive the loss of this machine "
+          "(docs/cluster.md). Empty: a single node");
+ABSL_FLAG(std::string, node_name, "",
+          "This node's name in the cluster, as NATS shows its connection "
+          "(default: the host name)");
+ABSL_FLAG(int, cluster_replicas, 3,
+          "NATS servers each world's streams are kept on: 3 survives the "
+          "loss of any one; 1 for a single NATS server");
+ABSL_FLAG(int, cluster_write_timeout_ms, 30'000,
+          "How long a world's record may go unacknowledged by JetStream, "
+          "sent again meanwhile (a NATS leader's failover), before the "
+          "world's writes are refused UNAVAILABLE");
+ABSL_FLAG(int, cluster_window, 256,
+          "Records (messages) a world has in flight to JetStream at most");
 ABSL_FLAG(std::string, recover, "strict",
           "A corrupt journal record at start: strict refuses to start, "
           "naming the file and offset; truncate drops it and the rest of "
@@ -206,6 +227,45 @@ std::optional<StorageOptions> StorageFromFlags(Problems& problems) {
                                     : FsyncPolicy::kEverySecond;
   storage.truncate_corrupt = recover == "truncate";
   return storage;
+}
+
+std::optional<ClusterOptions> ClusterFromFlags(Problems& problems) {
+  const std::string servers = absl::GetFlag(FLAGS_cluster);
+  if (servers.empty()) return std::nullopt;
+  ClusterOptions cluster;
+  for (absl::string_view server : absl::StrSplit(servers, ',')) {
+    server = absl::StripAsciiWhitespace(server);
+    problems.Unless(absl::StartsWith(server, "nats://") ||
+                        absl::StartsWith(server, "tls://"),
+                    "--cluster must name nats://host:port servers");
+    cluster.servers.emplace_back(server);
+  }
+  problems.Unless(absl::GetFlag(FLAGS_data_dir).empty(),
+                  "--cluster and --data_dir are one or the other: the "
+                  "cluster keeps the worlds' logs");
+  cluster.node = absl::GetFlag(FLAGS_node_name);
+  if (cluster.node.empty()) {
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    cluster.node = host;
+  }
+  cluster.replicas = absl::GetFlag(FLAGS_cluster_replicas);
+  problems.Unless(cluster.replicas >= 1 && cluster.replicas <= 5,
+                  "--cluster_replicas must be 1 to 5");
+  const int timeout = absl::GetFlag(FLAGS_cluster_write_timeout_ms);
+  problems.Unless(timeout >= 1'000,
+                  "--cluster_write_timeout_ms must be at least 1000");
+  cluster.write_timeout = absl::Milliseconds(timeout);
+  const int window = absl::GetFlag(FLAGS_cluster_window);
+  problems.Unless(window >= 1 && window <= 65'536,
+                  "--cluster_window must be 1 to 65536");
+  cluster.window = static_cast<size_t>(window);
+  StorageOptions snapshots;
+  if (ParseSnapshotEvery(absl::GetFlag(FLAGS_snapshot_every), &snapshots)
+          .ok()) {
+    cluster.snapshot_every_bytes = snapshots.snapshot_every_bytes;
+  }
+  return cluster;
 }
 
 // The edge and the transport: connections, guards, TLS, keepalives.
@@ -327,6 +387,7 @@ absl::StatusOr<XformdConfig> XformdConfig::FromFlags() {
                   "--tick_hz must be in [0.01, 1000]");
   config.limits = LimitsFromFlags(problems);
   config.storage = StorageFromFlags(problems);
+  config.cluster = ClusterFromFlags(problems);
   NetworkFromFlags(config, problems);
   SecurityFromFlags(config, problems);
   ServingFromFlags(config, problems);

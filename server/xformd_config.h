@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "server/cluster/jetstream_log.h"
 #include "server/edge/edge.h"
 #include "server/health_service.h"
 #include "server/refusal_guard.h"
@@ -32,9 +33,11 @@ struct XformdConfig {
   int fanout_threads = 1;  // Resolved: --fanout_threads=0 is the cores.
   Limits limits;
   std::optional<StorageOptions> storage;  // --data_dir; none: in memory.
-  std::string auth_file;                  // Empty: no access control.
-  bool reflection = false;                // Resolved from on, off or auto.
-  std::optional<TlsFiles> tls;            // None: plaintext.
+  // --cluster: the worlds' logs in NATS JetStream instead (docs/cluster.md).
+  std::optional<ClusterOptions> cluster;
+  std::string auth_file;        // Empty: no access control.
+  bool reflection = false;      // Resolved from on, off or auto.
+  std::optional<TlsFiles> tls;  // None: plaintext.
   // The edge's options but for its TLS credentials, made from `tls` at
   // start.
   EdgeOptions edge;

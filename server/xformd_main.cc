@@ -74,9 +74,17 @@ void RaiseFileLimit() {
       ")");
 }
 
-// --data_dir's storage, or none.
-absl::StatusOr<std::unique_ptr<Storage>> OpenStorage(
+// The worlds' logs: the cluster's (--cluster), --data_dir's, or none.
+absl::StatusOr<std::unique_ptr<WorldLogStore>> OpenStorage(
     const XformdConfig& config) {
+  if (config.cluster) {
+    absl::StatusOr<std::unique_ptr<JetStreamLogStore>> cluster =
+        JetStreamLogStore::Connect(*config.cluster);
+    if (!cluster.ok()) return cluster.status();
+    Log('I', "worlds are durable in the cluster's JetStream (",
+        DescribeCluster(*config.cluster), ")");
+    return std::unique_ptr<WorldLogStore>(*std::move(cluster));
+  }
   if (!config.storage) {
     Log('W',
         "no --data_dir: worlds live in memory only, and a restart loses "
@@ -85,11 +93,10 @@ absl::StatusOr<std::unique_ptr<Storage>> OpenStorage(
   }
   absl::StatusOr<std::unique_ptr<Storage>> storage =
       Storage::Open(*config.storage);
-  if (storage.ok()) {
-    Log('I', "worlds are durable in ", config.storage->data_dir, " (",
-        DescribeDurability(*config.storage), ")");
-  }
-  return storage;
+  if (!storage.ok()) return storage.status();
+  Log('I', "worlds are durable in ", config.storage->data_dir, " (",
+      DescribeDurability(*config.storage), ")");
+  return std::unique_ptr<WorldLogStore>(*std::move(storage));
 }
 
 // --auth_file's policy, or one open to all.
@@ -227,7 +234,7 @@ int Main(const XformdConfig& config) {
   const sigset_t signals = TakeSignals();
   RaiseFileLimit();
   ConfigureHeap();
-  absl::StatusOr<std::unique_ptr<Storage>> storage = OpenStorage(config);
+  absl::StatusOr<std::unique_ptr<WorldLogStore>> storage = OpenStorage(config);
   if (!storage.ok()) return Fail(storage.status());
   WorldHost host(config.limits, config.tick_hz, *std::move(storage),
                  config.fanout_threads);

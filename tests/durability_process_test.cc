@@ -40,6 +40,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "tests/acknowledged_writes.h"
 #include "tests/random_batches.h"
 #include "tests/xformd_process.h"
 #include "xform/client.h"
@@ -49,87 +50,10 @@
 namespace xform {
 namespace {
 
-// One writer, its world, and what the server acknowledged of it.
-struct Writer {
-  std::string world;
-  WorldOptions options;
-  bool streamed = false;  // Through ApplyStream rather than Apply.
-  testing::RandomBatches random;
-  World model;                                  // The acknowledged batches.
-  std::optional<std::vector<Command>> pending;  // In flight at the crash.
-  uint64_t acknowledged = 0;                    // Batches, over all cycles.
-  uint64_t last_frame = 0;                      // The last one acknowledged.
-  bool in_flight_landed = false;
-};
-
-std::unique_ptr<Client> ConnectReady(const std::string& address) {
-  ClientOptions options;
-  options.address = address;
-  options.own_connection = true;
-  options.deadline = absl::Seconds(10);
-  const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  while (absl::Now() < deadline) {
-    absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
-    // Calls are UNAVAILABLE until recovery is over.
-    if (client.ok() && (*client)->ListWorlds().ok()) return *std::move(client);
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  return nullptr;
-}
-
-// Whether the server's world holds exactly `model`: the same entities, each
-// with the same parent, local and world matrix, bit for bit.
-std::string Differs(Client& client, const std::string& world,
-                    const World& model) {
-  absl::StatusOr<WorldInfo> info = client.GetWorld(world);
-  if (!info.ok()) return info.status().ToString();
-  if (info->entities != model.size()) {
-    return absl::StrCat(info->entities, " entities, the model ", model.size());
-  }
-  std::vector<EntityId> ids;
-  model.ForEach(
-      [&](EntityId e, EntityId, const Matrix3x4&) { ids.push_back(e); });
-  if (ids.empty()) return "";
-  absl::StatusOr<std::vector<EntityState>> read = client.Read(world, ids);
-  if (!read.ok()) return read.status().ToString();
-  for (const EntityState& got : *read) {
-    const Transform local = *model.Local(got.entity);
-    const Matrix3x4 matrix = *model.WorldMatrix(got.entity);
-    if (got.parent != *model.Parent(got.entity) ||
-        std::memcmp(&got.local, &local, sizeof local) != 0 ||
-        std::memcmp(&got.world, &matrix, sizeof matrix) != 0) {
-      return absl::StrCat("entity ", got.entity, " differs");
-    }
-  }
-  return "";
-}
-
-// Applies random batches until the server stops answering.
-void Write(Client& client, Writer& writer) {
-  std::unique_ptr<BatchWriter> stream;
-  if (writer.streamed) {
-    absl::StatusOr<std::unique_ptr<BatchWriter>> opened =
-        client.OpenWriter(writer.world);
-    if (!opened.ok()) return;
-    stream = *std::move(opened);
-  }
-  for (;;) {
-    World next = writer.model;
-    std::vector<Command> batch = writer.random.Next(next, 12);
-    writer.pending = batch;
-    const ApplyOptions options{.end_frame =
-                                   writer.options.mode == FrameMode::kDriven};
-    absl::StatusOr<uint64_t> frame =
-        stream != nullptr ? stream->Write(batch, options)
-                          : client.Apply(writer.world, batch, options);
-    if (!frame.ok()) return;  // The server is gone: `pending` in flight.
-    EXPECT_GE(*frame, writer.last_frame) << writer.world;
-    writer.last_frame = *frame;
-    writer.model = std::move(next);
-    writer.pending.reset();
-    ++writer.acknowledged;
-  }
-}
+using testing::ConnectReady;
+using testing::Settle;
+using testing::Write;
+using testing::Writer;
 
 int Cycles() {
   const char* cycles = std::getenv("XFORM_CRASH_CYCLES");
@@ -169,23 +93,12 @@ TEST(CrashTest, AcknowledgedWritesSurviveKill9) {
     }
     // Each world is its model, or its model and the batch in flight.
     for (Writer& w : writers) {
-      std::string differs = Differs(*client, w.world, w.model);
-      if (differs.empty()) {
-        lost += w.pending.has_value();
-      } else {
-        ASSERT_TRUE(w.pending.has_value())
-            << "cycle " << cycle << ", world " << w.world << ": " << differs;
-        World with_pending = w.model;
-        ASSERT_TRUE(with_pending.Apply(*w.pending).ok());
-        const std::string also = Differs(*client, w.world, with_pending);
-        ASSERT_EQ(also, "") << "cycle " << cycle << ", world " << w.world
-                            << ": neither the acknowledged batches (" << differs
-                            << ") nor them and the one in flight";
-        w.model = std::move(with_pending);
-        ++landed;
-      }
-      w.pending.reset();
-      w.random.Adopt(w.model);
+      const bool pending_before = w.pending.has_value();
+      bool in_flight_landed = false;
+      const std::string differs = Settle(*client, w, &in_flight_landed);
+      ASSERT_EQ(differs, "") << "cycle " << cycle << ", world " << w.world;
+      landed += in_flight_landed;
+      lost += !in_flight_landed && pending_before;
       absl::StatusOr<WorldInfo> info = client->GetWorld(w.world);
       ASSERT_TRUE(info.ok());
       EXPECT_GE(info->frame, w.last_frame) << "frames went back: " << w.world;

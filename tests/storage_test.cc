@@ -216,6 +216,44 @@ TEST(SnapshotFileTest, RoundTripAndEveryKindOfDamage) {
             absl::StatusCode::kDataLoss);
 }
 
+// The same format in memory (a snapshot in JetStream): byte for byte the
+// file's, and every damage or truncation DataLoss, never a crash.
+TEST(SnapshotFileTest, InMemoryIsTheFilesBytesAndRefusesDamage) {
+  const std::string dir = FreshDir("snapshot_bytes");
+  World world;
+  testing::RandomBatches random(6, 1);
+  for (int k = 0; k < 30; ++k) random.Next(world, 10);
+  WorldImage image;
+  world.CopyImage(&image);
+  const std::string path = dir + "/snapshot";
+  ASSERT_TRUE(WriteSnapshotFile(path, "info", image).ok());
+  const std::string bytes = EncodeSnapshot("info", image);
+  EXPECT_EQ(bytes, ReadAll(path));
+  std::string info;
+  WorldImage back;
+  ASSERT_TRUE(DecodeSnapshot(bytes, "test", &info, &back).ok());
+  EXPECT_EQ(info, "info");
+  EXPECT_EQ(back.entity, image.entity);
+  EXPECT_EQ(back.parent, image.parent);
+  for (size_t at = 0; at < bytes.size(); at += 5) {
+    std::string flipped = bytes;
+    flipped[at] ^= 0x10;
+    EXPECT_EQ(DecodeSnapshot(flipped, "test", &info, &back).code(),
+              absl::StatusCode::kDataLoss)
+        << "byte " << at;
+  }
+  for (size_t size : {size_t{0}, size_t{8}, size_t{20}, bytes.size() - 1}) {
+    EXPECT_EQ(
+        DecodeSnapshot(bytes.substr(0, size), "test", &info, &back).code(),
+        absl::StatusCode::kDataLoss)
+        << size << " bytes";
+  }
+  WorldImage empty;
+  ASSERT_TRUE(
+      DecodeSnapshot(EncodeSnapshot("", empty), "empty", &info, &back).ok());
+  EXPECT_EQ(back.size(), 0u);
+}
+
 // ---------------------------------------------------------------------------
 // A WorldHost over a data directory.
 

@@ -1,0 +1,290 @@
+// Copyright 2026 The xform Authors.
+//
+// xformd with --cluster, as processes beside real nats-server processes
+// (tests/nats_cluster.h): a world's log lives in JetStream, so a world
+// outlives the node that wrote it (kill -9, then another node on another
+// NATS server recovers it, bit for bit); a NATS server lost while a world
+// is written loses no acknowledged write and stalls it for a failover at
+// most; a batch over the NATS payload limit is split and put together
+// again; and a node whose log another node appended to since can append no
+// more.
+
+#include <nats/nats.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+#include "tests/acknowledged_writes.h"
+#include "tests/nats_cluster.h"
+#include "tests/xformd_process.h"
+#include "xform/client.h"
+#include "xform/world.h"
+
+namespace xform {
+namespace {
+
+using testing::ConnectReady;
+using testing::NatsCluster;
+using testing::Settle;
+using testing::Write;
+using testing::Writer;
+using testing::Xformd;
+
+std::vector<std::string> NodeFlags(const std::string& cluster,
+                                   const std::string& node, int replicas,
+                                   const std::string& snapshot_every) {
+  return {absl::StrCat("--cluster=", cluster),
+          absl::StrCat("--node_name=", node),
+          absl::StrCat("--cluster_replicas=", replicas),
+          absl::StrCat("--snapshot_every=", snapshot_every)};
+}
+
+int Count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = 0; (at = text.find(what, at)) != std::string::npos; ++at) {
+    ++n;
+  }
+  return n;
+}
+
+// Writers on three worlds (ticking, driven, streamed), as the crash test's.
+std::vector<Writer> ThreeWriters() {
+  std::vector<Writer> writers;
+  writers.push_back({.world = "tick",
+                     .options = {.mode = FrameMode::kTick, .tick_hz = 100},
+                     .random = testing::RandomBatches(1, 1)});
+  writers.push_back({.world = "driven",
+                     .options = {.mode = FrameMode::kDriven},
+                     .random = testing::RandomBatches(2, 1)});
+  writers.push_back({.world = "streamed",
+                     .options = {.mode = FrameMode::kTick, .tick_hz = 30},
+                     .streamed = true,
+                     .random = testing::RandomBatches(3, 1)});
+  return writers;
+}
+
+// Each writer writes to `server` until it is killed after `run`.
+void WriteUntilKilled(Xformd& server, std::vector<Writer>& writers,
+                      absl::Duration run) {
+  std::vector<std::thread> threads;
+  std::vector<std::unique_ptr<Client>> clients;
+  for (Writer& w : writers) {
+    clients.push_back(ConnectReady(server.address()));
+    ASSERT_NE(clients.back(), nullptr);
+    threads.emplace_back([&client = *clients.back(), &w] { Write(client, w); });
+  }
+  absl::SleepFor(run);
+  server.Kill();
+  for (std::thread& t : threads) t.join();
+}
+
+TEST(ClusterTest, AWorldOutlivesTheNodeThatWroteIt) {
+  NatsCluster nats(3);
+  std::vector<Writer> writers = ThreeWriters();
+  int snapshots = 0;
+  uint64_t acknowledged = 0;
+  // Each node on a NATS server of its own: a, then b, then c, each killed
+  // while writing.
+  for (int node = 0; node < 3; ++node) {
+    Xformd server(
+        NodeFlags(nats.Url(node), absl::StrCat("node", node), 3, "16KiB"));
+    std::unique_ptr<Client> client = ConnectReady(server.address());
+    ASSERT_NE(client, nullptr) << server.Log();
+    for (Writer& w : writers) {
+      if (node == 0) {
+        ASSERT_TRUE(client->CreateWorld(w.world, w.options).ok());
+        continue;
+      }
+      bool landed = false;
+      const uint64_t before = w.acknowledged;
+      ASSERT_EQ(Settle(*client, w, &landed), "")
+          << "node " << node << ", world " << w.world << " after " << before
+          << " batches: " << server.Log();
+      absl::StatusOr<WorldInfo> info = client->GetWorld(w.world);
+      ASSERT_TRUE(info.ok());
+      EXPECT_GE(info->frame, w.last_frame) << "frames went back: " << w.world;
+      w.last_frame = info->frame;
+    }
+    WriteUntilKilled(server, writers, absl::Milliseconds(1500));
+    snapshots += Count(server.Log(), "snapshot at log");
+  }
+  // The last node's writes, on a fourth start.
+  Xformd server(NodeFlags(nats.Urls(), "node3", 3, "16KiB"));
+  std::unique_ptr<Client> client = ConnectReady(server.address());
+  ASSERT_NE(client, nullptr) << server.Log();
+  for (Writer& w : writers) {
+    bool landed = false;
+    ASSERT_EQ(Settle(*client, w, &landed), "") << w.world;
+    acknowledged += w.acknowledged;
+  }
+  std::printf("%llu batches acknowledged over 3 nodes, %d snapshots\n",
+              static_cast<unsigned long long>(acknowledged), snapshots);
+  EXPECT_GT(acknowledged, 30u);
+  EXPECT_GT(snapshots, 0);  // Nodes died among snapshots and purges too.
+}
+
+// The NATS server that leads a stream, as JetStream says.
+std::string StreamLeader(const std::string& url, const std::string& stream) {
+  natsConnection* nc = nullptr;
+  jsCtx* js = nullptr;
+  std::string leader;
+  if (natsConnection_ConnectTo(&nc, url.c_str()) != NATS_OK) return leader;
+  if (natsConnection_JetStream(&js, nc, nullptr) == NATS_OK) {
+    jsStreamInfo* info = nullptr;
+    if (js_GetStreamInfo(&info, js, stream.c_str(), nullptr, nullptr) ==
+            NATS_OK &&
+        info->Cluster != nullptr && info->Cluster->Leader != nullptr) {
+      leader = info->Cluster->Leader;
+    }
+    jsStreamInfo_Destroy(info);
+    jsCtx_Destroy(js);
+  }
+  natsConnection_Destroy(nc);
+  return leader;
+}
+
+TEST(ClusterTest, LosingTheLeadingNatsServerLosesNoAcknowledgedWrite) {
+  NatsCluster nats(3);
+  Xformd server(NodeFlags(nats.Urls(), "writer", 3, "64MiB"));
+  std::unique_ptr<Client> client = ConnectReady(server.address());
+  ASSERT_NE(client, nullptr) << server.Log();
+  Writer w{.world = "w",
+           .options = {.mode = FrameMode::kDriven},
+           .random = testing::RandomBatches(7, 1)};
+  ASSERT_TRUE(client->CreateWorld(w.world, w.options).ok());
+  const std::string stream =
+      absl::StrCat("XFORM_LOG_", absl::BytesToHexString(w.world));
+  // Batches one after another, each acknowledged before the next; the
+  // longest wait for one is the stall.
+  absl::Duration longest;
+  absl::Time killed = absl::InfiniteFuture();
+  int leader = -1;
+  int after_kill = 0;
+  for (const absl::Time end = absl::Now() + absl::Seconds(20);
+       absl::Now() < end;) {
+    if (leader < 0 && w.acknowledged == 100) {
+      const std::string name = StreamLeader(nats.Url(0), stream);
+      for (int i = 0; i < nats.size(); ++i) {
+        if (NatsCluster::Name(i) == name) leader = i;
+      }
+      ASSERT_GE(leader, 0) << "no leader for " << stream;
+      nats.Kill(leader);
+      killed = absl::Now();
+    }
+    World next = w.model;
+    std::vector<Command> batch = w.random.Next(next, 12);
+    w.pending = batch;
+    const absl::Time sent = absl::Now();
+    absl::StatusOr<uint64_t> frame =
+        client->Apply(w.world, batch, {.end_frame = true});
+    ASSERT_TRUE(frame.ok()) << frame.status() << " after " << w.acknowledged
+                            << " batches; " << server.Log();
+    longest = std::max(longest, absl::Now() - sent);
+    w.model = std::move(next);
+    w.pending.reset();
+    ++w.acknowledged;
+    if (absl::Now() > killed && ++after_kill >= 100) break;
+  }
+  ASSERT_GE(after_kill, 100) << "writes did not resume: " << server.Log();
+  server.Kill();
+  // Another node, on the servers left, holds every acknowledged batch.
+  Xformd next(NodeFlags(nats.Url((leader + 1) % 3), "reader", 3, "64MiB"));
+  std::unique_ptr<Client> reader = ConnectReady(next.address());
+  ASSERT_NE(reader, nullptr) << next.Log();
+  bool landed = false;
+  EXPECT_EQ(Settle(*reader, w, &landed), "");
+  std::printf(
+      "leader %s killed after 100 batches; %llu acknowledged; the longest "
+      "wait for one %s\n",
+      NatsCluster::Name(leader).c_str(),
+      static_cast<unsigned long long>(w.acknowledged),
+      absl::FormatDuration(longest).c_str());
+  EXPECT_LT(longest, absl::Seconds(15));
+}
+
+TEST(ClusterTest, ABatchOverThePayloadLimitIsSplitAndJoinedAgain) {
+  NatsCluster nats(1, /*max_payload=*/128 << 10);
+  Writer w{.world = "big",
+           .options = {.mode = FrameMode::kDriven},
+           .random = testing::RandomBatches(9, 100'000)};
+  {
+    Xformd server(NodeFlags(nats.Url(0), "a", 1, "1MiB"));
+    std::unique_ptr<Client> client = ConnectReady(server.address());
+    ASSERT_NE(client, nullptr) << server.Log();
+    ASSERT_TRUE(client->CreateWorld(w.world, w.options).ok());
+    // 20,000 creates: about 1.4 MB, a dozen messages of 124 KB.
+    std::vector<Command> creates;
+    for (EntityId e = 1; e <= 20'000; ++e) {
+      Transform local;
+      local.position = {static_cast<float>(e), 0.5f, -1.0f / e};
+      creates.push_back(CreateOp{e, e > 1 && e % 10 != 0 ? e - 1 : 0, local});
+    }
+    ASSERT_TRUE(client->Apply(w.world, creates, {.end_frame = true}).ok());
+    ASSERT_TRUE(w.model.Apply(creates).ok());
+    w.random.Adopt(w.model);
+    // Then small batches, past a snapshot (1 MB: chunks too).
+    for (int i = 0; i < 20; ++i) {
+      World next = w.model;
+      std::vector<Command> batch = w.random.Next(next, 12);
+      ASSERT_TRUE(client->Apply(w.world, batch, {.end_frame = true}).ok());
+      w.model = std::move(next);
+    }
+    ASSERT_TRUE(server.WaitForLog("snapshot at log", absl::Seconds(10)))
+        << server.Log();
+    server.Kill();
+  }
+  Xformd server(NodeFlags(nats.Url(0), "b", 1, "1MiB"));
+  std::unique_ptr<Client> client = ConnectReady(server.address());
+  ASSERT_NE(client, nullptr) << server.Log();
+  bool landed = false;
+  EXPECT_EQ(Settle(*client, w, &landed), "") << server.Log();
+}
+
+TEST(ClusterTest, ANodeWhoseLogAnotherAppendedToCannotAppend) {
+  NatsCluster nats(1);
+  Xformd first(NodeFlags(nats.Url(0), "first", 1, "64MiB"));
+  std::unique_ptr<Client> a = ConnectReady(first.address());
+  ASSERT_NE(a, nullptr) << first.Log();
+  ASSERT_TRUE(a->CreateWorld("w", {.mode = FrameMode::kDriven}).ok());
+  ASSERT_TRUE(a->Apply("w", {CreateOp{1, 0, {}}}, {.end_frame = true}).ok());
+  // A second node recovers the world and writes to it.
+  Xformd second(NodeFlags(nats.Url(0), "second", 1, "64MiB"));
+  std::unique_ptr<Client> b = ConnectReady(second.address());
+  ASSERT_NE(b, nullptr) << second.Log();
+  ASSERT_TRUE(b->Apply("w", {CreateOp{2, 1, {}}}, {.end_frame = true}).ok());
+  // The first, its log appended to by another since, is refused, and stays
+  // so: the world it holds is no longer the log's.
+  absl::StatusOr<uint64_t> refused =
+      a->Apply("w", {CreateOp{3, 1, {}}}, {.end_frame = true});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(
+      absl::StrContains(refused.status().message(), "another writer appended"))
+      << refused.status();
+  absl::StatusOr<uint64_t> again =
+      a->Apply("w", {CreateOp{4, 1, {}}}, {.end_frame = true});
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kUnavailable);
+  // What the log holds: the second node's write, not the first's refused.
+  first.Kill();
+  second.Kill();
+  Xformd third(NodeFlags(nats.Url(0), "third", 1, "64MiB"));
+  std::unique_ptr<Client> c = ConnectReady(third.address());
+  ASSERT_NE(c, nullptr) << third.Log();
+  absl::StatusOr<WorldInfo> info = c->GetWorld("w");
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->entities, 2u);
+}
+
+}  // namespace
+}  // namespace xform
