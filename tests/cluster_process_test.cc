@@ -286,5 +286,38 @@ TEST(ClusterTest, ANodeWhoseLogAnotherAppendedToCannotAppend) {
   EXPECT_EQ(info->entities, 2u);
 }
 
+// Names a stream's directory could not hold in hex (128 bytes: 256 hex
+// digits), those either side of where the key turns to a hash, and names
+// of dots, which NATS subjects split on, come back as they were created.
+TEST(ClusterTest, WorldsOfAnyNameComeBack) {
+  NatsCluster nats(1);
+  const std::vector<std::string> names = {
+      std::string(128, 'w'), std::string(96, 'x'), std::string(97, 'x'),
+      "a.b-c_D", ".."};
+  {
+    Xformd server(NodeFlags(nats.Url(0), "a", 1, "64MiB"));
+    std::unique_ptr<Client> client = ConnectReady(server.address());
+    ASSERT_NE(client, nullptr) << server.Log();
+    for (const std::string& name : names) {
+      ASSERT_TRUE(client->CreateWorld(name, {.mode = FrameMode::kDriven}).ok())
+          << name;
+      ASSERT_TRUE(
+          client->Apply(name, {CreateOp{7, 0, {}}}, {.end_frame = true}).ok());
+    }
+    server.Kill();
+  }
+  Xformd server(NodeFlags(nats.Url(0), "b", 1, "64MiB"));
+  std::unique_ptr<Client> client = ConnectReady(server.address());
+  ASSERT_NE(client, nullptr) << server.Log();
+  for (const std::string& name : names) {
+    absl::StatusOr<WorldInfo> info = client->GetWorld(name);
+    ASSERT_TRUE(info.ok()) << name << ": " << info.status();
+    EXPECT_EQ(info->entities, 1u);
+  }
+  absl::StatusOr<std::vector<WorldInfo>> all = client->ListWorlds();
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->size(), names.size());
+}
+
 }  // namespace
 }  // namespace xform

@@ -3,6 +3,7 @@
 #include "server/cluster/jetstream_log.h"
 
 #include <nats/nats.h>
+#include <openssl/sha.h>
 
 #include <algorithm>
 #include <random>
@@ -31,6 +32,21 @@ constexpr int64_t kHeaderRoom = 4096;
 // missing is sent again.
 constexpr int64_t kAckWaitMs = 2000;
 constexpr absl::Duration kKeepEvery = absl::Milliseconds(250);
+
+// The key a world's streams and subjects are named by: its name in hex, or
+// for a name whose hex would not fit a stream's directory name (NATS keeps
+// each stream in a directory named after it; world names are up to 128
+// bytes), "h" and the SHA-256 of the name. Recovery reads the name from
+// the snapshot, never from the key.
+std::string StreamKey(absl::string_view name) {
+  if (name.size() <= 96) return absl::BytesToHexString(name);
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(name.data()), name.size(),
+         digest);
+  return absl::StrCat(
+      "h", absl::BytesToHexString(absl::string_view(
+               reinterpret_cast<const char*>(digest), sizeof digest)));
+}
 
 std::string LogStream(absl::string_view hex) {
   return absl::StrCat(kLogStreamPrefix, hex);
@@ -323,7 +339,7 @@ JetStreamWorldLog::JetStreamWorldLog(std::shared_ptr<JetStreamLink> link,
                                      const Clock& clock)
     : link_(std::move(link)),
       name_(std::move(name)),
-      hex_(absl::BytesToHexString(name_)),
+      hex_(StreamKey(name_)),
       stored_world_(std::move(stored_world)),
       options_(options),
       clock_(clock),
@@ -804,7 +820,7 @@ absl::Status JetStreamLogStore::Recover(
 absl::StatusOr<std::shared_ptr<WorldLog>> JetStreamLogStore::CreateWorld(
     const config::StoredWorld& stored) {
   const std::string& name = stored.create().name();
-  const std::string hex = absl::BytesToHexString(name);
+  const std::string hex = StreamKey(name);
   if (absl::Status s =
           link_->AddStream(LogStream(hex), LogSubject(hex), options_.replicas);
       !s.ok()) {
@@ -855,7 +871,7 @@ absl::StatusOr<std::shared_ptr<WorldLog>> JetStreamLogStore::CreateWorld(
 }
 
 absl::Status JetStreamLogStore::DeleteWorld(absl::string_view name) {
-  const std::string hex = absl::BytesToHexString(name);
+  const std::string hex = StreamKey(name);
   {
     absl::MutexLock lock(&keep_mu_);
     logs_.erase(std::string(name));

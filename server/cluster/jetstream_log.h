@@ -7,18 +7,21 @@
 // servers (a write acknowledged by JetStream survives the loss of any one of
 // three, but see docs/cluster.md on power loss):
 //
-//   XFORM_LOG_<hex of name>   subject xform.log.<hex>: the world's batches
+//   XFORM_LOG_<key>           subject xform.log.<key>: the world's batches
 //                             in apply order, one message each as its
 //                             client encoded it (headers Xform-Frame, and
 //                             Xform-Part/Xform-Parts for one split at the
 //                             payload limit); its first message marks the
 //                             world's creation.
-//   XFORM_SNAP_<hex of name>  subject xform.snap.<hex>: snapshots
+//   XFORM_SNAP_<key>          subject xform.snap.<key>: snapshots
 //                             (EncodeSnapshot's bytes, the world's
 //                             StoredWorld as their info) in chunks under the
 //                             payload limit (headers Xform-Snapshot, -Chunk,
 //                             -Chunks, and Xform-After: the last log
 //                             sequence the snapshot holds).
+//
+// <key> is the world's name in hex, or, for a name over 96 bytes, "h" and
+// its SHA-256 in hex (a stream is a directory named after it).
 //
 // A world is its newest whole snapshot with the log after its Xform-After
 // replayed. After a snapshot is stored, the log up to it and the snapshots
