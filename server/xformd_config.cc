@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -143,6 +145,14 @@ ABSL_FLAG(int, cluster_write_timeout_ms, 30'000,
           "How long a world's record may go unacknowledged by JetStream, "
           "sent again meanwhile (a NATS leader's failover), before the "
           "world's writes are refused UNAVAILABLE");
+ABSL_FLAG(std::string, cluster_ca_file, "",
+          "TLS to the NATS servers, trusting this CA certificate (PEM). "
+          "Empty: TLS only as the URLs ask (tls://, the system's CAs)");
+ABSL_FLAG(std::string, cluster_token_file, "",
+          "File holding the NATS servers' authorization token. Empty: none");
+ABSL_FLAG(int, cluster_connect_timeout_ms, 60'000,
+          "How long xformd waits at start for JetStream to answer before it "
+          "gives up, naming why");
 ABSL_FLAG(int, cluster_window, 256,
           "Records (messages) a world has in flight to JetStream at most");
 ABSL_FLAG(std::string, recover, "strict",
@@ -260,6 +270,20 @@ std::optional<ClusterOptions> ClusterFromFlags(Problems& problems) {
   problems.Unless(window >= 1 && window <= 65'536,
                   "--cluster_window must be 1 to 65536");
   cluster.window = static_cast<size_t>(window);
+  cluster.ca_file = absl::GetFlag(FLAGS_cluster_ca_file);
+  if (const std::string file = absl::GetFlag(FLAGS_cluster_token_file);
+      !file.empty()) {
+    std::ifstream in(file);
+    std::stringstream text;
+    text << in.rdbuf();
+    cluster.token = std::string(absl::StripAsciiWhitespace(text.str()));
+    problems.Unless(in.is_open() && !cluster.token.empty(),
+                    "--cluster_token_file must name a file holding a token");
+  }
+  const int connect = absl::GetFlag(FLAGS_cluster_connect_timeout_ms);
+  problems.Unless(connect >= 100,
+                  "--cluster_connect_timeout_ms must be at least 100");
+  cluster.connect_timeout = absl::Milliseconds(connect);
   StorageOptions snapshots;
   if (ParseSnapshotEvery(absl::GetFlag(FLAGS_snapshot_every), &snapshots)
           .ok()) {

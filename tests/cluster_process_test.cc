@@ -14,6 +14,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -214,7 +217,7 @@ TEST(ClusterTest, LosingTheLeadingNatsServerLosesNoAcknowledgedWrite) {
 }
 
 TEST(ClusterTest, ABatchOverThePayloadLimitIsSplitAndJoinedAgain) {
-  NatsCluster nats(1, /*max_payload=*/128 << 10);
+  NatsCluster nats(1, {.max_payload = 128 << 10});
   Writer w{.world = "big",
            .options = {.mode = FrameMode::kDriven},
            .random = testing::RandomBatches(9, 100'000)};
@@ -317,6 +320,57 @@ TEST(ClusterTest, WorldsOfAnyNameComeBack) {
   absl::StatusOr<std::vector<WorldInfo>> all = client->ListWorlds();
   ASSERT_TRUE(all.ok());
   EXPECT_EQ(all->size(), names.size());
+}
+
+// NATS servers that require TLS and a token: a node that trusts their CA
+// and holds the token keeps its worlds there; one with the wrong token
+// gives up at start, naming NATS's refusal, within
+// --cluster_connect_timeout_ms.
+TEST(ClusterTest, TlsAndATokenToTheNatsServers) {
+  const std::string certs =
+      absl::StrCat(::testing::TempDir(), "xform_cluster_certs_", getpid());
+  const std::string command =
+      absl::StrCat("bash ", MAKE_TEST_CERTS, " ", certs);
+  ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  NatsCluster nats(1, {.tls_cert = certs + "/server.pem",
+                       .tls_key = certs + "/server.key",
+                       .token = "nats-secret"});
+  const std::string token_file = certs + "/nats.token";
+  const std::string wrong_file = certs + "/wrong.token";
+  std::ofstream(token_file) << "nats-secret\n";
+  std::ofstream(wrong_file) << "guess\n";
+  std::vector<std::string> flags = NodeFlags(nats.Url(0), "a", 1, "64MiB");
+  flags.push_back(absl::StrCat("--cluster_ca_file=", certs, "/ca.pem"));
+  std::vector<std::string> with_token = flags;
+  with_token.push_back(absl::StrCat("--cluster_token_file=", token_file));
+  {
+    Xformd server(with_token);
+    std::unique_ptr<Client> client = ConnectReady(server.address());
+    ASSERT_NE(client, nullptr) << server.Log();
+    ASSERT_TRUE(client->CreateWorld("w", {.mode = FrameMode::kDriven}).ok());
+    ASSERT_TRUE(
+        client->Apply("w", {CreateOp{7, 0, {}}}, {.end_frame = true}).ok());
+    server.Kill();
+  }
+  {
+    Xformd server(with_token);
+    std::unique_ptr<Client> client = ConnectReady(server.address());
+    ASSERT_NE(client, nullptr) << server.Log();
+    absl::StatusOr<WorldInfo> info = client->GetWorld("w");
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_EQ(info->entities, 1u);
+  }
+  std::vector<std::string> wrong = flags;
+  wrong.push_back(absl::StrCat("--cluster_token_file=", wrong_file));
+  wrong.push_back("--cluster_connect_timeout_ms=2000");
+  Xformd refused(wrong);
+  EXPECT_NE(refused.WaitForExit(absl::Seconds(20)), 0);
+  EXPECT_TRUE(absl::StrContains(refused.Log(),
+                                "cannot connect to the cluster's NATS servers"))
+      << refused.Log();
+  EXPECT_TRUE(absl::StrContains(refused.Log(), "Authorization"))
+      << refused.Log();
+  std::filesystem::remove_all(certs);
 }
 
 }  // namespace

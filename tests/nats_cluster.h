@@ -19,6 +19,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -31,13 +32,22 @@ extern char** environ;
 
 namespace xform::testing {
 
+// How the servers are set up: each message at most `max_payload` bytes;
+// TLS with this certificate and key (PEM files) when given; clients
+// required to present `token` when given.
+struct NatsOptions {
+  int64_t max_payload = 1 << 20;
+  std::string tls_cert;
+  std::string tls_key;
+  std::string token;
+};
+
 class NatsCluster {
  public:
-  // `servers` NATS servers; each message at most `max_payload` bytes.
-  explicit NatsCluster(int servers, int64_t max_payload = 1 << 20)
+  explicit NatsCluster(int servers, NatsOptions options = {})
       : dir_(absl::StrCat(::testing::TempDir(), "xform_nats_", getpid(), "_",
                           ++count_)),
-        max_payload_(max_payload) {
+        options_(std::move(options)) {
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
     for (int i = 0; i < servers; ++i) {
@@ -123,8 +133,15 @@ class NatsCluster {
     std::ofstream conf(ConfigPath(i));
     conf << "server_name: " << Name(i) << "\n"
          << "listen: 127.0.0.1:" << nodes_[i].client_port << "\n"
-         << "max_payload: " << max_payload_ << "\n"
+         << "max_payload: " << options_.max_payload << "\n"
          << "jetstream { store_dir: \"" << dir_ << "/store" << i << "\" }\n";
+    if (!options_.tls_cert.empty()) {
+      conf << "tls { cert_file: \"" << options_.tls_cert << "\", key_file: \""
+           << options_.tls_key << "\" }\n";
+    }
+    if (!options_.token.empty()) {
+      conf << "authorization { token: \"" << options_.token << "\" }\n";
+    }
     if (nodes_.size() > 1) {
       std::vector<std::string> routes;
       for (size_t j = 0; j < nodes_.size(); ++j) {
@@ -165,7 +182,7 @@ class NatsCluster {
 
   static inline int count_ = 0;
   const std::string dir_;
-  const int64_t max_payload_;
+  const NatsOptions options_;
   std::vector<Node> nodes_;
 };
 

@@ -134,16 +134,37 @@ class JetStreamLink {
     natsOptions_SetServers(opts, servers.data(),
                            static_cast<int>(servers.size()));
     natsOptions_SetName(opts, options.node.c_str());
+    if (!options.ca_file.empty() &&
+        (natsOptions_SetSecure(opts, true) != NATS_OK ||
+         natsOptions_LoadCATrustedCertificates(opts, options.ca_file.c_str()) !=
+             NATS_OK)) {
+      natsOptions_Destroy(opts);
+      return NatsError(
+          absl::StrCat("cannot use --cluster_ca_file ", options.ca_file),
+          NATS_SSL_ERROR);
+    }
+    if (!options.token.empty()) {
+      natsOptions_SetToken(opts, options.token.c_str());
+    }
+    // Once connected, for ever reconnected.
     natsOptions_SetMaxReconnect(opts, -1);
     natsOptions_SetReconnectWait(opts, 100);
-    // A server not up yet is tried again in the background: recovery waits
-    // for JetStream to answer.
-    natsOptions_SetRetryOnFailedConnect(opts, true, nullptr, nullptr);
     auto link = std::shared_ptr<JetStreamLink>(new JetStreamLink());
-    natsStatus status = natsConnection_Connect(&link->nc_, opts);
+    // The first connection is tried until the deadline (servers starting),
+    // so that what refuses it (a wrong token, a certificate) is told.
+    natsStatus status = NATS_OK;
+    const absl::Time deadline = absl::Now() + options.connect_timeout;
+    absl::Status why;
+    while ((status = natsConnection_Connect(&link->nc_, opts)) != NATS_OK) {
+      why = NatsError("", status);
+      if (absl::Now() >= deadline) break;
+      absl::SleepFor(absl::Milliseconds(200));
+    }
     natsOptions_Destroy(opts);
-    if (status != NATS_OK && status != NATS_NOT_YET_CONNECTED) {
-      return NatsError("cannot connect to the cluster's NATS servers", status);
+    if (status != NATS_OK) {
+      return absl::UnavailableError(absl::StrCat(
+          "cannot connect to the cluster's NATS servers within ",
+          absl::FormatDuration(options.connect_timeout), why.message()));
     }
     jsOptions js_options;
     jsOptions_Init(&js_options);

@@ -72,6 +72,12 @@ struct ClusterOptions {
   std::vector<std::string> servers;
   // --node_name: this xformd among the cluster's, as NATS shows it.
   std::string node = "xformd";
+  // --cluster_ca_file: TLS to the NATS servers, trusting this CA (PEM);
+  // empty: as the URLs say (tls:// asks for TLS with the system's CAs).
+  std::string ca_file;
+  // --cluster_token_file: the NATS servers' authorization token, read from
+  // this file (never the command line); empty: none.
+  std::string token;
   // --cluster_replicas: the NATS servers each stream is kept on (3: any one
   // may be lost; 1 for a single NATS server).
   int replicas = 3;
@@ -81,8 +87,9 @@ struct ClusterOptions {
   absl::Duration write_timeout = absl::Seconds(30);
   // --cluster_window: messages a world has in flight at most.
   size_t window = 256;
-  // How long recovery waits for JetStream to answer at all (a cluster
-  // starting elects its leaders).
+  // --cluster_connect_timeout_ms: how long recovery waits for JetStream to
+  // answer at all, the first connection included (servers starting, a
+  // cluster electing its leaders).
   absl::Duration connect_timeout = absl::Seconds(60);
   // A world is snapshotted once its log holds this many bytes since the
   // last snapshot (0: never).
