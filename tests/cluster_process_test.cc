@@ -77,9 +77,11 @@ std::vector<Writer> ThreeWriters() {
   return writers;
 }
 
-// Each writer writes to `server` until it is killed after `run`.
+// Each writer writes to `server` until it is killed, once the node has
+// stored `snapshots` snapshots (so that kills land among snapshots and
+// purges), or after 20 s.
 void WriteUntilKilled(Xformd& server, std::vector<Writer>& writers,
-                      absl::Duration run) {
+                      int snapshots) {
   std::vector<std::thread> threads;
   std::vector<std::unique_ptr<Client>> clients;
   for (Writer& w : writers) {
@@ -87,7 +89,11 @@ void WriteUntilKilled(Xformd& server, std::vector<Writer>& writers,
     ASSERT_NE(clients.back(), nullptr);
     threads.emplace_back([&client = *clients.back(), &w] { Write(client, w); });
   }
-  absl::SleepFor(run);
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (Count(server.Log(), "snapshot at log") < snapshots &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
   server.Kill();
   for (std::thread& t : threads) t.join();
 }
@@ -119,7 +125,7 @@ TEST(ClusterTest, AWorldOutlivesTheNodeThatWroteIt) {
       EXPECT_GE(info->frame, w.last_frame) << "frames went back: " << w.world;
       w.last_frame = info->frame;
     }
-    WriteUntilKilled(server, writers, absl::Milliseconds(1500));
+    WriteUntilKilled(server, writers, /*snapshots=*/4 + node);
     snapshots += Count(server.Log(), "snapshot at log");
   }
   // The last node's writes, on a fourth start.

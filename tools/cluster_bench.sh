@@ -6,6 +6,7 @@
 #      subscriber) at 60 Hz and at the most one writer reaches, against
 #      xformd in memory, with --data_dir (--fsync=everysec) and with
 #      --cluster at 3 and 1 replicas, alternating over two rounds;
+#   1b. the same with batches of 100 set-locals, R3;
 #   2. a 1M-entity world created in one batch (about 53 MB, split into
 #      messages of the 1 MB payload limit) through the cluster, then
 #      another xformd recovering it: time to SERVING.
@@ -90,6 +91,14 @@ for round in 1 2; do
     $build/tools/xformctl --server=127.0.0.1:$port worlds delete load > /dev/null 2>&1 || true
     stop
   done
+done
+
+echo; echo "## 1b. Small batches (100 set-locals) at 60 Hz, R3"
+for round in 1 2; do
+  start_as r3
+  run_load "r3, 100 set-locals, round $round" --entities=100000 --shape=scene --move=100 --hz=60 --seconds=10
+  $build/tools/xformctl --server=127.0.0.1:$port worlds delete load > /dev/null 2>&1 || true
+  stop
 done
 
 echo; echo "## 2. A 1M-entity world through the cluster"
