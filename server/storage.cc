@@ -577,17 +577,7 @@ absl::StatusOr<RecoveredWorld> Storage::RecoverWorld(const std::string& dir) {
 
 std::vector<std::pair<std::string, std::shared_ptr<FileWorldLog>>>
 Storage::Logs() {
-  std::vector<std::pair<std::string, std::shared_ptr<FileWorldLog>>> logs;
-  for (auto it = logs_.begin(); it != logs_.end();) {
-    if (std::shared_ptr<FileWorldLog> log = it->second.lock()) {
-      logs.emplace_back(it->first, std::move(log));
-      ++it;
-    } else {
-      logs_.erase(it++);  // Its world is gone.
-    }
-  }
-  std::sort(logs.begin(), logs.end());
-  return logs;
+  return LiveLogs(logs_);
 }
 
 void Storage::StartKeeping(WorldOf world_of) {

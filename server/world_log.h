@@ -22,10 +22,14 @@
 #ifndef XFORM_SERVER_WORLD_LOG_H_
 #define XFORM_SERVER_WORLD_LOG_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
@@ -82,6 +86,26 @@ struct RecoveredWorld {
   uint64_t replayed = 0;         // Journaled batches.
   absl::Duration replay_time;
 };
+
+// The logs a store made that their worlds still hold, by name, sorted;
+// those whose worlds are gone are forgotten. For stores that keep their
+// logs by weak pointer (a world owns its log).
+template <typename Log>
+std::vector<std::pair<std::string, std::shared_ptr<Log>>> LiveLogs(
+    absl::flat_hash_map<std::string, std::weak_ptr<Log>>& logs) {
+  std::vector<std::pair<std::string, std::shared_ptr<Log>>> live;
+  for (auto it = logs.begin(); it != logs.end();) {
+    if (std::shared_ptr<Log> log = it->second.lock()) {
+      live.emplace_back(it->first, std::move(log));
+      ++it;
+    } else {
+      logs.erase(it++);
+    }
+  }
+  std::sort(live.begin(), live.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  return live;
+}
 
 class WorldLogStore {
  public:

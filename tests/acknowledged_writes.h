@@ -108,6 +108,23 @@ inline void Write(Client& client, Writer& writer) {
   }
 }
 
+// Writers on three worlds: ticking at 100 Hz, driven, and ticking at 30 Hz
+// written through ApplyStream.
+inline std::vector<Writer> ThreeWriters() {
+  std::vector<Writer> writers;
+  writers.push_back({.world = "tick",
+                     .options = {.mode = FrameMode::kTick, .tick_hz = 100},
+                     .random = RandomBatches(1, 1)});
+  writers.push_back({.world = "driven",
+                     .options = {.mode = FrameMode::kDriven},
+                     .random = RandomBatches(2, 1)});
+  writers.push_back({.world = "streamed",
+                     .options = {.mode = FrameMode::kTick, .tick_hz = 30},
+                     .streamed = true,
+                     .random = RandomBatches(3, 1)});
+  return writers;
+}
+
 // After a restart (or on another node): whether the server's world is
 // the writer's model, or its model and the batch that was in flight, and
 // never anything between (batches are atomic). The model takes the batch

@@ -40,6 +40,7 @@ namespace {
 using testing::ConnectReady;
 using testing::NatsCluster;
 using testing::Settle;
+using testing::ThreeWriters;
 using testing::Write;
 using testing::Writer;
 using testing::Xformd;
@@ -59,22 +60,6 @@ int Count(const std::string& text, const std::string& what) {
     ++n;
   }
   return n;
-}
-
-// Writers on three worlds (ticking, driven, streamed), as the crash test's.
-std::vector<Writer> ThreeWriters() {
-  std::vector<Writer> writers;
-  writers.push_back({.world = "tick",
-                     .options = {.mode = FrameMode::kTick, .tick_hz = 100},
-                     .random = testing::RandomBatches(1, 1)});
-  writers.push_back({.world = "driven",
-                     .options = {.mode = FrameMode::kDriven},
-                     .random = testing::RandomBatches(2, 1)});
-  writers.push_back({.world = "streamed",
-                     .options = {.mode = FrameMode::kTick, .tick_hz = 30},
-                     .streamed = true,
-                     .random = testing::RandomBatches(3, 1)});
-  return writers;
 }
 
 // Each writer writes to `server` until it is killed, once the node has

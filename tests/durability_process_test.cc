@@ -67,17 +67,7 @@ TEST(CrashTest, AcknowledgedWritesSurviveKill9) {
   const std::vector<std::string> flags = {absl::StrCat("--data_dir=", data_dir),
                                           "--fsync=always",
                                           "--snapshot_every=16KiB"};
-  std::vector<Writer> writers;
-  writers.push_back({.world = "tick",
-                     .options = {.mode = FrameMode::kTick, .tick_hz = 100},
-                     .random = testing::RandomBatches(1, 1)});
-  writers.push_back({.world = "driven",
-                     .options = {.mode = FrameMode::kDriven},
-                     .random = testing::RandomBatches(2, 1)});
-  writers.push_back({.world = "streamed",
-                     .options = {.mode = FrameMode::kTick, .tick_hz = 30},
-                     .streamed = true,
-                     .random = testing::RandomBatches(3, 1)});
+  std::vector<Writer> writers = testing::ThreeWriters();
   std::mt19937 rng(42);
   int landed = 0, lost = 0, snapshots = 0;
   std::string churn;  // A world created in the last cycle, acknowledged.

@@ -903,16 +903,7 @@ absl::Status JetStreamLogStore::DeleteWorld(absl::string_view name) {
 
 std::vector<std::pair<std::string, std::shared_ptr<JetStreamWorldLog>>>
 JetStreamLogStore::Logs() {
-  std::vector<std::pair<std::string, std::shared_ptr<JetStreamWorldLog>>> logs;
-  for (auto it = logs_.begin(); it != logs_.end();) {
-    if (std::shared_ptr<JetStreamWorldLog> log = it->second.lock()) {
-      logs.emplace_back(it->first, std::move(log));
-      ++it;
-    } else {
-      logs_.erase(it++);
-    }
-  }
-  return logs;
+  return LiveLogs(logs_);
 }
 
 absl::Time JetStreamLogStore::Keep() {
