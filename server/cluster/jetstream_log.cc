@@ -906,16 +906,20 @@ JetStreamLogStore::Logs() {
   return LiveLogs(logs_);
 }
 
+void JetStreamLogStore::SnapshotOf(const std::string& name,
+                                   JetStreamWorldLog& log) {
+  std::shared_ptr<SnapshotSource> source = world_of_(name);
+  if (source == nullptr) return;  // The world is gone.
+  if (absl::Status s = log.Snapshot(*source); !s.ok()) {
+    Log('E', "world '", EscapeForLog(name),
+        "': snapshot failed: ", s.message());
+  }
+}
+
 absl::Time JetStreamLogStore::Keep() {
   absl::MutexLock lock(&keep_mu_);
   for (auto& [name, log] : Logs()) {
-    if (!log->SnapshotDue()) continue;
-    std::shared_ptr<SnapshotSource> source = world_of_(name);
-    if (source == nullptr) continue;
-    if (absl::Status s = log->Snapshot(*source); !s.ok()) {
-      Log('E', "world '", EscapeForLog(name),
-          "': snapshot failed: ", s.message());
-    }
+    if (log->SnapshotDue()) SnapshotOf(name, *log);
   }
   return clock_.Now() + kKeepEvery;
 }
@@ -934,13 +938,7 @@ void JetStreamLogStore::SnapshotAll() {
   absl::MutexLock lock(&keep_mu_);
   if (!world_of_) return;
   for (auto& [name, log] : Logs()) {
-    if (!log->Logged()) continue;
-    std::shared_ptr<SnapshotSource> source = world_of_(name);
-    if (source == nullptr) continue;
-    if (absl::Status s = log->Snapshot(*source); !s.ok()) {
-      Log('E', "world '", EscapeForLog(name),
-          "': snapshot failed: ", s.message());
-    }
+    if (log->Logged()) SnapshotOf(name, *log);
   }
 }
 

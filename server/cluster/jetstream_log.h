@@ -185,6 +185,10 @@ class JetStreamLogStore final : public WorldLogStore {
                                              std::string stored_world,
                                              uint64_t last_seq);
   absl::Time Keep();
+  // Snapshots `log` of the world named `name`, if it is still served;
+  // logs a failure.
+  void SnapshotOf(const std::string& name, JetStreamWorldLog& log)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(keep_mu_);
   std::vector<std::pair<std::string, std::shared_ptr<JetStreamWorldLog>>> Logs()
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(keep_mu_);
 
