@@ -209,6 +209,10 @@ class Mirror::Impl {
     absl::MutexLock lock(&mu_);
     return SyncedLocked();
   }
+  int resumes() const {
+    absl::MutexLock lock(&mu_);
+    return resumes_;
+  }
   int resyncs() const {
     absl::MutexLock lock(&mu_);
     return state_.resyncs();
@@ -233,13 +237,16 @@ class Mirror::Impl {
   class Stream final
       : public grpc::ClientBidiReactor<v1::SubscribeRequest, grpc::ByteBuffer> {
    public:
-    Stream(Impl& impl, uint64_t id) : impl_(impl), id_(id) {
+    // Subscribes through `channel` with `request`, which outlives it.
+    Stream(Impl& impl, uint64_t id, client_internal::Channel& channel,
+           const v1::SubscribeRequest& request)
+        : impl_(impl), id_(id) {
       client_internal::Prepare(impl.client_.options(), /*with_deadline=*/false,
                                &context_);
-      impl.client_.channel_->subscribe_bytes->PrepareBidiStreamingCall(
+      channel.subscribe_bytes->PrepareBidiStreamingCall(
           &context_, client_internal::SubscribeMethod(), grpc::StubOptions(),
           this);
-      StartWriteLast(&impl.request_, grpc::WriteOptions());
+      StartWriteLast(&request, grpc::WriteOptions());
       StartRead(&wire_);
       StartCall();
     }
@@ -335,6 +342,14 @@ class Mirror::Impl {
     // reader).
     absl::Cleanup recycle = [&] { Recycle(arrival.update); };
     if (dropped) return true;
+    const bool first_of_stream = arrival.stream != applied_stream_;
+    if (first_of_stream) {
+      // What the last stream left unfinished goes; the copy stays, for the
+      // new one to resume.
+      applied_stream_ = arrival.stream;
+      absl::MutexLock lock(&mu_);
+      state_.NewStream();
+    }
     // Only this thread (or Update()'s caller) decodes: in order.
     absl::Status decoded = Parse(arrival);
     if (decoded.ok()) decoded = Decode(arrival);
@@ -348,6 +363,12 @@ class Mirror::Impl {
     }
     {
       absl::MutexLock lock(&mu_);
+      // A stream that asked to resume and was not sent its view afresh
+      // resumed.
+      if (first_of_stream && arrival.stream == resuming_stream_ &&
+          !(arrival.update.snapshot() && !arrival.update.keeps_view())) {
+        ++resumes_;
+      }
       state_.Commit(arrival.update, &arrival.worlds);
       // Up once its messages reach the copy, not merely the queue.
       if (arrival.stream == stream_id_) {
@@ -439,14 +460,24 @@ class Mirror::Impl {
   void Supervise() {
     absl::Duration backoff = options_.reconnect_min;
     for (uint64_t id = 1;; ++id) {
+      v1::SubscribeRequest request = request_;
       {
         absl::MutexLock lock(&mu_);
         if (stopping_) return;
         stream_done_ = false;
         received_on_stream_ = false;
         stream_id_ = id;  // Before its first message can be applied.
+        // A whole copy of a known history resumes from its frame: sent what
+        // changed since, by this node or another of its cluster.
+        if (Resumable()) {
+          request.set_resume_from_frame(state_.frame());
+          request.set_resume_history(state_.history());
+          resuming_stream_ = id;
+        }
       }
-      auto stream = std::make_unique<Stream>(*this, id);
+      const size_t node = client_.nodes_->current();
+      auto stream = std::make_unique<Stream>(*this, id,
+                                             client_.nodes_->At(node), request);
       mu_.Lock();
       // Cancelled here, outside the lock, when the mirror stops or a
       // message of it does not decode; then waited out.
@@ -472,6 +503,14 @@ class Mirror::Impl {
       status_ = ended_status_.ok()
                     ? absl::UnavailableError("the server ended the stream")
                     : ended_status_;
+      // A node lost or leaving: the next of a cluster's, at once.
+      if (absl::IsUnavailable(status_) && client_.nodes_->several()) {
+        client_.nodes_->FailOver(node);
+        if (received_on_stream_) {
+          backoff = options_.reconnect_min;
+          continue;
+        }
+      }
       if (received_on_stream_) backoff = options_.reconnect_min;
       auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
         return stopping_;
@@ -479,6 +518,12 @@ class Mirror::Impl {
       if (mu_.AwaitWithTimeout(absl::Condition(&stopping), backoff)) return;
       backoff = std::min(2 * backoff, options_.reconnect_max);
     }
+  }
+
+  bool Resumable() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return options_.entities.empty() && options_.subtrees.empty() &&
+           !options_.no_echo && state_.have_snapshot() &&
+           !state_.in_snapshot() && state_.history() != 0;
   }
 
   void Notify(const Arrival& arrival) {
@@ -524,6 +569,7 @@ class Mirror::Impl {
 
   // The taker's (the mirror's thread, or Update()'s caller).
   absl::Mutex take_mu_;
+  uint64_t applied_stream_ ABSL_GUARDED_BY(take_mu_) = 0;
 
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
@@ -537,6 +583,8 @@ class Mirror::Impl {
   uint64_t broken_stream_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status broken_ ABSL_GUARDED_BY(mu_);
   bool stream_up_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t resuming_stream_ ABSL_GUARDED_BY(mu_) = 0;  // Asked to resume.
+  int resumes_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status status_ ABSL_GUARDED_BY(mu_) =
       absl::UnavailableError("not connected yet");
   std::deque<Arrival> queue_ ABSL_GUARDED_BY(mu_);  // At most max_queued.
@@ -606,6 +654,7 @@ MirrorChangedState Mirror::TakeChangedState() {
 }
 bool Mirror::synced() const { return impl_->synced(); }
 int Mirror::resyncs() const { return impl_->resyncs(); }
+int Mirror::resumes() const { return impl_->resumes(); }
 absl::Status Mirror::status() const { return impl_->status(); }
 
 }  // namespace xform

@@ -198,6 +198,14 @@ absl::StatusOr<size_t> MirrorState::CheckLimits(
   return bytes;
 }
 
+void MirrorState::NewStream() {
+  ClearFrameParts();
+  if (in_snapshot_) {
+    staging_.Clear();
+    in_snapshot_ = false;
+  }
+}
+
 void MirrorState::ClearFrameParts() {
   frame_parts_.clear();
   frame_parts_created_ = 0;
@@ -456,6 +464,7 @@ void MirrorState::ApplySnapshotPart(const v1::FrameUpdate& u,
   }
   have_snapshot_ = true;
   frame_ = u.frame();
+  history_ = u.history();
 }
 
 void MirrorState::NoteSnapshotDifference() {

@@ -258,6 +258,13 @@ class MirrorState {
   bool in_snapshot() const { return in_snapshot_; }
   uint64_t frame() const { return frame_; }  // 0 before a snapshot.
   int resyncs() const { return resyncs_; }
+  // The history of the frames the copy holds (FrameUpdate.history), once a
+  // snapshot is applied.
+  uint64_t history() const { return history_; }
+  // A new stream begins: what the last one left unfinished (a frame's
+  // parts held for its last, a snapshot partway) is dropped. The copy stays:
+  // the new stream may resume it (SubscribeRequest.resume_from_frame).
+  void NewStream();
   // The net changes since the last call, and whether a resync came since.
   // The first call gives every entity in the copy, created and moved (what
   // changes noted from the start fold to), O(copy); only from then are
@@ -345,6 +352,7 @@ class MirrorState {
   uint64_t copies_swapped_ = 0;
   bool have_snapshot_ = false;
   uint64_t frame_ = 0;
+  uint64_t history_ = 0;
   int resyncs_ = 0;
   NetChanges pending_;  // Since the caller last asked.
   // Changes are kept once the caller first asks for them. Until then they

@@ -22,11 +22,13 @@
 
 namespace xform::server {
 
-absl::Status ReplayBatch(absl::string_view batch, World& world) {
+absl::Status ReplayBatch(absl::string_view batch, World& world,
+                         std::string* write_id) {
   v1::ApplyRequest request;
   if (!request.ParseFromArray(batch.data(), static_cast<int>(batch.size()))) {
     return absl::DataLossError("a batch that does not parse");
   }
+  if (write_id != nullptr) *write_id = request.write_id();
   absl::StatusOr<std::vector<Command>> commands =
       v1::ToCommands(request, std::numeric_limits<size_t>::max());
   absl::Status applied =

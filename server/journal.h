@@ -62,7 +62,9 @@ inline constexpr uint32_t kMaxRecordPayload = uint32_t{1} << 30;
 // A batch as a log holds it (an ApplyRequest as its client encoded it)
 // applied again to `world` in recovery, whichever log held it. DataLoss
 // when it does not parse or no longer applies.
-absl::Status ReplayBatch(absl::string_view batch, World& world);
+// `write_id`, if given, takes the batch's write id (ApplyRequest.write_id).
+absl::Status ReplayBatch(absl::string_view batch, World& world,
+                         std::string* write_id = nullptr);
 
 // A record's bytes: header and payload.
 std::string EncodeRecord(RecordType type, uint64_t frame,

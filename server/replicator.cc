@@ -15,9 +15,9 @@ namespace xform::server {
 
 Replicator::Replicator(size_t max_pending,
                        std::shared_ptr<BurstBudget> burst_budget,
-                       std::shared_ptr<Fanout> fanout)
+                       std::shared_ptr<Fanout> fanout, uint64_t resume_frames)
     : impl_(std::make_unique<Impl>(max_pending, std::move(burst_budget),
-                                   std::move(fanout))) {}
+                                   std::move(fanout), resume_frames)) {}
 
 Replicator::~Replicator() = default;
 
@@ -27,8 +27,13 @@ void Replicator::Publish(const FrameChanges& changes, absl::Time time,
 }
 
 void Replicator::PublishWhole(const World& world, uint64_t frame,
-                              absl::Time time) {
-  impl_->PublishWhole(world, frame, time);
+                              absl::Time time, uint64_t resumable_from) {
+  impl_->PublishWhole(world, frame, time, resumable_from);
+}
+
+void Replicator::Reset(const World& world, uint64_t frame, absl::Time time,
+                       uint64_t resumable_from) {
+  impl_->Reset(world, frame, time, resumable_from);
 }
 
 Replicator::SubscriptionId Replicator::Subscribe(
@@ -57,6 +62,8 @@ void Replicator::EndAll(const absl::Status& status) { impl_->EndAll(status); }
 
 uint64_t Replicator::frame() const { return impl_->frame(); }
 
+uint64_t Replicator::resumable_from() const { return impl_->resumable_from(); }
+
 size_t Replicator::subscribers() const { return impl_->subscribers(); }
 
 size_t Replicator::echo_filtered_subscribers() const {
@@ -78,6 +85,10 @@ void Replicator::CountCutOff() {
   impl_->cut_off.fetch_add(1, std::memory_order_relaxed);
 }
 
+void Replicator::set_history(uint64_t history) { impl_->history = history; }
+
+uint64_t Replicator::history() const { return impl_->history; }
+
 void Replicator::set_membership_walk_chunk_for_testing(size_t slots) {
   impl_->membership_walk_chunk = slots;
 }
@@ -94,11 +105,44 @@ Subscription* Replicator::Impl::Find(SubscriptionId id) const {
 }
 
 void Replicator::Impl::PublishWhole(const World& world, uint64_t frame,
-                                    absl::Time time) {
+                                    absl::Time time, uint64_t resumable_from) {
   std::lock_guard<std::mutex> lock(mu_);
   state_.TakeInWhole(world, frame);
+  state_.ClearDestroyedLog(frame);
   frame_ = frame;
+  whole_frame_ = std::max(frame, resumable_from);
   frame_time_ = time;
+}
+
+void Replicator::Impl::Reset(const World& world, uint64_t frame,
+                             absl::Time time, uint64_t resumable_from) {
+  std::vector<std::shared_ptr<UpdateSink>> wake;
+  PublishedState gone;  // Freed after the lock is released.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    gone = std::exchange(state_, PublishedState());
+    state_.TakeInWhole(world, frame);
+    state_.ClearDestroyedLog(frame);
+    frame_ = frame;
+    whole_frame_ = std::max(frame, resumable_from);
+    frame_time_ = time;
+    shared_folds_.erase(shared_folds_.begin(), shared_folds_.end());
+    moved_slots_ = SlotBits();
+    moved_index_by_slot_.clear();
+    for (auto& [id, s] : subs_) {
+      // What it tracked was by the old state's slots: its view is found
+      // again, and sent whole after the messages it is committed to.
+      if (!s->whole_world()) {
+        s->view = MakeEntityFilter(state_, s->options.entities,
+                                   s->options.subtrees, membership_walk_chunk);
+      }
+      s->ToResyncing();
+      ++s->views_resent_whole;
+      ++counted_.views_resent_whole;
+      wake.push_back(s->sink);
+    }
+  }
+  WakeAll(std::move(wake));
 }
 
 Replicator::SubscriptionId Replicator::Impl::Subscribe(
@@ -115,11 +159,30 @@ Replicator::SubscriptionId Replicator::Impl::Subscribe(
   s->sink = std::move(sink);
   s->subscribed = absl::Now();
   std::lock_guard<std::mutex> lock(mu_);
-  BuildSnapshot(*s);
+  if (Resumes(*s)) {
+    // Owed what changed after the frame it holds, as a laggard is: its
+    // first message is due once a frame after it is published.
+    s->ToOwedFromState(s->options.resume_from_frame, 0);
+    s->last_frame_sent = s->options.resume_from_frame;
+  } else {
+    BuildSnapshot(*s);
+  }
   const SubscriptionId id = next_id_++;
   if (s->echo) ++echo_filtered;
   subs_.emplace(id, std::move(s));
   return id;
+}
+
+bool Replicator::Impl::Resumes(const Subscription& s) const {
+  const uint64_t from = s.options.resume_from_frame;
+  return from != 0 && s.options.resume_history == history &&
+         MayCatchUpFromState(s) && s.options.accepts_kept_view_snapshots &&
+         from >= ResumableFrom();
+}
+
+uint64_t Replicator::Impl::resumable_from() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return ResumableFrom();
 }
 
 void Replicator::Impl::Unsubscribe(SubscriptionId id) {

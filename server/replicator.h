@@ -115,6 +115,17 @@ struct SubscriptionOptions {
   // sent, when it is owed more than max_pending entities, what changed
   // since its last message as such a snapshot, not its view whole.
   bool accepts_kept_view_snapshots = false;
+  // A subscriber whose stream broke, holding the whole world as of this
+  // frame (0: none) of this history (see Replicator::set_history). One of
+  // the whole world that accepts kept-view snapshots and filters no echoes
+  // is owed what changed after it, from the published state, as one that
+  // fell behind would be, where the replicator can tell that: the same
+  // history, and a frame no older than the resume window (the last whole
+  // publication, the destroyed log's reach). The rest start with their
+  // view whole. A frame not published yet (another node of a cluster,
+  // ahead of this one) is waited for.
+  uint64_t resume_from_frame = 0;
+  uint64_t resume_history = 0;  // The history that frame belongs to.
 };
 
 class Replicator {
@@ -133,9 +144,13 @@ class Replicator {
   // or, to end while the world changes faster than it streams, what changed
   // behind its scan, within `burst_budget` (none: never more).
   // A frame's sinks are woken through `fanout`, when given.
+  // Destructions are logged for `resume_frames` frames whoever needs them,
+  // so that a subscriber that comes back within them can be resumed
+  // (SubscriptionOptions::resume_from_frame); at most max_pending of them.
   explicit Replicator(size_t max_pending = 65'536,
                       std::shared_ptr<BurstBudget> burst_budget = nullptr,
-                      std::shared_ptr<Fanout> fanout = nullptr);
+                      std::shared_ptr<Fanout> fanout = nullptr,
+                      uint64_t resume_frames = 0);
   ~Replicator();
   Replicator(const Replicator&) = delete;
   Replicator& operator=(const Replicator&) = delete;
@@ -147,7 +162,19 @@ class Replicator {
                const FrameWriters& writers = {});
   // Publishes all of `world` as frame `frame`, before it has subscribers (a
   // world recovered from disk): O(n), without a FrameChanges of it all.
-  void PublishWhole(const World& world, uint64_t frame, absl::Time time);
+  // Subscribers may resume from `resumable_from` on (a later frame than
+  // `frame` where `world` holds part of it).
+  void PublishWhole(const World& world, uint64_t frame, absl::Time time,
+                    uint64_t resumable_from);
+  void PublishWhole(const World& world, uint64_t frame, absl::Time time) {
+    PublishWhole(world, frame, time, frame);
+  }
+  // Publishes all of `world` as frame `frame` in place of what was
+  // published (a world reloaded: a cluster's replica that fell out of
+  // step): every subscriber is resent its view whole, after the messages
+  // it was committed to. O(n + subscribers + their filters).
+  void Reset(const World& world, uint64_t frame, absl::Time time,
+             uint64_t resumable_from);
 
   // Adds a subscription, starting with a snapshot of its view at the last
   // published frame; its deltas begin with the next frame.
@@ -176,6 +203,9 @@ class Replicator {
   void EndAll(const absl::Status& status);
 
   uint64_t frame() const;
+  // The oldest frame a subscriber may resume from now (see
+  // SubscriptionOptions::resume_from_frame).
+  uint64_t resumable_from() const;
   size_t subscribers() const;
   // Subscriptions that filter echoes; without the lock, so that a world's
   // batches (which track their writers only while there are such) never
@@ -196,6 +226,15 @@ class Replicator {
   // the lock: O(1).
   void CountWritten(size_t bytes);
   void CountCutOff();
+
+  // Names the history the frames published belong to, sent on every
+  // snapshot part (FrameUpdate.history): frames of one history with the
+  // same number hold the same changes, wherever published, so a
+  // subscriber may resume from one (SubscriptionOptions). A history that
+  // may have lost frames it published (a restart that recovered less than
+  // it had published) is a new one. Before the first Subscribe.
+  void set_history(uint64_t history);
+  uint64_t history() const;
 
   // Slots a subtree view's membership walk visits under one hold at first
   // (32,768, about 0.5 ms): tests make it small, so that frames come

@@ -38,15 +38,19 @@ class Replicator::Impl {
   using Slot = PublishedState::Slot;
 
   Impl(size_t max_pending, std::shared_ptr<BurstBudget> burst_budget,
-       std::shared_ptr<Fanout> fanout)
+       std::shared_ptr<Fanout> fanout, uint64_t resume_frames)
       : max_pending_(max_pending),
+        resume_frames_(resume_frames),
         burst_budget_(std::move(burst_budget)),
         fanout_(std::move(fanout)) {}
 
   // The API (replicator.h), each taking the lock.
   void Publish(const FrameChanges& changes, absl::Time time,
                const FrameWriters& writers);
-  void PublishWhole(const World& world, uint64_t frame, absl::Time time);
+  void PublishWhole(const World& world, uint64_t frame, absl::Time time,
+                    uint64_t resumable_from);
+  void Reset(const World& world, uint64_t frame, absl::Time time,
+             uint64_t resumable_from);
   SubscriptionId Subscribe(SubscriptionOptions options,
                            std::shared_ptr<UpdateSink> sink);
   void Unsubscribe(SubscriptionId id);
@@ -56,6 +60,7 @@ class Replicator::Impl {
   void Flush(absl::Time now);
   void EndAll(const absl::Status& status);
   uint64_t frame() const;
+  uint64_t resumable_from() const;
   size_t subscribers() const;
   std::vector<SubscriberInfo> Subscribers(uint64_t after_id,
                                           size_t limit) const;
@@ -67,6 +72,7 @@ class Replicator::Impl {
   std::atomic<uint64_t> cut_off{0};
   // Set before the first Subscribe (see replicator.h).
   size_t membership_walk_chunk = 32'768;
+  uint64_t history = 0;  // See Replicator::set_history.
   std::function<void()> unlocked_for_testing;
 
  private:
@@ -228,6 +234,14 @@ class Replicator::Impl {
   static bool CatchesUpFromState(const Subscription& s) {
     return s.options.max_rate_hz > 0 && MayCatchUpFromState(s);
   }
+  // Whether a new subscriber resumes from the frame it asked to (see
+  // SubscriptionOptions::resume_from_frame): one that may catch up from the
+  // state and accepts kept-view snapshots, from a frame the resume window
+  // holds.
+  bool Resumes(const Subscription& s) const;
+  uint64_t ResumableFrom() const {
+    return std::max(whole_frame_, state_.destroyed_log_after());
+  }
   // The frame after which a caught-up subscriber is owed what changed, at
   // `frame`: the one before its first kept frame, or before this one.
   static uint64_t OwedAfter(const CaughtUp& caught_up, uint64_t frame);
@@ -327,11 +341,15 @@ class Replicator::Impl {
   // Abseil is built without ThreadSanitizer annotations, so TSan cannot see
   // absl::Mutex's ordering, and this class is what the TSan build checks.
   const size_t max_pending_;
+  const uint64_t resume_frames_;
   const std::shared_ptr<BurstBudget> burst_budget_;
   const std::shared_ptr<Fanout> fanout_;
   mutable std::mutex mu_;
   PublishedState state_;
   uint64_t frame_ = 0;
+  // The frame published whole last (PublishWhole, Reset): the stamps tell
+  // nothing of the frames before it.
+  uint64_t whole_frame_ = 0;
   absl::Time frame_time_;
   SubscriptionId next_id_ = 1;
   absl::flat_hash_map<SubscriptionId, std::unique_ptr<Subscription>> subs_;

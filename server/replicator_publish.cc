@@ -252,8 +252,11 @@ void Replicator::Impl::LogDestroyed(const FrameChanges& changes) {
   // (Not after this frame: then one not served it, partway through an
   // earlier message, could not start, and noted frames until resent
   // whole.)
-  bool any = false;
-  uint64_t needed_after = changes.frame;
+  // And, for the resume window, the last resume_frames_ frames' whatever
+  // subscribes.
+  bool any = resume_frames_ > 0;
+  uint64_t needed_after =
+      changes.frame - std::min(changes.frame, resume_frames_);
   for (const auto& [id, s] : subs_) {
     if (!MayCatchUpFromState(*s)) continue;
     any = true;

@@ -28,11 +28,13 @@ constexpr size_t kBurstEntryBytes =
 // a millisecond or so each, where changes are dense.
 constexpr size_t kKeptViewScanBlocks = 8192;
 
-// A snapshot's parts, marked if it keeps the subscriber's view.
+// A snapshot's parts, marked with the history its frames belong to, and
+// if it keeps the subscriber's view.
 std::vector<v1::FrameUpdate> Marked(std::vector<v1::FrameUpdate> parts,
-                                    bool keeps_view) {
-  if (keeps_view) {
-    for (v1::FrameUpdate& part : parts) part.set_keeps_view(true);
+                                    bool keeps_view, uint64_t history) {
+  for (v1::FrameUpdate& part : parts) {
+    part.set_keeps_view(keeps_view);
+    part.set_history(history);
   }
   return parts;
 }
@@ -63,6 +65,7 @@ struct BurstCopy {
   uint32_t first_part = 0;
   uint64_t frames_skipped = 0;
   bool keeps_view = false;
+  uint64_t history = 0;
   size_t entries_a_part = 0;
   // By entry: created to the subscriber, or re-sent (re-parented and
   // moved, or moved alone: SnapshotEntry).
@@ -114,7 +117,7 @@ struct BurstCopy {
     }
     std::vector<v1::FrameUpdate> parts =
         Marked(writer.Finish(frames_skipped, /*last=*/k + 1 == this->parts()),
-               keeps_view);
+               keeps_view, history);
     return std::move(parts.front());  // Sized to be one.
   }
 };
@@ -298,7 +301,7 @@ std::shared_ptr<const Outgoing> Replicator::Impl::NextSnapshotPart(
   const bool done = snap.stale.count == 0 && snap.gone.empty();
   for (auto& part :
        Share(Marked(writer.Finish(snap.skipped_before, /*last=*/done),
-                    snap.kept_view_after.has_value()))) {
+                    snap.kept_view_after.has_value(), history))) {
     s.parts.push_back(std::move(part));
     ++snap.part;
   }
@@ -315,8 +318,9 @@ std::shared_ptr<const Outgoing> Replicator::Impl::Burst(Subscription& s,
                                  /*snapshot=*/true, snap.part);
     writer.Destroyed(snap.gone);
     snap.gone.clear();
-    for (auto& part : Share(Marked(writer.Finish(0, /*last=*/false),
-                                   snap.kept_view_after.has_value()))) {
+    for (auto& part :
+         Share(Marked(writer.Finish(0, /*last=*/false),
+                      snap.kept_view_after.has_value(), history))) {
       s.parts.push_back(std::move(part));
       ++snap.part;
     }
@@ -329,6 +333,7 @@ std::shared_ptr<const Outgoing> Replicator::Impl::Burst(Subscription& s,
   copy->first_part = snap.part;
   copy->frames_skipped = snap.skipped_before;
   copy->keeps_view = snap.kept_view_after.has_value();
+  copy->history = history;
   copy->entries_a_part = std::max<size_t>(1, part_bytes / kEntryBytes);
   copy->claim = std::move(snap.burst_claim);
   for (Slot slot = NextStale(s, snap); slot != PublishedState::kNoSlot;

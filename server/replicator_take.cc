@@ -35,9 +35,12 @@ std::shared_ptr<const Outgoing> Replicator::Impl::Take(SubscriptionId id,
     return TakePart(*s);
   }
   const Noting* noting = s->as<Noting>();
+  const OwedFromState* from_state = s->as<OwedFromState>();
+  // Owed from a frame not published yet (one resuming here from another
+  // node's): nothing until a frame after it is.
   const bool owed = s->as<Resyncing>() != nullptr ||
                     (noting != nullptr && !noting->pending.empty()) ||
-                    s->as<OwedFromState>() != nullptr;
+                    (from_state != nullptr && from_state->after < frame_);
   const bool due =
       s->as<Snapshotting>() != nullptr || (owed && now >= s->next_allowed);
   if (!due) return nullptr;

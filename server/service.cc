@@ -2,6 +2,8 @@
 
 #include "server/service.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <memory>
@@ -15,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "server/edge/peer_address.h"
 #include "server/log.h"
+#include "server/redirect.h"
 #include "server/refusal_guard.h"
 #include "server/request_reader.h"
 #include "xform/subscriber_info.h"
@@ -70,8 +73,41 @@ absl::StatusOr<std::shared_ptr<HostedWorld>> WorldFor(
   return host.Get(name);
 }
 
+// A refusal that names where to go instead, or says to wait (redirect.h):
+// said in the trailing metadata too, for clients to follow without parsing
+// text.
+void AddRedirect(grpc::CallbackServerContext& context,
+                 const absl::Status& status) {
+  if (const std::optional<Redirect> to = RedirectOf(status)) {
+    context.AddTrailingMetadata(kOwnerNodeMetadata, to->node);
+    context.AddTrailingMetadata(kOwnerAddressMetadata, to->address);
+  } else if (SaysTryAgain(status)) {
+    context.AddTrailingMetadata(kTryAgainMetadata, "1");
+  }
+}
+
+// What a caller is told of a world: its info, and in a cluster where it is
+// written and served.
+v1::WorldInfo InfoOf(const WorldHost& host, const HostedWorld& world) {
+  v1::WorldInfo info = world.Info();
+  if (const ClusterView* cluster = host.cluster()) {
+    const PlacementView placement = cluster->Placement(world.name());
+    v1::WorldPlacement& out = *info.mutable_placement();
+    out.set_owner_node(placement.owner_node);
+    out.set_owner_address(placement.owner_address);
+    for (const std::string& node : placement.serving_nodes) {
+      out.add_serving_nodes(node);
+    }
+    out.set_answered_by(cluster->node_name());
+    out.set_unconfirmed_ms(static_cast<uint64_t>(
+        absl::ToInt64Milliseconds(placement.unconfirmed)));
+  }
+  return info;
+}
+
 grpc::ServerUnaryReactor* Done(grpc::CallbackServerContext* context,
                                const absl::Status& status) {
+  AddRedirect(*context, status);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpc(status));
   return reactor;
@@ -83,7 +119,12 @@ void NoteRefusal(RefusalGuard* refusals,
                  const grpc::CallbackServerContext& context,
                  const absl::Status& status, const Caller* caller,
                  size_t request_bytes) {
-  if (refusals == nullptr || !RefusalGuard::IsRefusal(status.code())) return;
+  // A redirect (a write sent to a node that does not write the world) is
+  // no fault of an honest client's.
+  if (refusals == nullptr || !RefusalGuard::IsRefusal(status.code()) ||
+      RedirectOf(status).has_value()) {
+    return;
+  }
   const bool credited =
       caller != nullptr && caller->credential->kind != Credential::Kind::kNone;
   refusals->Refused(credited ? absl::string_view(caller->name()) : "",
@@ -239,6 +280,7 @@ class ApplyStreamReactor final
     if (!frame.ok()) {
       NoteRefusal(refusals_, *context_, frame.status(), &caller,
                   request_bytes_.Length());
+      AddRedirect(*context_, frame.status());
       FinishWith(ToGrpc(absl::Status(
           frame.status().code(),
           absl::StrCat("batch ", index, " not applied (the ", index,
@@ -835,7 +877,7 @@ grpc::ServerUnaryReactor* XformService::CreateWorld(
         absl::StatusOr<std::shared_ptr<HostedWorld>> world =
             host_.Create(create, caller.name());
         if (!world.ok()) return world.status();
-        *info = (*world)->Info();
+        *info = InfoOf(host_, **world);
         Log('I', "world '", create.name(), "' created (",
             v1::FrameMode_Name(info->mode()), ", ", info->tick_hz(),
             " Hz) by principal '", caller.name(), "'");
@@ -854,7 +896,7 @@ grpc::ServerUnaryReactor* XformService::ListWorlds(
         // Only what it may read: the rest it is not told exist.
         for (const auto& world : host_.List()) {
           if (caller.principal->Allows(kRead, world->name())) {
-            *list->add_worlds() = world->Info();
+            *list->add_worlds() = InfoOf(host_, *world);
           }
         }
         return absl::OkStatus();
@@ -872,7 +914,7 @@ grpc::ServerUnaryReactor* XformService::GetWorld(
         absl::StatusOr<std::shared_ptr<HostedWorld>> world =
             WorldFor(host_, caller, kRead, get.name(), "GetWorld");
         if (!world.ok()) return world.status();
-        *info = (*world)->Info();
+        *info = InfoOf(host_, **world);
         return absl::OkStatus();
       });
 }
@@ -990,6 +1032,29 @@ grpc::ServerUnaryReactor* XformService::Read(
       });
 }
 
+namespace {
+
+// A valid request's subscription, as the replicator takes it.
+SubscriptionOptions SubscriptionOf(const v1::SubscribeRequest& request,
+                                   const Limits& limits) {
+  SubscriptionOptions options;
+  options.entities.assign(request.entity().begin(), request.entity().end());
+  options.subtrees.assign(request.subtree().begin(), request.subtree().end());
+  options.max_rate_hz = request.max_rate_hz();
+  options.no_echo_client_id = request.no_echo_client_id();
+  options.compact_precision = v1::CompactPrecision(request);
+  options.accepts_kept_view_snapshots = request.accepts_kept_view_snapshots();
+  options.resume_from_frame = request.resume_from_frame();
+  options.resume_history = request.resume_history();
+  // Snapshot chunks and deltas stay a few MB whatever the limit, and under
+  // half of it.
+  options.part_budget_bytes =
+      std::min<size_t>(limits.max_message_bytes / 2, kDefaultPartBudgetBytes);
+  return options;
+}
+
+}  // namespace
+
 grpc::ServerWriteReactor<grpc::ByteBuffer>* XformService::Subscribe(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* bytes) {
   absl::StatusOr<Caller> caller =
@@ -1034,22 +1099,76 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* XformService::Subscribe(
         absl::StrCat("world '", (*world)->name(), "' has its limit of ",
                      limits.max_subscribers, " subscribers")));
   }
-  SubscriptionOptions options;
-  options.entities.assign(request.entity().begin(), request.entity().end());
-  options.subtrees.assign(request.subtree().begin(), request.subtree().end());
-  options.max_rate_hz = request.max_rate_hz();
-  options.no_echo_client_id = request.no_echo_client_id();
-  options.compact_precision = v1::CompactPrecision(request);
-  options.accepts_kept_view_snapshots = request.accepts_kept_view_snapshots();
-  // Snapshot chunks and deltas stay a few MB whatever the limit, and under
-  // half of it.
-  options.part_budget_bytes =
-      std::min<size_t>(limits.max_message_bytes / 2, kDefaultPartBudgetBytes);
   grpc::ServerWriteReactor<grpc::ByteBuffer>* reactor = nullptr;
-  SubscribeReactor::Start(context, *std::move(world), std::move(options),
-                          *watchdog_, *build_pool_, active_calls_, *caller,
-                          &reactor);
+  SubscribeReactor::Start(context, *std::move(world),
+                          SubscriptionOf(request, limits), *watchdog_,
+                          *build_pool_, active_calls_, *caller, &reactor);
   return reactor;
+}
+
+grpc::ServerUnaryReactor* XformService::ListNodes(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return Serve<v1::ListNodesRequest, v1::ListNodesResponse>(
+      active_calls_, host_, *gatekeeper_, refusals_, "ListNodes", context,
+      request, response,
+      [&](const Caller&, const v1::ListNodesRequest&,
+          v1::ListNodesResponse* list) {
+        const ClusterView* cluster = host_.cluster();
+        if (cluster == nullptr) {
+          // A single xformd: itself.
+          char name[256] = {};
+          gethostname(name, sizeof name - 1);
+          v1::NodeInfo& self = *list->add_nodes();
+          self.set_name(name);
+          self.set_worlds_owned(static_cast<uint32_t>(host_.List().size()));
+          self.set_worlds_served(self.worlds_owned());
+          return absl::OkStatus();
+        }
+        absl::StatusOr<std::vector<NodeView>> nodes = cluster->Nodes();
+        if (!nodes.ok()) return nodes.status();
+        for (const NodeView& node : *nodes) {
+          v1::NodeInfo& out = *list->add_nodes();
+          out.set_name(node.name);
+          out.set_address(node.address);
+          out.set_draining(node.draining);
+          out.set_worlds_owned(node.worlds_owned);
+          out.set_worlds_served(node.worlds_served);
+          out.set_started_unix_nanos(absl::ToUnixNanos(node.started));
+          out.set_last_seen_ms(static_cast<uint64_t>(
+              std::max<int64_t>(0, absl::ToInt64Milliseconds(node.last_seen))));
+        }
+        return absl::OkStatus();
+      });
+}
+
+grpc::ServerUnaryReactor* XformService::DrainNode(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return Serve<v1::DrainNodeRequest, v1::DrainNodeResponse>(
+      active_calls_, host_, *gatekeeper_, refusals_, "DrainNode", context,
+      request, response,
+      [&](const Caller& caller, const v1::DrainNodeRequest& drain,
+          v1::DrainNodeResponse* out) {
+        // It moves every world: the admin role on all of them.
+        if (absl::Status allowed = caller.Require(kAdmin, "*", "DrainNode");
+            !allowed.ok()) {
+          return allowed;
+        }
+        ClusterView* cluster = host_.cluster();
+        if (cluster == nullptr) {
+          return absl::FailedPreconditionError(
+              "this xformd is no node of a cluster (--cluster)");
+        }
+        absl::StatusOr<uint32_t> moved =
+            cluster->Drain(drain.node(), !drain.undrain());
+        if (!moved.ok()) return moved.status();
+        out->set_worlds_moved(*moved);
+        Log('I', "node '", EscapeForLog(drain.node()), "' ",
+            drain.undrain() ? "undrained" : "drained", " by principal '",
+            caller.name(), "'");
+        return absl::OkStatus();
+      });
 }
 
 }  // namespace xform::server

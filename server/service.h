@@ -56,7 +56,10 @@ using RawXformService = v1::Xform::WithRawCallbackMethod_CreateWorld<
                         v1::Xform::WithRawCallbackMethod_ApplyStream<
                             v1::Xform::WithRawCallbackMethod_Read<
                                 v1::Xform::WithRawCallbackMethod_Subscribe<
-                                    v1::Xform::Service>>>>>>>>>;
+                                    v1::Xform::WithRawCallbackMethod_ListNodes<
+                                        v1::Xform::
+                                            WithRawCallbackMethod_DrainNode<
+                                                v1::Xform::Service>>>>>>>>>>>;
 
 class XformService final : public RawXformService {
  public:
@@ -83,6 +86,10 @@ class XformService final : public RawXformService {
               Bytes* response) override;
   grpc::ServerWriteReactor<Bytes>* Subscribe(
       grpc::CallbackServerContext* context, const Bytes* request) override;
+  Unary* ListNodes(grpc::CallbackServerContext* context, const Bytes* request,
+                   Bytes* response) override;
+  Unary* DrainNode(grpc::CallbackServerContext* context, const Bytes* request,
+                   Bytes* response) override;
 
   // Shutdown: ends every stream with `status`. Subscribers finish after their
   // write in flight; writers after their batch in flight, at once when they

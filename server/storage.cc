@@ -475,11 +475,22 @@ absl::Status Replay(const JournalRecord& record, bool first,
   if (record.type != RecordType::kBatch) {
     return absl::DataLossError("a world record after the first");
   }
-  if (absl::Status s = ReplayBatch(record.payload, recovered.world); !s.ok()) {
+  std::string write_id;
+  if (absl::Status s = ReplayBatch(record.payload, recovered.world, &write_id);
+      !s.ok()) {
     return s;
   }
   recovered.last_frame = std::max(recovered.last_frame, record.frame);
   ++recovered.replayed;
+  // A batch sent again after the restart applies once too.
+  if (!write_id.empty()) {
+    recovered.write_ids.emplace_back(std::move(write_id), record.frame);
+    if (recovered.write_ids.size() > 2 * kRecentWrites) {
+      recovered.write_ids.erase(
+          recovered.write_ids.begin(),
+          recovered.write_ids.begin() + static_cast<ptrdiff_t>(kRecentWrites));
+    }
+  }
   return absl::OkStatus();
 }
 

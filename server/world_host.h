@@ -32,8 +32,10 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "server/burst_budget.h"
+#include "server/cluster_view.h"
 #include "server/fanout_pool.h"
 #include "server/periodic_thread.h"
+#include "server/recent_writes.h"
 #include "server/replicator.h"
 #include "server/world_log.h"
 #include "xform/message_size.h"
@@ -69,6 +71,9 @@ struct Limits {
   // (see BurstBudget).
   size_t snapshot_burst_bytes = 128 << 20;
   size_t max_message_bytes = kDefaultMaxMessageBytes;
+  // Frames a subscriber whose stream broke may resume from (see
+  // SubscribeRequest.resume_from_frame): 10 s at 60 Hz.
+  uint64_t resume_frames = 600;
 };
 
 class HostedWorld : public SnapshotSource {
@@ -76,7 +81,8 @@ class HostedWorld : public SnapshotSource {
   HostedWorld(std::string name, v1::FrameMode mode, double tick_hz,
               size_t max_pending = 65'536,
               std::shared_ptr<BurstBudget> burst_budget = nullptr,
-              std::string owner = "", std::shared_ptr<Fanout> fanout = nullptr);
+              std::string owner = "", std::shared_ptr<Fanout> fanout = nullptr,
+              uint64_t resume_frames = 0);
 
   const std::string& name() const override { return name_; }
   // The principal that created it (for its max_worlds_owned quota); "" for
@@ -87,7 +93,10 @@ class HostedWorld : public SnapshotSource {
 
   // Validates and applies a batch; returns the frame it will be published in.
   // A driven world's batch with end_frame publishes that frame before it
-  // returns (after the publication before it, if one is under way).
+  // returns (after the publication before it, if one is under way). A
+  // batch whose write_id the world applied lately is not applied again: it
+  // is answered as the first was (recent_writes.h). Refused as the world's
+  // writes are, when they are (StopWriting).
   absl::StatusOr<uint64_t> Apply(const v1::ApplyRequest& request,
                                  const Limits& limits);
   absl::Status Read(const v1::ReadRequest& request, const Limits& limits,
@@ -96,6 +105,9 @@ class HostedWorld : public SnapshotSource {
   // world is locked only to close it (World::EndFrame): batches and reads
   // do not wait for the frame's encoding or its subscribers.
   void Publish();
+  // A tick: Publish(), where the world is written (a cluster's replica
+  // closes frames where its log says).
+  void Tick();
   v1::WorldInfo Info() const;
 
   Replicator& replicator() { return replicator_; }
@@ -105,19 +117,50 @@ class HostedWorld : public SnapshotSource {
   // client once the log says it is durable (world_log.h); a batch the log
   // refuses is taken back, and its error returned.
   void Persist(std::shared_ptr<WorldLog> log);
-  // Takes `world` (recovered) as its state and publishes it whole as frame
-  // `last_frame`, so that subscribers' snapshots hold it. Before the world
-  // is served.
-  void Restore(World world, uint64_t last_frame);
-  bool durable() const { return log_ != nullptr; }
+  // Takes `recovered`'s world as its state, with its recent write ids, and
+  // publishes it whole as frame `recovered.last_frame`, so that
+  // subscribers' snapshots hold it; its frames are a new history unless
+  // it names the one it continues (a cluster's world). Before the world is
+  // served.
+  void Restore(RecoveredWorld& recovered);
+  bool durable() const;
   // A snapshot into its log now (the store takes them when due): see
   // WorldLog::Snapshot.
-  absl::Status SaveSnapshot() { return log_->Snapshot(*this); }
+  absl::Status SaveSnapshot();
+
+  // --- In a cluster (cluster/), where one node writes a world and the
+  // others follow its log.
+  // Whether its writes are taken here.
+  bool writable() const;
+  // Refuses its writes from now on with `why` (a redirect to the node that
+  // writes it: redirect.h; or UNAVAILABLE), after the batch under way;
+  // returns the log it wrote to, if any.
+  std::shared_ptr<WorldLog> StopWriting(absl::Status why);
+  // Takes its writes from now on, into `log`, which follows the records
+  // the world holds.
+  void StartWriting(std::shared_ptr<WorldLog> log);
+  // A replica's steps, in the log's order. ApplyLogged: a batch the writer
+  // applied in open frame `frame` (a later frame than the open one closes
+  // it first, published with what it holds). EndLoggedFrame: the end of
+  // `frame`, which the writer's `digest` describes (none: it held it in
+  // part); published unless the world's own digest differs, which is
+  // DATA_LOSS: the replica is out of step and must reload (Reset).
+  absl::Status ApplyLogged(absl::string_view batch, uint64_t frame);
+  absl::Status EndLoggedFrame(uint64_t frame, std::optional<uint64_t> digest,
+                              absl::Time closed = absl::Now());
+  // Takes `reloaded` as its state in place of what it held, resending every
+  // subscriber its view (Replicator::Reset). O(world + subscribers).
+  void Reset(RecoveredWorld& reloaded);
   // For the log's snapshots (SnapshotSource).
   void WithWorldLocked(
       absl::FunctionRef<void(const World& world)> with_world) override {
     absl::MutexLock lock(&mu_);
     with_world(world_);
+  }
+  void ForEachRecentWriteLocked(
+      absl::FunctionRef<void(absl::string_view id, uint64_t frame)> visit)
+      const override ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    recent_writes_.ForEach(visit);
   }
 
  private:
@@ -148,7 +191,23 @@ class HostedWorld : public SnapshotSource {
   // The frame being published, and its writers: reused by every
   // publication.
   FrameChanges changes_ ABSL_GUARDED_BY(publish_mu_);
+  // When it closed: its time on every node that publishes it.
+  absl::Time closed_at_ ABSL_GUARDED_BY(publish_mu_);
   FrameWriters closed_writers_ ABSL_GUARDED_BY(publish_mu_);
+  // What Apply() did while it held the world.
+  struct Applied {
+    absl::StatusOr<uint64_t> frame;
+    // The log's, for the batch's record: the batch is acknowledged after.
+    std::optional<WorldLog::Acknowledgement> acknowledgement;
+    std::optional<RecentWrites::Write> repeated;  // Its write id was seen.
+    std::shared_ptr<WriteOutcome> outcome;  // For repeats of its write id.
+  };
+  // Apply() with the world held: a repeat found, or the batch applied
+  // (encoding it for the log if one came since).
+  void ApplyHeld(const v1::ApplyRequest& request,
+                 absl::Span<const Command> commands, size_t creates,
+                 std::string& journaled, const Limits& limits, Applied& applied)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Apply()'s work on the world: the batch applied (and journaled), or
   // refused whole; the frame it is in.
   absl::StatusOr<uint64_t> ApplyLocked(
@@ -156,13 +215,48 @@ class HostedWorld : public SnapshotSource {
       size_t creates, const std::string& journaled, const Limits& limits,
       std::optional<WorldLog::Acknowledgement>& acknowledgement)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Closes the open frame into changes_ (and closed_writers_).
-  void CloseFrameLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(publish_mu_, mu_);
-  // Hands the frame CloseFrameLocked() closed to the replicator.
-  void PublishClosed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(publish_mu_)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // Closes the open frame into changes_ (and closed_writers_); if its
+  // log records frame ends and the frame holds logged batches, hands the
+  // log its end, whose acknowledgement the frame's publication waits for
+  // (an error: the log refused it, and the frame is not published).
+  absl::Status CloseFrameLocked(
+      std::optional<WorldLog::Acknowledgement>& acknowledgement)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(publish_mu_, mu_);
+  // Waits for the acknowledgement a frame's close took, if any, then
+  // hands the frame to the replicator. A frame whose end the log lost is
+  // not published, and the world's writes stop.
+  void PublishClosed(
+      std::optional<WorldLog::Acknowledgement> acknowledgement = std::nullopt)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(publish_mu_) ABSL_LOCKS_EXCLUDED(mu_);
+  // A replica's open frame becomes `frame`, closing and publishing the one
+  // open if it holds batches. Takes mu_ itself.
+  void OpenLoggedFrame(uint64_t frame)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(publish_mu_) ABSL_LOCKS_EXCLUDED(mu_);
+  // A batch with a write id seen lately: its frame, once its first
+  // application was acknowledged.
+  static absl::StatusOr<uint64_t> Repeated(const RecentWrites::Write& write);
+  // Apply()'s checks of a request before the world is held: its ids, and
+  // its commands decoded.
+  static absl::StatusOr<std::vector<Command>> Validated(
+      const v1::ApplyRequest& request, const Limits& limits);
+  // Waits for a batch's log record to be acknowledged (the batch is then
+  // acknowledged to its client), settling `outcome` (if any) for its
+  // repeats; a record lost stops the world's writes.
+  absl::Status AwaitLogged(WorldLog::Acknowledgement acknowledgement,
+                           WriteOutcome* outcome) ABSL_LOCKS_EXCLUDED(mu_);
   Replicator replicator_;
-  std::shared_ptr<WorldLog> log_;  // Set before the world is served.
+  std::shared_ptr<WorldLog> log_ ABSL_GUARDED_BY(mu_);
+  // Whether it has a log, read without the lock: a batch is encoded for it
+  // before the lock is taken.
+  std::atomic<bool> logged_{false};
+  // OK while its writes are taken here; else why not.
+  absl::Status refusal_ ABSL_GUARDED_BY(mu_);
+  RecentWrites recent_writes_ ABSL_GUARDED_BY(mu_);
+  // The open frame holds logged batches (its end must be logged, or, on a
+  // replica, published), some of them applied before the world was loaded
+  // (its changes known in part: no digest).
+  bool open_frame_logged_ ABSL_GUARDED_BY(mu_) = false;
+  bool open_frame_partial_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 class WorldHost {
@@ -193,6 +287,16 @@ class WorldHost {
   // Durability. Recover: rebuilds the worlds the log store holds, before
   // any call is served; then the store keeps their logs (syncs, snapshots).
   absl::Status Recover();
+  // Serves a world as recovery (or a cluster, for a world created at
+  // another node) rebuilt it; ALREADY_EXISTS if one has its name.
+  absl::StatusOr<std::shared_ptr<HostedWorld>> Add(RecoveredWorld recovered);
+  // Removes a world its log is gone for (a cluster's world deleted at
+  // another node): its streams end with `status`. False if none.
+  bool Remove(absl::string_view name, const absl::Status& status);
+  // The cluster this node is part of (none: a single xformd). Set before
+  // calls are served.
+  void set_cluster(ClusterView* cluster) { cluster_ = cluster; }
+  ClusterView* cluster() const { return cluster_; }
   // Snapshots every durable world with something logged (clean shutdown).
   void SnapshotAll();
   bool durable() const { return logs_ != nullptr; }
@@ -227,6 +331,7 @@ class WorldHost {
       ABSL_GUARDED_BY(mu_);
   std::unique_ptr<PeriodicThread> poller_;
   std::atomic<bool> ready_;
+  ClusterView* cluster_ = nullptr;
 };
 
 }  // namespace xform::server

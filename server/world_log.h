@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -50,6 +51,11 @@ class SnapshotSource {
   virtual void WithWorldLocked(
       absl::FunctionRef<void(const World& world)> with_world) = 0;
   virtual const std::string& name() const = 0;
+  // The write ids of its last batches, oldest first, each with its frame
+  // (recent_writes.h): called from within WithWorldLocked's `with_world`,
+  // so that a snapshot holds those of the batches it holds.
+  virtual void ForEachRecentWriteLocked(
+      absl::FunctionRef<void(absl::string_view id, uint64_t frame)>) const {}
 };
 
 class WorldLog {
@@ -73,13 +79,45 @@ class WorldLog {
   // lock only to copy it. Errors are the caller's to log; the log stays as
   // it was.
   virtual absl::Status Snapshot(SnapshotSource& world) = 0;
+
+  // Frame ends, for a log that other nodes follow (a cluster's), so that
+  // they close the same frames: whether this log records them. A world
+  // whose log does publishes a frame only once its end is acknowledged, so
+  // that every frame published anywhere is in the log.
+  virtual bool RecordsFrames() const { return false; }
+  // Takes the end of the world's open `frame`, whose batches it took, with
+  // the frame's digest (frame_digest.h; none where this node holds the
+  // frame only in part, having loaded the world partway through it) and
+  // when it closed (every node publishes the frame with that time). Under
+  // the world's writer lock, as Append.
+  virtual absl::StatusOr<Acknowledgement> EndFrame(
+      uint64_t /*frame*/, std::optional<uint64_t> /*digest*/,
+      absl::Time /*closed*/) {
+    return absl::UnimplementedError("this log records no frame ends");
+  }
 };
+
+// How many write ids (ApplyRequest.write_id) a world remembers, so that a
+// batch sent again applies once (recent_writes.h): minutes of batches at
+// 60 Hz for a few writers, and well past any client's retries.
+inline constexpr size_t kRecentWrites = 16'384;
 
 // A world as recovery rebuilt it.
 struct RecoveredWorld {
   config::StoredWorld stored;
   World world;              // Its frame open after the last one journaled.
   uint64_t last_frame = 0;  // The last frame journaled (or snapshotted).
+  // The open frame holds batches of a frame begun before the log's end (a
+  // cluster's log, loaded while its writer wrote): it is closed by a
+  // record still to come, and was published in part.
+  bool partial_frame = false;
+  // The write ids of the last batches replayed, oldest first, each with
+  // its frame (recent_writes.h).
+  std::vector<std::pair<std::string, uint64_t>> write_ids;
+  // The history its frames continue (StoredWorld.history); 0: a new one.
+  uint64_t history = 0;
+  // Where its writes go: `log` (null: nowhere, a cluster's replica, which
+  // follows the log another node writes).
   std::shared_ptr<WorldLog> log;
   // For the log: where recovery spent its time.
   absl::Duration snapshot_time;  // Reading and rebuilding the snapshot.

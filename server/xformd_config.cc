@@ -43,6 +43,11 @@ ABSL_FLAG(uint64_t, max_filter_ids, 65'536,
 ABSL_FLAG(uint64_t, max_pending, 65'536,
           "Changed entities a subscriber may have unsent before it is resent "
           "its view whole (a snapshot) instead: bounds a laggard's memory");
+ABSL_FLAG(uint64_t, resume_frames, 600,
+          "Frames a subscriber whose stream broke may resume from, sent only "
+          "what changed since (its view whole past them): 10 s at 60 Hz. "
+          "Costs a log of the entities destroyed in them, at most "
+          "--max_pending");
 ABSL_FLAG(uint64_t, snapshot_burst_mb, 128,
           "MiB that streamed snapshots may hold, server-wide, in parts made "
           "ahead of their streams so as to end while their world changes "
@@ -136,8 +141,24 @@ ABSL_FLAG(std::string, cluster, "",
           "--data_dir: worlds survive the loss of this machine "
           "(docs/cluster.md). Empty: a single node");
 ABSL_FLAG(std::string, node_name, "",
-          "This node's name in the cluster, as NATS shows its connection "
-          "(default: the host name)");
+          "This node's name in the cluster, unique among its nodes, as "
+          "ListNodes and NATS show it (default: the host name)");
+ABSL_FLAG(std::string, advertise_address, "",
+          "Where clients reach this node, as redirects and ListNodes name it "
+          "(default: --listen's address, or for a wildcard one the host "
+          "name, with the port it listens on)");
+ABSL_FLAG(int, cluster_lease_ms, 2'000,
+          "How long a world's writer holds it without renewing its lease "
+          "(renewed four times as often): a writer lost is replaced after "
+          "about this long");
+ABSL_FLAG(std::string, cluster_cert_file, "",
+          "This node's certificate (PEM) for NATS servers that verify their "
+          "clients (with --cluster_key_file)");
+ABSL_FLAG(std::string, cluster_key_file, "",
+          "The private key (PEM) of --cluster_cert_file");
+ABSL_FLAG(std::string, cluster_creds_file, "",
+          "A NATS credentials file (a user's JWT and NKey seed) for NATS "
+          "servers run with decentralized authentication");
 ABSL_FLAG(int, cluster_replicas, 3,
           "NATS servers each world's streams are kept on: 3 survives the "
           "loss of any one; 1 for a single NATS server");
@@ -215,6 +236,7 @@ Limits LimitsFromFlags(Problems& problems) {
   limits.max_subscribers = absl::GetFlag(FLAGS_max_subscribers);
   limits.max_filter_ids = absl::GetFlag(FLAGS_max_filter_ids);
   limits.max_pending = absl::GetFlag(FLAGS_max_pending);
+  limits.resume_frames = absl::GetFlag(FLAGS_resume_frames);
   limits.snapshot_burst_bytes = absl::GetFlag(FLAGS_snapshot_burst_mb) << 20;
   limits.max_message_bytes = max_message;
   return limits;
@@ -237,6 +259,25 @@ std::optional<StorageOptions> StorageFromFlags(Problems& problems) {
                                     : FsyncPolicy::kEverySecond;
   storage.truncate_corrupt = recover == "truncate";
   return storage;
+}
+
+// How a node reaches the NATS servers: TLS, certificates, credentials.
+void ClusterCredentialsFromFlags(ClusterOptions& cluster, Problems& problems) {
+  cluster.ca_file = absl::GetFlag(FLAGS_cluster_ca_file);
+  cluster.cert_file = absl::GetFlag(FLAGS_cluster_cert_file);
+  cluster.key_file = absl::GetFlag(FLAGS_cluster_key_file);
+  problems.Unless(cluster.cert_file.empty() == cluster.key_file.empty(),
+                  "--cluster_cert_file and --cluster_key_file go together");
+  cluster.creds_file = absl::GetFlag(FLAGS_cluster_creds_file);
+  if (const std::string file = absl::GetFlag(FLAGS_cluster_token_file);
+      !file.empty()) {
+    std::ifstream in(file);
+    std::stringstream text;
+    text << in.rdbuf();
+    cluster.token = std::string(absl::StripAsciiWhitespace(text.str()));
+    problems.Unless(in.is_open() && !cluster.token.empty(),
+                    "--cluster_token_file must name a file holding a token");
+  }
 }
 
 std::optional<ClusterOptions> ClusterFromFlags(Problems& problems) {
@@ -270,16 +311,12 @@ std::optional<ClusterOptions> ClusterFromFlags(Problems& problems) {
   problems.Unless(window >= 1 && window <= 65'536,
                   "--cluster_window must be 1 to 65536");
   cluster.window = static_cast<size_t>(window);
-  cluster.ca_file = absl::GetFlag(FLAGS_cluster_ca_file);
-  if (const std::string file = absl::GetFlag(FLAGS_cluster_token_file);
-      !file.empty()) {
-    std::ifstream in(file);
-    std::stringstream text;
-    text << in.rdbuf();
-    cluster.token = std::string(absl::StripAsciiWhitespace(text.str()));
-    problems.Unless(in.is_open() && !cluster.token.empty(),
-                    "--cluster_token_file must name a file holding a token");
-  }
+  ClusterCredentialsFromFlags(cluster, problems);
+  cluster.address = absl::GetFlag(FLAGS_advertise_address);
+  const int lease = absl::GetFlag(FLAGS_cluster_lease_ms);
+  problems.Unless(lease >= 200 && lease <= 600'000,
+                  "--cluster_lease_ms must be 200 to 600000");
+  cluster.lease = absl::Milliseconds(lease);
   const int connect = absl::GetFlag(FLAGS_cluster_connect_timeout_ms);
   problems.Unless(connect >= 100,
                   "--cluster_connect_timeout_ms must be at least 100");

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "server/cluster/jetstream_log.h"
+#include "server/cluster/nats_link.h"
 #include "server/edge/edge.h"
 #include "server/health_service.h"
 #include "server/refusal_guard.h"

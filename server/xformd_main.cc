@@ -26,6 +26,7 @@
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 #include "server/access_policy.h"
+#include "server/cluster/cluster_node.h"
 #include "server/demo.h"
 #include "server/edge/edge.h"
 #include "server/gatekeeper.h"
@@ -74,16 +75,18 @@ void RaiseFileLimit() {
       ")");
 }
 
-// The worlds' logs: the cluster's (--cluster), --data_dir's, or none.
+// The worlds' logs: the cluster's (--cluster, whose node `cluster` is
+// then), --data_dir's, or none.
 absl::StatusOr<std::unique_ptr<WorldLogStore>> OpenStorage(
-    const XformdConfig& config) {
+    const XformdConfig& config, ClusterNode** cluster) {
   if (config.cluster) {
-    absl::StatusOr<std::unique_ptr<JetStreamLogStore>> cluster =
-        JetStreamLogStore::Connect(*config.cluster);
-    if (!cluster.ok()) return cluster.status();
+    absl::StatusOr<std::unique_ptr<ClusterNode>> node =
+        ClusterNode::Connect(*config.cluster);
+    if (!node.ok()) return node.status();
     Log('I', "worlds are durable in the cluster's JetStream (",
         DescribeCluster(*config.cluster), ")");
-    return std::unique_ptr<WorldLogStore>(*std::move(cluster));
+    *cluster = node->get();
+    return std::unique_ptr<WorldLogStore>(*std::move(node));
   }
   if (!config.storage) {
     Log('W',
@@ -225,19 +228,55 @@ void DrainAndStop(const XformdConfig& config, grpc::Server& server,
   server.Wait();
 }
 
+// Where clients reach this node of a cluster: --advertise_address, or
+// --listen's host (the host name for a wildcard one) and the port bound.
+std::string AdvertisedAddress(const XformdConfig& config, int port) {
+  if (!config.cluster->address.empty()) return config.cluster->address;
+  std::string host(config.listen.substr(0, config.listen.rfind(':')));
+  if (host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::") {
+    char name[256] = {};
+    gethostname(name, sizeof name - 1);
+    host = name;
+  }
+  return absl::StrCat(host, ":", port);
+}
+
 int Fail(const absl::Status& status) {
   Log('E', status.message());
   return 1;
+}
+
+// The worlds of --data_dir or of the cluster, loaded before SERVING (a
+// cluster's node also starts following and writing its worlds).
+absl::Status RecoverWorlds(const XformdConfig& config, int port,
+                           WorldHost& host, ClusterNode* cluster) {
+  if (cluster != nullptr) {
+    cluster->set_address(AdvertisedAddress(config, port));
+  }
+  if (absl::Status recovered = host.Recover(); !recovered.ok()) {
+    return recovered;
+  }
+  return cluster != nullptr ? cluster->Serve(host) : absl::OkStatus();
+}
+
+void LogServing(const XformdConfig& config, Edge& edge) {
+  Log('I', "xformd serving on ", config.listen, " (port ", edge.port(), ", ",
+      edge.tls() ? "TLS" : "plaintext", "), default tick ", config.tick_hz,
+      " Hz; connections use descriptors up to ", edge.admission().ceiling(),
+      ", at most ", edge.admission().max_per_address(), " from one address");
 }
 
 int Main(const XformdConfig& config) {
   const sigset_t signals = TakeSignals();
   RaiseFileLimit();
   ConfigureHeap();
-  absl::StatusOr<std::unique_ptr<WorldLogStore>> storage = OpenStorage(config);
+  ClusterNode* cluster = nullptr;
+  absl::StatusOr<std::unique_ptr<WorldLogStore>> storage =
+      OpenStorage(config, &cluster);
   if (!storage.ok()) return Fail(storage.status());
   WorldHost host(config.limits, config.tick_hz, *std::move(storage),
                  config.fanout_threads);
+  host.set_cluster(cluster);
   absl::StatusOr<std::shared_ptr<const AccessPolicy>> policy =
       LoadPolicy(config.auth_file);
   if (!policy.ok()) return Fail(policy.status());
@@ -262,22 +301,22 @@ int Main(const XformdConfig& config) {
   Log('I', "xformd listening on ", config.listen, " (port ", (*edge)->port(),
       ")");
   services.SetServing(false);
-  if (absl::Status recovered = host.Recover(); !recovered.ok()) {
+  if (absl::Status recovered =
+          RecoverWorlds(config, (*edge)->port(), host, cluster);
+      !recovered.ok()) {
     server->Shutdown(absl::ToChronoTime(absl::Now()));
     return Fail(recovered);
   }
   services.SetServing(true);
-  Log('I', "xformd serving on ", config.listen, " (port ", (*edge)->port(),
-      ", ", (*edge)->tls() ? "TLS" : "plaintext", "), default tick ",
-      config.tick_hz, " Hz; connections use descriptors up to ",
-      (*edge)->admission().ceiling(), ", at most ",
-      (*edge)->admission().max_per_address(), " from one address");
+  LogServing(config, **edge);
   DemoWorlds demo(host, config.demo);
 
   ServeUntilStopped(signals, config.auth_file, *gatekeeper);
   services.SetServing(false);
   (*edge)->Stop();
   demo.Stop();
+  // Its worlds' writers move to other nodes now, not a lease later.
+  if (cluster != nullptr) cluster->Leave();
   DrainAndStop(config, *server, services.xform);
   if (host.durable()) {
     Log('I', "snapshotting every world before exit");

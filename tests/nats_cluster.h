@@ -8,6 +8,7 @@
 #ifndef XFORM_TESTS_NATS_CLUSTER_H_
 #define XFORM_TESTS_NATS_CLUSTER_H_
 
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
@@ -15,13 +16,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -51,7 +56,9 @@ class NatsCluster {
     std::filesystem::remove_all(dir_);
     std::filesystem::create_directories(dir_);
     for (int i = 0; i < servers; ++i) {
-      nodes_.push_back({.client_port = FreePort(), .route_port = FreePort()});
+      nodes_.push_back({.client_port = FreePort(),
+                        .route_port = FreePort(),
+                        .monitor_port = FreePort()});
     }
     for (int i = 0; i < servers; ++i) {
       WriteConfig(i);
@@ -61,7 +68,10 @@ class NatsCluster {
   }
   ~NatsCluster() {
     for (size_t i = 0; i < nodes_.size(); ++i) Kill(static_cast<int>(i));
-    std::filesystem::remove_all(dir_);
+    // XFORM_KEEP_NATS keeps the servers' logs and stores, to look into.
+    if (std::getenv("XFORM_KEEP_NATS") == nullptr) {
+      std::filesystem::remove_all(dir_);
+    }
   }
 
   int size() const { return static_cast<int>(nodes_.size()); }
@@ -93,6 +103,50 @@ class NatsCluster {
     WaitReady(i);
   }
 
+  // Waits until server i says, on its monitoring port's /healthz, that it
+  // is current: JetStream on, and every stream and consumer it holds a
+  // replica of caught up with its group. A server started again after a
+  // kill takes a while to be; losing another before it is loses a
+  // stream's quorum, two failures at once, not one.
+  bool WaitCurrent(int i, absl::Duration timeout) {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (absl::Now() < deadline) {
+      if (absl::StrContains(HttpGet(nodes_[i].monitor_port, "/healthz"),
+                            "\"ok\"")) {
+        return true;
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    return false;
+  }
+
+  // A port free now that stays ours across restarts as far as a test can
+  // make it: below the kernel's ephemeral range (ip_local_port_range), so
+  // that no outgoing connection takes it while its server is down (a
+  // client retrying a dead node's port can even connect to itself, and
+  // the node came back to "Address already in use"), chosen at random
+  // among the ports that bind now.
+  static int FreePort() {
+    int ephemeral_low = 32768;
+    std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> ephemeral_low;
+    const int low = 16000;  // Fixed ports of other tests are below.
+    const int high = std::max(low + 1000, ephemeral_low);
+    static std::mt19937 random(std::random_device{}());
+    for (;;) {
+      const int port =
+          std::uniform_int_distribution<int>(low, high - 1)(random);
+      const int fd = socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in address{};
+      address.sin_family = AF_INET;
+      address.sin_port = htons(static_cast<uint16_t>(port));
+      address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      const bool free =
+          bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0;
+      close(fd);
+      if (free) return port;
+    }
+  }
+
   std::string Log(int i) const {
     std::ifstream in(LogPath(i));
     std::stringstream text;
@@ -104,23 +158,10 @@ class NatsCluster {
   struct Node {
     int client_port = 0;
     int route_port = 0;
+    int monitor_port = 0;  // HTTP monitoring (/healthz).
     pid_t pid = 0;
     size_t log_start = 0;  // Where this start's lines begin.
   };
-
-  // A port the kernel reports free now: the routes must be named before
-  // the servers start.
-  static int FreePort() {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
-    socklen_t size = sizeof address;
-    getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size);
-    close(fd);
-    return ntohs(address.sin_port);
-  }
 
   std::string LogPath(int i) const {
     return absl::StrCat(dir_, "/n", i, ".log");
@@ -134,6 +175,7 @@ class NatsCluster {
     conf << "server_name: " << Name(i) << "\n"
          << "listen: 127.0.0.1:" << nodes_[i].client_port << "\n"
          << "max_payload: " << options_.max_payload << "\n"
+         << "http: 127.0.0.1:" << nodes_[i].monitor_port << "\n"
          << "jetstream { store_dir: \"" << dir_ << "/store" << i << "\" }\n";
     if (!options_.tls_cert.empty()) {
       conf << "tls { cert_file: \"" << options_.tls_cert << "\", key_file: \""
@@ -178,6 +220,36 @@ class NatsCluster {
       absl::SleepFor(absl::Milliseconds(20));
     }
     ADD_FAILURE() << "nats-server " << i << " did not start: " << Log(i);
+  }
+
+  // The body of an HTTP/1.0 GET of `path` on a loopback port ("" if it
+  // fails): enough for nats-server's monitoring endpoints.
+  static std::string HttpGet(int port, const std::string& path) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return "";
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<uint16_t>(port));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    timeval timeout{.tv_sec = 2, .tv_usec = 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+    std::string response;
+    if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) ==
+        0) {
+      const std::string request =
+          absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+      if (write(fd, request.data(), request.size()) ==
+          static_cast<ssize_t>(request.size())) {
+        char buffer[4096];
+        ssize_t got;
+        while ((got = read(fd, buffer, sizeof buffer)) > 0) {
+          response.append(buffer, static_cast<size_t>(got));
+        }
+      }
+    }
+    close(fd);
+    const size_t body = response.find("\r\n\r\n");
+    return body == std::string::npos ? "" : response.substr(body + 4);
   }
 
   static inline int count_ = 0;

@@ -2274,5 +2274,169 @@ TEST(ReplicatorThreadsTest, ConcurrentPublishConsumeAndChurn) {
   for (const State& mirror : mirrors) EXPECT_EQ(mirror, final_state);
 }
 
+// --- Resuming a subscriber whose stream broke (resume_from_frame), and a
+// replicator reset to a reloaded world.
+
+// A world of 100 entities under 10 roots, published, and a replicator that
+// logs destructions for `resume_frames` frames.
+struct ResumeFixture {
+  explicit ResumeFixture(uint64_t resume_frames = 50)
+      : replicator(65'536, nullptr, nullptr, resume_frames) {
+    replicator.set_history(7);
+    for (EntityId e = 1; e <= 100; ++e) {
+      EXPECT_TRUE(world
+                      .Create(e, e <= 10 ? kNoEntity : (e % 10) + 1,
+                              At(static_cast<float>(e)))
+                      .ok());
+    }
+    Publish();
+  }
+  void Publish() {
+    world.EndFrame(&changes);
+    replicator.Publish(changes, absl::Now());
+  }
+  // Changes a few entities: moves 3, destroys one, creates one.
+  void Change(int step) {
+    for (EntityId e : {EntityId{12}, EntityId{25}, EntityId{3}}) {
+      EXPECT_TRUE(world.SetLocal(e, At(1000.0f + step)).ok());
+    }
+    EXPECT_TRUE(world.Destroy(40 + step).ok());
+    EXPECT_TRUE(world.Create(1000 + step, 2, At(5)).ok());
+    Publish();
+  }
+  SubscriptionOptions Resuming(uint64_t frame, uint64_t history = 7) const {
+    SubscriptionOptions options;
+    options.accepts_kept_view_snapshots = true;
+    options.resume_from_frame = frame;
+    options.resume_history = history;
+    return options;
+  }
+  World world;
+  FrameChanges changes;
+  Replicator replicator;
+};
+
+TEST(ReplicatorResumeTest, ASubscriberResumesWithWhatChangedSinceItsFrame) {
+  ResumeFixture f;
+  // A subscriber holds the world as of this frame, then its stream breaks.
+  State held = Snapshot(f.world);
+  const uint64_t held_frame = f.replicator.frame();
+  for (int step = 0; step < 5; ++step) f.Change(step);
+  const auto id = f.replicator.Subscribe(f.Resuming(held_frame),
+                                         std::make_shared<CountingSink>());
+  int entries = 0;
+  int messages = 0;
+  while (auto update = f.replicator.Next(id, absl::InfiniteFuture())) {
+    const v1::FrameUpdate& u = update->message();
+    EXPECT_FALSE(u.snapshot() && !u.keeps_view()) << "sent its view whole";
+    entries += u.created_size() + u.destroyed_size() + u.moved_size();
+    ApplyUpdate(u, &held);
+    ++messages;
+  }
+  EXPECT_EQ(held, Snapshot(f.world));
+  EXPECT_GE(messages, 1);
+  EXPECT_LT(entries, 60) << "what changed, not the world's 100";
+}
+
+TEST(ReplicatorResumeTest, AnotherHistoryOrAFrameOutsideTheWindowIsSentWhole) {
+  ResumeFixture f(/*resume_frames=*/3);
+  const uint64_t old_frame = f.replicator.frame();
+  for (int step = 0; step < 6; ++step) f.Change(step);
+  for (const SubscriptionOptions& options :
+       {f.Resuming(old_frame), f.Resuming(f.replicator.frame(), 8)}) {
+    const auto id =
+        f.replicator.Subscribe(options, std::make_shared<CountingSink>());
+    auto first = f.replicator.Next(id, absl::InfiniteFuture());
+    ASSERT_NE(first, nullptr);
+    EXPECT_TRUE(first->message().snapshot());
+    EXPECT_FALSE(first->message().keeps_view());
+    EXPECT_EQ(first->message().history(), 7u);
+    State mirror;
+    ApplyUpdate(first->message(), &mirror);
+    Drain(f.replicator, id, &mirror);
+    EXPECT_EQ(mirror, Snapshot(f.world));
+  }
+  // Within the window it resumes.
+  State held = Snapshot(f.world);
+  const uint64_t recent = f.replicator.frame();
+  f.Change(10);
+  const auto id = f.replicator.Subscribe(f.Resuming(recent),
+                                         std::make_shared<CountingSink>());
+  auto first = f.replicator.Next(id, absl::InfiniteFuture());
+  ASSERT_NE(first, nullptr);
+  EXPECT_FALSE(first->message().snapshot() && !first->message().keeps_view());
+  ApplyUpdate(first->message(), &held);
+  Drain(f.replicator, id, &held);
+  EXPECT_EQ(held, Snapshot(f.world));
+}
+
+TEST(ReplicatorResumeTest, AFrameNotPublishedYetIsWaitedFor) {
+  // Another node published frames this one has not yet: the subscriber
+  // holds them, and is sent nothing until a later frame comes.
+  ResumeFixture ahead;
+  ResumeFixture behind;
+  for (int step = 0; step < 3; ++step) ahead.Change(step);
+  State held = Snapshot(ahead.world);
+  const uint64_t held_frame = ahead.replicator.frame();
+  const auto id = behind.replicator.Subscribe(behind.Resuming(held_frame),
+                                              std::make_shared<CountingSink>());
+  for (int step = 0; step < 3; ++step) {
+    EXPECT_EQ(behind.replicator.Next(id, absl::InfiniteFuture()), nullptr);
+    behind.Change(step);
+  }
+  ASSERT_EQ(behind.replicator.frame(), held_frame);
+  EXPECT_EQ(behind.replicator.Next(id, absl::InfiniteFuture()), nullptr);
+  behind.Change(3);
+  int messages = 0;
+  while (auto update = behind.replicator.Next(id, absl::InfiniteFuture())) {
+    EXPECT_FALSE(update->message().snapshot());
+    EXPECT_EQ(update->message().frame(), held_frame + 1);
+    ApplyUpdate(update->message(), &held);
+    ++messages;
+  }
+  EXPECT_EQ(messages, 1);
+  EXPECT_EQ(held, Snapshot(behind.world));
+}
+
+TEST(ReplicatorResumeTest, AResetResendsEverySubscriberItsView) {
+  ResumeFixture f;
+  SubscriptionOptions subtree;
+  subtree.subtrees = {2};
+  const auto whole =
+      f.replicator.Subscribe({}, std::make_shared<CountingSink>());
+  const auto sink = std::make_shared<CountingSink>();
+  const auto filtered = f.replicator.Subscribe(subtree, sink);
+  State whole_mirror, filtered_mirror;
+  Drain(f.replicator, whole, &whole_mirror);
+  Drain(f.replicator, filtered, &filtered_mirror);
+  // The world as a reload gives it: a different one, at a later frame.
+  World reloaded = f.world;
+  ASSERT_TRUE(reloaded.Destroy(2).ok());
+  ASSERT_TRUE(reloaded.Create(2, kNoEntity, At(-1)).ok());
+  ASSERT_TRUE(reloaded.Create(5000, 2, At(3)).ok());
+  FrameChanges ignored;
+  reloaded.EndFrame(&ignored);
+  const int wakes = sink->wakes;
+  f.replicator.Reset(reloaded, f.replicator.frame() + 5, absl::Now(),
+                     f.replicator.frame() + 5);
+  EXPECT_GT(sink->wakes, wakes);
+  v1::FrameUpdate last;
+  Drain(f.replicator, whole, &whole_mirror, &last);
+  EXPECT_TRUE(last.snapshot_done());
+  EXPECT_EQ(whole_mirror, Snapshot(reloaded));
+  Drain(f.replicator, filtered, &filtered_mirror);
+  EXPECT_EQ(filtered_mirror, (State{{2, {kNoEntity, *reloaded.WorldMatrix(2)}},
+                                    {5000, {2, *reloaded.WorldMatrix(5000)}}}));
+  // Frames after it go on from there.
+  ASSERT_TRUE(reloaded.SetLocal(5000, At(9)).ok());
+  reloaded.RestartFrames(f.replicator.frame() + 1);
+  ASSERT_TRUE(reloaded.SetLocal(5000, At(10)).ok());
+  FrameChanges next;
+  reloaded.EndFrame(&next);
+  f.replicator.Publish(next, absl::Now());
+  Drain(f.replicator, whole, &whole_mirror);
+  EXPECT_EQ(whole_mirror, Snapshot(reloaded));
+}
+
 }  // namespace
 }  // namespace xform::server

@@ -5,14 +5,22 @@
 
 #include "server/world_host.h"
 
+#include <cstring>
+#include <map>
 #include <memory>
+#include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "server/redirect.h"
+#include "tests/random_batches.h"
+#include "xform/v1/frame_update.h"
 #include "xform/v1/wire.h"
 
 namespace xform::server {
@@ -131,6 +139,185 @@ TEST(HostedWorldTest, ABatchDoesNotWaitForAnotherBatchsPublication) {
   ASSERT_TRUE(ending.ok()) << ending.status();
   ASSERT_TRUE(next.ok()) << next.status();
   EXPECT_EQ(*next, *ending + 1);
+}
+
+// --- Write ids, and a replica following a writer's log (as a cluster's
+// nodes do, cluster/world_follower.h), without NATS: a log that keeps its
+// records in memory, acknowledged at once.
+
+class QuietSink final : public UpdateSink {
+ public:
+  void Wake() override {}
+  void Poll(absl::Time) override {}
+  void End(const absl::Status&) override {}
+};
+
+// What a writer's log held: each batch with its frame, and each frame end.
+struct LoggedRecord {
+  bool end = false;
+  uint64_t frame = 0;
+  std::string batch;
+  std::optional<uint64_t> digest;
+};
+
+class MemoryLog final : public WorldLog {
+ public:
+  absl::StatusOr<Acknowledgement> Append(uint64_t frame,
+                                         absl::string_view batch) override {
+    records.push_back({.frame = frame, .batch = std::string(batch)});
+    return Acknowledgement([] { return absl::OkStatus(); });
+  }
+  absl::Status Snapshot(SnapshotSource&) override { return absl::OkStatus(); }
+  bool RecordsFrames() const override { return true; }
+  absl::StatusOr<Acknowledgement> EndFrame(uint64_t frame,
+                                           std::optional<uint64_t> digest,
+                                           absl::Time) override {
+    records.push_back({.end = true, .frame = frame, .digest = digest});
+    return Acknowledgement([] { return absl::OkStatus(); });
+  }
+  std::vector<LoggedRecord> records;
+};
+
+// Everything a subscriber was sent, applied: entity -> (parent, matrix).
+struct SeenState {
+  std::map<EntityId, std::pair<EntityId, Matrix3x4>> entities;
+  uint64_t frame = 0;
+  std::vector<uint64_t> frames;  // Each frame's message's.
+};
+void Take(HostedWorld& world, Replicator::SubscriptionId id, SeenState& seen) {
+  while (auto update = world.replicator().Next(id, absl::InfiniteFuture())) {
+    const v1::FrameUpdate& u = update->message();
+    if (u.snapshot() && u.part() == 0 && !u.keeps_view()) {
+      seen.entities.clear();
+    }
+    for (EntityId e : u.destroyed()) seen.entities.erase(e);
+    for (int k = 0; k < u.created_size(); ++k) {
+      seen.entities[u.created(k)].first = u.created_parent(k);
+    }
+    for (int k = 0; k < u.reparented_size(); ++k) {
+      seen.entities[u.reparented(k)].first = u.reparented_parent(k);
+    }
+    const v1::FrameUpdateReader read(u);
+    for (int k = 0; k < read.moved_size(); ++k) {
+      seen.entities[u.moved(k)].second = read.moved_world(k);
+    }
+    seen.frame = u.frame();
+    // A snapshot's frame is the last published, with changes or without:
+    // frames without any (a tick with no batch) are published by the
+    // writer alone.
+    if (!u.snapshot()) seen.frames.push_back(u.frame());
+  }
+}
+
+bool SameMatrices(const SeenState& a, const SeenState& b) {
+  if (a.entities.size() != b.entities.size()) return false;
+  for (const auto& [e, entry] : a.entities) {
+    const auto it = b.entities.find(e);
+    if (it == b.entities.end() || it->second.first != entry.first ||
+        std::memcmp(&it->second.second, &entry.second, sizeof entry.second) !=
+            0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+TEST(HostedWorldTest, ABatchSentAgainWithItsWriteIdAppliesOnce) {
+  HostedWorld world("w", v1::FRAME_MODE_DRIVEN, 0);
+  const Limits limits;
+  v1::ApplyRequest create = Batch({CreateOp{1, kNoEntity, At(0)}});
+  create.set_write_id("client-a:1");
+  absl::StatusOr<uint64_t> first = world.Apply(create, limits);
+  ASSERT_TRUE(first.ok()) << first.status();
+  absl::StatusOr<uint64_t> again = world.Apply(create, limits);
+  ASSERT_TRUE(again.ok()) << again.status();  // Not ALREADY_EXISTS.
+  EXPECT_EQ(*again, *first);
+  // Another id applies, and is refused as the world says.
+  create.set_write_id("client-a:2");
+  EXPECT_EQ(world.Apply(create, limits).status().code(),
+            absl::StatusCode::kAlreadyExists);
+  create.set_write_id(std::string(65, 'x'));
+  EXPECT_EQ(world.Apply(create, limits).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(HostedWorldTest, AReplicaFollowingTheLogPublishesTheWritersFrames) {
+  const Limits limits;
+  HostedWorld writer("w", v1::FRAME_MODE_TICK, 60);
+  auto log = std::make_shared<MemoryLog>();
+  writer.Persist(log);
+  HostedWorld replica("w", v1::FRAME_MODE_TICK, 60);
+  replica.StopWriting(RedirectTo("world 'w''s writes", {"a", "10.0.0.1:1"}));
+  const auto writer_id =
+      writer.replicator().Subscribe({}, std::make_shared<QuietSink>());
+  const auto replica_id =
+      replica.replicator().Subscribe({}, std::make_shared<QuietSink>());
+  SeenState from_writer, from_replica;
+  testing::RandomBatches random(5, 1);
+  World model;
+  size_t taken = 0;
+  for (int frame = 0; frame < 200; ++frame) {
+    // Frames of 0 to 3 batches, some with nothing to publish.
+    for (int b = 0; b < frame % 4; ++b) {
+      v1::ApplyRequest request = Batch(random.Next(model, 8));
+      request.set_write_id(absl::StrCat("w", frame, ".", b));
+      ASSERT_TRUE(writer.Apply(request, limits).ok());
+    }
+    writer.Tick();
+    for (; taken < log->records.size(); ++taken) {
+      const LoggedRecord& r = log->records[taken];
+      ASSERT_TRUE((r.end ? replica.EndLoggedFrame(r.frame, r.digest)
+                         : replica.ApplyLogged(r.batch, r.frame))
+                      .ok())
+          << "record " << taken;
+    }
+    Take(writer, writer_id, from_writer);
+    Take(replica, replica_id, from_replica);
+    ASSERT_EQ(from_replica.frames, from_writer.frames) << "frame " << frame;
+    ASSERT_TRUE(SameMatrices(from_replica, from_writer)) << "frame " << frame;
+  }
+  EXPECT_GT(from_writer.frames.size(), 100u);
+  // The replica takes no writes: it names the node that does.
+  const absl::Status refused =
+      replica.Apply(Batch({CreateOp{999999, kNoEntity, At(0)}}), limits)
+          .status();
+  ASSERT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(RedirectOf(refused).has_value());
+  EXPECT_EQ(RedirectOf(refused)->address, "10.0.0.1:1");
+  // It knows the writer's write ids, for when it writes the world next.
+  v1::ApplyRequest repeated = Batch({CreateOp{1, kNoEntity, At(0)}});
+  repeated.set_write_id("w199.2");
+  replica.StartWriting(std::make_shared<MemoryLog>());
+  absl::StatusOr<uint64_t> frame = replica.Apply(repeated, limits);
+  ASSERT_TRUE(frame.ok()) << frame.status();
+}
+
+TEST(HostedWorldTest, AReplicaWhoseFrameDiffersFromTheWritersSaysSo) {
+  const Limits limits;
+  HostedWorld writer("w", v1::FRAME_MODE_DRIVEN, 0);
+  auto log = std::make_shared<MemoryLog>();
+  writer.Persist(log);
+  HostedWorld replica("w", v1::FRAME_MODE_DRIVEN, 0);
+  replica.StopWriting(absl::UnavailableError("no writer"));
+  ASSERT_TRUE(
+      writer.Apply(Batch({CreateOp{1, kNoEntity, At(0)}}, true), limits).ok());
+  ASSERT_TRUE(writer.Apply(Batch({SetLocalOp{1, At(2)}}, true), limits).ok());
+  ASSERT_EQ(log->records.size(), 4u);
+  ASSERT_TRUE(replica.ApplyLogged(log->records[0].batch, 1).ok());
+  ASSERT_TRUE(
+      replica.EndLoggedFrame(log->records[1].frame, log->records[1].digest)
+          .ok());
+  // The replica's second batch differs from the writer's.
+  ASSERT_TRUE(
+      replica
+          .ApplyLogged(Batch({SetLocalOp{1, At(3)}}).SerializeAsString(),
+                       log->records[2].frame)
+          .ok());
+  const absl::Status differs =
+      replica.EndLoggedFrame(log->records[3].frame, log->records[3].digest);
+  EXPECT_EQ(differs.code(), absl::StatusCode::kDataLoss) << differs;
+  EXPECT_EQ(replica.replicator().frame(), log->records[1].frame)
+      << "the frame that differs is not published";
 }
 
 }  // namespace

@@ -91,6 +91,11 @@ class Xformd {
     exited_ = true;
   }
 
+  // Sends `signal` (SIGSTOP, SIGCONT: a node paused).
+  void Signal(int signal) {
+    if (pid_ != 0 && !exited_) kill(pid_, signal);
+  }
+
   // The exit status, or -1 if it has not exited within `timeout`.
   int WaitForExit(absl::Duration timeout) {
     const absl::Time deadline = absl::Now() + timeout;

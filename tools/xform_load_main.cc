@@ -50,6 +50,9 @@ ABSL_FLAG(std::string, xformd, "",
 ABSL_FLAG(std::string, xformd_args, "",
           "More flags for the xformd that --xformd starts, space-separated "
           "(--fanout_threads=1, say)");
+ABSL_FLAG(std::string, subscriber_server, "",
+          "Stream subscribers' addresses, if not --server's: a cluster's "
+          "nodes, subscriber s starting at the (s mod n)th");
 ABSL_FLAG(int, server_pid, 0, "The running xformd's pid, to read its CPU/RSS");
 ABSL_FLAG(std::string, world, "load", "World to build (replaced if present)");
 ABSL_FLAG(std::string, shape, "scene", "wide, scene or chains");
@@ -130,11 +133,16 @@ int Main(std::vector<std::string> self) {
     const absl::StatusOr<std::vector<MirrorOptions::Encoding>> encoding =
         tools::EncodingFlags();
     if (!encoding.ok() || encoding->empty()) return 2;
-    return ServeSubscriberProcess(
-        LoadClientOptions(config.client), absl::GetFlag(FLAGS_world),
-        encoding->front(), tools::PrecisionFlag(),
-        absl::GetFlag(FLAGS_subscriber_hz), absl::GetFlag(FLAGS_subscribers));
+    ClientOptions subscriber = LoadClientOptions(config.client);
+    if (!absl::GetFlag(FLAGS_subscriber_server).empty()) {
+      subscriber.address = absl::GetFlag(FLAGS_subscriber_server);
+    }
+    return ServeSubscriberProcess(subscriber, absl::GetFlag(FLAGS_world),
+                                  encoding->front(), tools::PrecisionFlag(),
+                                  absl::GetFlag(FLAGS_subscriber_hz),
+                                  absl::GetFlag(FLAGS_subscribers));
   }
+  config.subscriber_address = absl::GetFlag(FLAGS_subscriber_server);
   config.self = std::move(self);
   config.subscriber_processes = absl::GetFlag(FLAGS_subscriber_processes);
   config.world = absl::GetFlag(FLAGS_world);

@@ -33,7 +33,8 @@
 #include "xform/client.h"
 #include "xform/mirror.h"
 
-ABSL_FLAG(std::string, server, "127.0.0.1:50051", "xformd address");
+ABSL_FLAG(std::string, server, "127.0.0.1:50051",
+          "xformd address, or a cluster's nodes' addresses, comma-separated");
 ABSL_FLAG(double, timeout_s, 10, "Deadline of each call, and of connecting");
 ABSL_FLAG(bool, json, false, "Print JSON (one object per line)");
 // worlds create
@@ -162,13 +163,38 @@ Json ToJson(const StreamStats& s) {
 }
 
 Json ToJson(const WorldInfo& w) {
-  return {{"name", w.name},
-          {"mode", ModeName(w.mode)},
-          {"tick_hz", w.tick_hz},
-          {"entities", w.entities},
-          {"frame", w.frame},
-          {"subscribers", w.subscribers},
-          {"stream", ToJson(w.stream)}};
+  Json json = {{"name", w.name},
+               {"mode", ModeName(w.mode)},
+               {"tick_hz", w.tick_hz},
+               {"entities", w.entities},
+               {"frame", w.frame},
+               {"subscribers", w.subscribers},
+               {"stream", ToJson(w.stream)}};
+  if (!w.answered_by.empty()) {
+    json["cluster"] = {
+        {"writer_node", w.writer_node},
+        {"writer_address", w.writer_address},
+        {"serving_nodes", w.serving_nodes},
+        {"answered_by", w.answered_by},
+        {"unconfirmed_ms", absl::ToInt64Milliseconds(w.unconfirmed)}};
+  }
+  return json;
+}
+
+Json ToJson(const NodeInfo& n) {
+  return {{"name", n.name},
+          {"address", n.address},
+          {"draining", n.draining},
+          {"worlds_owned", n.worlds_owned},
+          {"worlds_served", n.worlds_served},
+          {"started_unix_ms", absl::ToUnixMillis(n.started)},
+          {"last_seen_ms", absl::ToInt64Milliseconds(n.last_seen)}};
+}
+
+std::string ToText(const NodeInfo& n) {
+  return absl::StrFormat("%-16s %-24s %3u worlds written, %3u served%s", n.name,
+                         n.address.empty() ? "-" : n.address, n.worlds_owned,
+                         n.worlds_served, n.draining ? "  (draining)" : "");
 }
 
 Json ToJson(const SubscriberInfo& s) {
@@ -229,9 +255,18 @@ std::string ToText(const SubscriberInfo& s, absl::Time now) {
 }
 
 std::string ToText(const WorldInfo& w) {
-  return absl::StrFormat(
+  std::string text = absl::StrFormat(
       "%-24s %-7s %7.1f Hz %10u entities  frame %-9u %u subscribers", w.name,
       ModeName(w.mode), w.tick_hz, w.entities, w.frame, w.subscribers);
+  if (!w.answered_by.empty()) {
+    absl::StrAppend(&text, "  written at ",
+                    w.writer_node.empty() ? "(none now)" : w.writer_node);
+    if (w.unconfirmed > absl::ZeroDuration()) {
+      absl::StrAppend(&text, "  (", w.answered_by, " unconfirmed for ",
+                      absl::FormatDuration(w.unconfirmed), ")");
+    }
+  }
+  return text;
 }
 
 std::vector<float> Floats(const Transform& t) {
@@ -368,6 +403,26 @@ class Ctl {
 
   int Watch(const std::vector<std::string>& args);
 
+  int NodesList(const std::vector<std::string>&) {
+    absl::StatusOr<std::vector<NodeInfo>> nodes = client_.ListNodes();
+    if (!nodes.ok()) return Fail(nodes.status());
+    Json all = Json::array();
+    std::string text;
+    for (const NodeInfo& n : *nodes) {
+      all.push_back(ToJson(n));
+      absl::StrAppend(&text, text.empty() ? "" : "\n", ToText(n));
+    }
+    Print({{"nodes", all}}, text);
+    return 0;
+  }
+
+  int NodesDrain(const std::vector<std::string>& args) {
+    return Drain(args[0], true);
+  }
+  int NodesUndrain(const std::vector<std::string>& args) {
+    return Drain(args[0], false);
+  }
+
  private:
   int Write(const std::string& world, const xform::Command& op,
             const std::string& done) {
@@ -376,6 +431,16 @@ class Ctl {
     if (!frame.ok()) return Fail(frame.status());
     Print({{"ok", done}, {"frame", *frame}},
           absl::StrCat(done, " (frame ", *frame, ")"));
+    return 0;
+  }
+
+  int Drain(const std::string& node, bool drain) {
+    absl::StatusOr<uint32_t> moved = client_.DrainNode(node, drain);
+    if (!moved.ok()) return Fail(moved.status());
+    Print({{"node", node}, {"draining", drain}, {"worlds_moved", *moved}},
+          drain ? absl::StrCat("drained ", node, ": ", *moved,
+                               " world(s) now written at other nodes")
+                : absl::StrCat(node, " may write worlds again"));
     return 0;
   }
 
@@ -455,6 +520,17 @@ const Command kCommands[] = {
      "latency (publish to receive), or every change with --verbose. "
      "Reconnects if the stream drops.",
      1, false, &Ctl::Watch},
+    {"nodes list", "xformctl nodes list",
+     "A cluster's nodes: each one's address, the worlds it writes and "
+     "serves, and whether it drains (a single xformd: itself).",
+     0, false, &Ctl::NodesList},
+    {"nodes drain", "xformctl nodes drain NODE",
+     "Moves every world NODE writes to other nodes, before maintenance, with "
+     "no write lost, and keeps it from taking any. Needs the admin role on "
+     "every world.",
+     1, false, &Ctl::NodesDrain},
+    {"nodes undrain", "xformctl nodes undrain NODE",
+     "Lets a drained node write worlds again.", 1, false, &Ctl::NodesUndrain},
     {"auth hash-token", "xformctl auth hash-token < token-file",
      "Prints the SHA-256 of the token on stdin (its first line), as an "
      "--auth_file's token_sha256 holds it. Reads stdin so that the token is "

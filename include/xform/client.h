@@ -36,9 +36,16 @@
 #include "xform/world.h"
 
 namespace xform {
+namespace client_internal {
+class Nodes;  // client/client_internal.h
+}  // namespace client_internal
 
 struct ClientOptions {
-  // host:port of xformd (any gRPC target string works: dns:, unix:, ...).
+  // host:port of xformd (any gRPC target string works: dns:, unix:, ...),
+  // or several, comma-separated: a cluster's nodes (docs/cluster.md).
+  // Calls go to one and move on to the next when it does not answer; a
+  // write goes to the node that writes its world, which a node that does
+  // not redirects it to (any address given or not).
   std::string address = "127.0.0.1:50051";
   // PEM root certificates to verify a TLS server with. Empty: plaintext,
   // unless `tls` is set, in which case the system roots are used.
@@ -81,6 +88,13 @@ struct ClientOptions {
   // Clients of a process with the same address and options, and their calls
   // queue on it together.
   bool own_connection = false;
+  // How long a call goes on trying, backing off from 25 ms to 1 s, before
+  // it fails with the last status: with several addresses, at the next node
+  // when one does not answer; at any, while the server says to try again
+  // (a world whose writer is being replaced). Every batch carries a write
+  // id, so one tried again applies once, wherever it lands. Redirects are
+  // always followed.
+  absl::Duration failover_timeout = absl::Seconds(15);
 };
 
 enum class FrameMode {
@@ -102,6 +116,26 @@ struct WorldInfo {
   uint64_t frame = 0;  // The last published frame.
   uint32_t subscribers = 0;
   StreamStats stream;  // What its streams were sent, its subscribers now.
+  // In a cluster (empty otherwise): the node that writes it (none while it
+  // is being taken over), the nodes that serve it, the node that answered,
+  // and how long that node has not heard from the world's log: what it
+  // serves may be that stale.
+  std::string writer_node;
+  std::string writer_address;
+  std::vector<std::string> serving_nodes;
+  std::string answered_by;
+  absl::Duration unconfirmed;
+};
+
+// A node of a cluster (Client::ListNodes).
+struct NodeInfo {
+  std::string name;
+  std::string address;  // Where clients reach it.
+  bool draining = false;
+  uint32_t worlds_owned = 0;
+  uint32_t worlds_served = 0;
+  absl::Time started;
+  absl::Duration last_seen;  // Since it last renewed its entry.
 };
 
 struct ApplyOptions {
@@ -165,16 +199,23 @@ class Client {
   absl::StatusOr<std::vector<EntityState>> ReadSubtree(absl::string_view world,
                                                        EntityId root);
 
+  // A cluster's nodes, by name (a single xformd: itself).
+  absl::StatusOr<std::vector<NodeInfo>> ListNodes();
+  // Moves every world off `node` before maintenance, and keeps it from
+  // taking any (or, with `drain` false, lets it again): the worlds it
+  // handed over. Needs the admin role on every world.
+  absl::StatusOr<uint32_t> DrainNode(absl::string_view node, bool drain = true);
+
   const ClientOptions& options() const { return options_; }
 
  private:
   friend class Mirror;
-  struct Channel;
 
-  Client(const ClientOptions& options, std::unique_ptr<Channel> channel);
+  Client(const ClientOptions& options,
+         std::unique_ptr<client_internal::Nodes> nodes);
 
   const ClientOptions options_;
-  std::unique_ptr<Channel> channel_;
+  const std::unique_ptr<client_internal::Nodes> nodes_;
 };
 
 }  // namespace xform

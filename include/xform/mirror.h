@@ -17,9 +17,13 @@
 // reading, and the server then folds the frames it missed into one.
 //
 // When the stream drops (the server restarts, the network fails) the mirror
-// reconnects with backoff and resynchronises from a fresh snapshot; the
-// changes the caller is next given say so (`resynced`) and hold the net
-// difference, so nothing is missed and nothing needs to be re-read. A mirror
+// reconnects with backoff (to the next of a cluster's nodes, given several
+// addresses) and, holding the whole world, asks to resume from its frame:
+// it is sent only what changed since (resumes()). Where the server cannot
+// tell that (another history, a frame older than its resume window) it
+// resynchronises from a fresh snapshot; the changes the caller is next
+// given say so (`resynced`) and hold the net difference, so nothing is
+// missed and nothing needs to be re-read. A mirror
 // that fell so far behind that the server resent its view whole (see
 // --max_pending) is resynchronised the same way, on the same stream; one of
 // the whole world is instead sent only what changed (unless the server no
@@ -230,6 +234,10 @@ class Mirror {
   bool synced() const;  // A complete snapshot is applied, stream up.
   // Snapshots applied after the first one, but those that kept the view.
   int resyncs() const;
+  // Streams that came back after one broke and were sent only what changed
+  // since the copy's frame (SubscribeRequest.resume_from_frame), by the
+  // same server or another node of its cluster: no resync.
+  int resumes() const;
   absl::Status status() const;  // Why the stream last ended; OK while up.
 
  private:

@@ -34,7 +34,13 @@ ClientOptions LoadClientOptions(ClientOptions client) {
 }
 
 LoadRun::LoadRun(Config config)
-    : config_(std::move(config)), options_(LoadClientOptions(config_.client)) {}
+    : config_(std::move(config)),
+      options_(LoadClientOptions(config_.client)),
+      subscriber_options_(options_) {
+  if (!config_.subscriber_address.empty()) {
+    subscriber_options_.address = config_.subscriber_address;
+  }
+}
 
 absl::Status LoadRun::Build() {
   absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options_);
@@ -130,9 +136,9 @@ absl::StatusOr<ModeResult> LoadRun::Run(const std::string& mode,
     if (s % processes != 0) continue;
     const bool stalls = config_.stall_s > 0 && s == 0;
     if (mode == "stream") {
-      subs.push_back(StartStreamSubscriber(options_, config_.world, encoding,
-                                           config_.precision,
-                                           config_.subscriber_hz, stalls));
+      subs.push_back(StartStreamSubscriber(subscriber_options_, config_.world,
+                                           encoding, config_.precision,
+                                           config_.subscriber_hz, stalls, s));
     } else if (mode == "poll") {
       subs.push_back(StartPollSubscriber(options_, config_.world, ids_,
                                          config_.hz, acks_, stalls));

@@ -32,6 +32,9 @@ inline constexpr int kLoadMaxMessageBytes = 256 << 20;
 struct Config {
   // Where xformd is and how to reach it (address, token, TLS).
   ClientOptions client;
+  // Where stream subscribers connect, if not to `client.address`: a
+  // cluster's replicas, say, while the writer writes to the owner.
+  std::string subscriber_address;
   std::string world;
   SceneShape shape;
   int entities;
@@ -112,6 +115,7 @@ class LoadRun {
 
   const Config config_;
   ClientOptions options_;
+  ClientOptions subscriber_options_;  // options_ at subscriber_address.
   std::unique_ptr<Client> client_;
   std::vector<EntityId> ids_;
   // By id - 1: the scene's, then where the last run's writers left them.

@@ -158,7 +158,7 @@ int ServeSubscriberProcess(const ClientOptions& options,
   std::vector<std::unique_ptr<Subscriber>> subs;
   for (int s = 0; s < subscribers; ++s) {
     subs.push_back(StartStreamSubscriber(options, world, encoding, precision,
-                                         max_rate_hz, /*stalls=*/false));
+                                         max_rate_hz, /*stalls=*/false, s));
   }
   const absl::Time ready_by = absl::Now() + absl::Seconds(120);
   for (auto& s : subs) {

@@ -2,12 +2,15 @@
 
 #include "tools/load/transports.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "hiredis/hiredis.h"
 #include "xform/mirror.h"
@@ -254,8 +257,19 @@ class RedisRelayImpl final : public RedisRelay {
 std::unique_ptr<Subscriber> StartStreamSubscriber(
     const ClientOptions& options, const std::string& world,
     MirrorOptions::Encoding encoding, float precision, double max_rate_hz,
-    bool stalls) {
-  return std::make_unique<StreamSubscriber>(options, world, encoding, precision,
+    bool stalls, int index) {
+  ClientOptions spread = options;
+  std::vector<std::string> addresses =
+      absl::StrSplit(options.address, ',', absl::SkipWhitespace());
+  if (addresses.size() > 1) {
+    std::rotate(
+        addresses.begin(),
+        addresses.begin() + static_cast<ptrdiff_t>(static_cast<size_t>(index) %
+                                                   addresses.size()),
+        addresses.end());
+    spread.address = absl::StrJoin(addresses, ",");
+  }
+  return std::make_unique<StreamSubscriber>(spread, world, encoding, precision,
                                             max_rate_hz, stalls);
 }
 

@@ -40,11 +40,13 @@ class Subscriber {
   Recorder recorder_;
 };
 
-// `max_rate_hz`: the Mirror's (0: a message per frame).
+// `max_rate_hz`: the Mirror's (0: a message per frame). Of a cluster's
+// several addresses, subscriber `index` starts at the (index mod n)th, so
+// that subscribers spread over the nodes.
 std::unique_ptr<Subscriber> StartStreamSubscriber(
     const ClientOptions& options, const std::string& world,
     MirrorOptions::Encoding encoding, float precision, double max_rate_hz,
-    bool stalls);
+    bool stalls, int index = 0);
 // Reads `ids` (which must outlive it) every 1 / hz s; `acks` tells it how old
 // the writes it sees are.
 std::unique_ptr<Subscriber> StartPollSubscriber(

@@ -21,7 +21,9 @@
 #include "xform/client.h"
 #include "xform/internal/release_mutexes.h"
 
-ABSL_FLAG(std::string, server, "127.0.0.1:50051", "xformd's address");
+ABSL_FLAG(
+    std::string, server, "127.0.0.1:50051",
+    "xformd's address, or a cluster's nodes' addresses (comma-separated)");
 ABSL_FLAG(std::string, listen, "127.0.0.1:8080",
           "HOST:PORT to serve the page and WebSockets on (port 0: any)");
 ABSL_FLAG(std::vector<std::string>, allowed_hosts, {},

@@ -161,6 +161,12 @@ absl::Status CheckClientId(absl::string_view id, absl::string_view field) {
       field, " is at most ", kMaxClientIdBytes, " bytes, not ", id.size()));
 }
 
+absl::Status CheckWriteId(absl::string_view id) {
+  if (id.size() <= kMaxWriteIdBytes) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "write_id is at most ", kMaxWriteIdBytes, " bytes, not ", id.size()));
+}
+
 absl::Status CheckSubscribeRequest(const SubscribeRequest& request,
                                    size_t max_filter_ids) {
   if (absl::Status id =

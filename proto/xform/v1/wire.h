@@ -27,6 +27,10 @@ namespace xform::v1 {
 inline constexpr size_t kMaxClientIdBytes = 128;
 // INVALID_ARGUMENT, naming `field`, for a client id longer than that.
 absl::Status CheckClientId(absl::string_view id, absl::string_view field);
+// The longest write id (ApplyRequest.write_id), kept for each of a world's
+// last batches: INVALID_ARGUMENT for a longer one.
+inline constexpr size_t kMaxWriteIdBytes = 64;
+absl::Status CheckWriteId(absl::string_view id);
 
 // Floats per entity on the wire: a local (or world) TRS, and a world matrix.
 inline constexpr int kTrsFloats = 10;
