@@ -63,6 +63,10 @@ if ! "${engine[@]}" build "${build_flags[@]}" -f docker/Dockerfile -t "$image" .
 fi
 rm -f "$build_log"
 
+# The image runs a cluster's NATS servers too (docker/compose.cluster.yaml).
+"${engine[@]}" run --rm "${run_flags[@]}" --entrypoint /usr/bin/nats-server "$image" --version ||
+  { echo "FAIL: the image has no nats-server"; exit 1; }
+
 echo "running $name on port $port"
 "${engine[@]}" run -d --name "$name" "${run_flags[@]}" \
   -e XFORM_PROBE_ADDR="127.0.0.1:$port" "$image" \
