@@ -1,0 +1,110 @@
+// Copyright 2026 The xform Authors.
+//
+// SpatialIndex: which slots of a world (PublishedState's) are in which cell
+// of a uniform grid over world space, by their positions, so that a region
+// subscriber's view is found from the cells its region covers rather than
+// from the whole world.
+//
+// A world keeps one only while it has a region subscriber: a world without
+// pays nothing. It is kept from each frame's lists: Place for what was
+// created or moved, Remove for what was destroyed.
+//
+// Cells are cubes of `cell_size`, keyed by their integer coordinates, each
+// clamped to +-2^20 (so a position past 2^20 cells lands in an edge cell,
+// and a query that reaches it covers that cell too: clamping keeps order).
+// Only occupied cells take memory.
+//
+// Costs:
+//   Place    O(1): a compare when the slot stays in its cell (most moves),
+//            two hash lookups when it changes cell.
+//   Remove   O(1): a hash lookup.
+//   ForEachInBox  O(min(cells the box covers, occupied cells) + slots in
+//            the cells visited).
+//   CellsCovering O(1).
+// Memory: 12 bytes per slot ever placed, and 4 bytes per placed slot plus
+// a hash entry per occupied cell.
+//
+// Not thread-safe: the Replicator's lock guards it.
+
+#ifndef XFORM_SERVER_SPATIAL_INDEX_H_
+#define XFORM_SERVER_SPATIAL_INDEX_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
+#include "glm/vec3.hpp"
+#include "server/published_state.h"
+
+namespace xform::server {
+
+class SpatialIndex {
+ public:
+  using Slot = PublishedState::Slot;
+
+  // `cell_size` > 0, in world units.
+  explicit SpatialIndex(float cell_size);
+
+  float cell_size() const { return cell_size_; }
+  // Slots placed.
+  size_t size() const { return placed_; }
+  // Cells holding at least one slot.
+  size_t occupied_cells() const { return cells_.size(); }
+
+  // Puts `slot` where `position` is, whether or not it was placed before.
+  void Place(Slot slot, glm::vec3 position) {
+    const CellKey key = KeyOf(position);
+    if (slot < key_of_slot_.size() && key_of_slot_[slot] == key) return;
+    Move(slot, key);
+  }
+  // Takes `slot` out (nothing if it was not placed).
+  void Remove(Slot slot);
+  bool Placed(Slot slot) const {
+    return slot < key_of_slot_.size() && key_of_slot_[slot] != kNoCell;
+  }
+
+  // The cells the box from `min` to `max` covers (saturating at 2^63).
+  uint64_t CellsCovering(glm::vec3 min, glm::vec3 max) const;
+  // Calls `f` for each slot in a cell that the box covers: every slot whose
+  // position is inside the box, and others near it (the caller tests).
+  void ForEachInBox(glm::vec3 min, glm::vec3 max,
+                    absl::FunctionRef<void(Slot)> f) const;
+
+ private:
+  using CellKey = uint64_t;
+  static constexpr CellKey kNoCell = ~CellKey{0};
+  static constexpr int kCoordinateBits = 21;
+  static constexpr int64_t kCoordinateLimit = int64_t{1}
+                                              << (kCoordinateBits - 1);
+
+  struct Cell3 {
+    int64_t x, y, z;
+  };
+  Cell3 CellOf(glm::vec3 position) const;
+  static CellKey KeyOfCell(Cell3 cell) {
+    const auto bits = [](int64_t c) {
+      return static_cast<uint64_t>(c + kCoordinateLimit);
+    };
+    return bits(cell.x) | bits(cell.y) << kCoordinateBits |
+           bits(cell.z) << (2 * kCoordinateBits);
+  }
+  CellKey KeyOf(glm::vec3 position) const {
+    return KeyOfCell(CellOf(position));
+  }
+  static Cell3 CellOfKey(CellKey key);
+  void Move(Slot slot, CellKey key);
+  void TakeOut(Slot slot, CellKey key);
+
+  const float cell_size_;
+  const float inverse_cell_size_;
+  absl::flat_hash_map<CellKey, std::vector<Slot>> cells_;
+  std::vector<CellKey> key_of_slot_;     // kNoCell: not placed.
+  std::vector<uint32_t> index_in_cell_;  // Where in its cell's list.
+  size_t placed_ = 0;
+};
+
+}  // namespace xform::server
+
+#endif  // XFORM_SERVER_SPATIAL_INDEX_H_
