@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -63,7 +64,14 @@ absl::Status LoadRun::Build() {
       return ReadMovablePoses();
     }
   }
-  client_->DeleteWorld(config_.world).IgnoreError();
+  // NOT_FOUND is the usual answer; any other refusal is the run's, named
+  // here rather than as CreateWorld's ALREADY_EXISTS after it.
+  if (absl::Status deleted = client_->DeleteWorld(config_.world);
+      !deleted.ok() && !absl::IsNotFound(deleted)) {
+    return absl::Status(deleted.code(),
+                        absl::StrCat("cannot replace world '", config_.world,
+                                     "': DeleteWorld: ", deleted.message()));
+  }
   if (absl::StatusOr<WorldInfo> made = client_->CreateWorld(
           config_.world,
           config_.driven
