@@ -8,7 +8,8 @@
 #   docker/cluster_secrets.sh [DIR]
 # then
 #   podman-compose -f docker/compose.cluster.yaml up --build
-# or, for Kubernetes, the same files as Secrets (docker/k8s/README.md).
+# or, for Kubernetes, the same files as a Secret (docker/k8s/xform-cluster.yaml's
+# header says how).
 set -euo pipefail
 dir=${1:-$(dirname "$0")/cluster-secrets}
 mkdir -p "$dir"

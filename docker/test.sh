@@ -64,7 +64,7 @@ fi
 rm -f "$build_log"
 
 # The image runs a cluster's NATS servers too (docker/compose.cluster.yaml).
-"${engine[@]}" run --rm "${run_flags[@]}" --entrypoint /usr/bin/nats-server "$image" --version ||
+"${engine[@]}" run --rm "${run_flags[@]}" --entrypoint /usr/sbin/nats-server "$image" --version ||
   { echo "FAIL: the image has no nats-server"; exit 1; }
 
 echo "running $name on port $port"
