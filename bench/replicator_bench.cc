@@ -38,11 +38,11 @@
 #include <vector>
 
 #include "absl/time/clock.h"
-#include "server/spatial_index.h"
 #include "benchmark/benchmark.h"
 #include "server/burst_budget.h"
 #include "server/published_state.h"
 #include "server/replicator.h"
+#include "server/spatial_index.h"
 #include "tools/scenes.h"
 #include "xform/v1/compact_moves.h"
 #include "xform/world.h"
@@ -783,7 +783,10 @@ void BM_SpatialIndexUpkeep(benchmark::State& state) {
   state.SetItemsProcessed(static_cast<int64_t>(moves));
   state.counters["cells"] = static_cast<double>(index.occupied_cells());
 }
-BENCHMARK(BM_SpatialIndexUpkeep)->Arg(8)->Arg(16)->Arg(32)
+BENCHMARK(BM_SpatialIndexUpkeep)
+    ->Arg(8)
+    ->Arg(16)
+    ->Arg(32)
     ->Unit(benchmark::kMicrosecond);
 
 BENCHMARK_MAIN();
