@@ -540,7 +540,9 @@ TEST(ClusterFailoverTest, CrashLoop) {
   for (int cycle = 0; cycle < cycles; ++cycle) {
     {
       Writing writing(cluster, writers);
-      absl::SleepFor(absl::Milliseconds(800 + random() % 800));
+      // A random amount written before the kill (about a second's worth).
+      ASSERT_TRUE(writing.EachWrites(100 + random() % 200, absl::Seconds(30)))
+          << cluster.Logs();
       // Who writes a world now: that node (and its NATS server) goes.
       absl::StatusOr<WorldInfo> info =
           client->GetWorld(writers[random() % writers.size()].world);
