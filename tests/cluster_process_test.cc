@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -134,6 +135,48 @@ TEST(ClusterTest, LosingTheLeadingNatsServerLosesNoAcknowledgedWrite) {
       static_cast<unsigned long long>(w.acknowledged),
       absl::FormatDuration(longest).c_str());
   EXPECT_LT(longest, absl::Seconds(15));
+}
+
+// A lease that expired while its writer could not renew it (the writer
+// paused, or the NATS server leading the lease bucket lost: a CI run's
+// stall) is taken again by its writer when no other node took it: the
+// writer never steps down, and its next write is acknowledged at once.
+TEST(ClusterTest, ALoneWriterWhoseLeaseExpiredTakesItBack) {
+  NatsCluster nats(3);
+  Xformd server(NodeFlags(nats.Urls(), "writer", 3, "64MiB"));
+  std::unique_ptr<Client> client = ConnectReady(server.address());
+  ASSERT_NE(client, nullptr) << server.Log();
+  Writer w{.world = "w",
+           .options = {.mode = FrameMode::kDriven},
+           .random = testing::RandomBatches(9, 1)};
+  ASSERT_TRUE(client->CreateWorld(w.world, w.options).ok());
+  const auto write = [&](int batches) {
+    for (int i = 0; i < batches; ++i) {
+      World next = w.model;
+      std::vector<Command> batch = w.random.Next(next, 12);
+      absl::StatusOr<uint64_t> frame =
+          client->Apply(w.world, batch, {.end_frame = true});
+      ASSERT_TRUE(frame.ok()) << frame.status() << "; " << server.Log();
+      w.model = std::move(next);
+      ++w.acknowledged;
+    }
+  };
+  ASSERT_NO_FATAL_FAILURE(write(20));
+  // Paused past its 2 s lease: the lease's entry expires meanwhile.
+  server.Signal(SIGSTOP);
+  absl::SleepFor(absl::Seconds(3));  // The fault: a pause longer than 2 s.
+  server.Signal(SIGCONT);
+  ASSERT_TRUE(server.WaitForLog("taken again", absl::Seconds(10)))
+      << server.Log();
+  const absl::Time resumed = absl::Now();
+  ASSERT_NO_FATAL_FAILURE(write(20));
+  const absl::Duration took = absl::Now() - resumed;
+  EXPECT_EQ(server.Log().find("no longer written here"), std::string::npos)
+      << server.Log();
+  bool landed = false;
+  EXPECT_EQ(Settle(*client, w, &landed), "");
+  std::printf("lease taken again; 20 batches after it in %s\n",
+              absl::FormatDuration(took).c_str());
 }
 
 TEST(ClusterTest, ABatchOverThePayloadLimitIsSplitAndJoinedAgain) {

@@ -453,8 +453,22 @@ void ClusterNode::StepWorld(Held& held) {
       held.lease_revision = revision;
       held.renewed = held.confirmed = now;
     } else if (s == NATS_ERR) {
-      // JetStream answered: the lease expired, and perhaps another took it.
-      StepDown(held, "its lease was lost", /*release=*/false);
+      // JetStream answered: the lease expired (this node paused, or the
+      // bucket's NATS leader was lost for longer than a lease), and perhaps
+      // another took it. Where none did, this node takes it again and
+      // writes on: its appends expect the log's end, so a node that took
+      // the world meanwhile and began an epoch fences it all the same.
+      if (kvStore_Create(&revision, link_->owners(), held.key.c_str(),
+                         lease.data(),
+                         static_cast<int>(lease.size())) == NATS_OK) {
+        held.lease_revision = revision;
+        held.renewed = held.confirmed = now;
+        Log('W', "world '", EscapeForLog(held.name),
+            "': its lease expired before it was renewed, and was taken "
+            "again");
+      } else {
+        StepDown(held, "its lease was lost", /*release=*/false);
+      }
     }
     // Otherwise NATS did not answer: the log fences this node if another
     // takes the world meanwhile.
