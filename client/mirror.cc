@@ -72,6 +72,9 @@ class Mirror::Impl {
                                    options_.entities.end());
     request_.mutable_subtree()->Add(options_.subtrees.begin(),
                                     options_.subtrees.end());
+    if (options_.region) {
+      v1::RegionToWire(*options_.region, request_.mutable_region());
+    }
     request_.set_max_rate_hz(options_.max_rate_hz);
     // MirrorState applies a snapshot to a copy of the view it swaps out.
     request_.set_accepts_kept_view_snapshots(true);
@@ -522,7 +525,7 @@ class Mirror::Impl {
 
   bool Resumable() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return options_.entities.empty() && options_.subtrees.empty() &&
-           !options_.no_echo && state_.have_snapshot() &&
+           !options_.region && !options_.no_echo && state_.have_snapshot() &&
            !state_.in_snapshot() && state_.history() != 0;
   }
 

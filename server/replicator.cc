@@ -152,6 +152,10 @@ Replicator::SubscriptionId Replicator::Impl::Subscribe(
     s->view = MakeEntityFilter(state_, options.entities, options.subtrees,
                                membership_walk_chunk);
   }
+  if (options.region) {
+    s->view = MakeRegionFilter(state_, *options.region, std::move(s->view),
+                               membership_walk_chunk);
+  }
   if (!options.no_echo_client_id.empty()) {
     s->echo.emplace(options.no_echo_client_id, options.compact_precision > 0);
   }

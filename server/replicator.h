@@ -47,6 +47,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,7 @@
 #include "server/burst_budget.h"
 #include "server/echo_filter.h"
 #include "server/outgoing.h"
+#include "xform/region.h"
 #include "xform/stream_stats.h"
 #include "xform/subscriber_info.h"
 #include "xform/world.h"
@@ -96,6 +98,10 @@ struct SubscriptionOptions {
   // Both empty: the whole world.
   std::vector<EntityId> entities;
   std::vector<EntityId> subtrees;
+  // The view limited to the entities whose positions are in this region,
+  // by its rule (xform/region.h), judged after every frame: intersected
+  // with the lists above.
+  std::optional<Region> region;
   double max_rate_hz = 0;  // 0: a message per published frame.
   // Moves this writer caused by setting entities directly are not sent.
   std::string no_echo_client_id;

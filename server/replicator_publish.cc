@@ -427,6 +427,20 @@ void Replicator::Impl::NoteMovesInViews(
   if (mark) moves.Mark(&moved_slots_, &moved_index_by_slot_);
   const std::vector<std::optional<Matrix3x4>>& before = frame.moved_before;
   for (Subscription* s : filtered) {
+    if (s->view->MovesChangeMembership()) {
+      // What entered comes as created, what left as destroyed.
+      s->view->FollowMoves(moves, [&](size_t k, ViewFilter::Moved how) {
+        if (how == ViewFilter::Moved::kEntered) {
+          Note(*s, moved[k], kCreated, slots[k]);
+        } else if (how == ViewFilter::Moved::kLeft) {
+          Note(*s, moved[k], kDestroyed, slots[k]);
+        } else if (!(s->echo && s->echo->IsEcho(frame.echoes, moved[k]))) {
+          Note(*s, moved[k], kMoved, slots[k],
+               k < before.size() ? before[k] : std::nullopt);
+        }
+      });
+      continue;
+    }
     s->view->ForEachMoved(moves, [&](size_t k) {
       if (s->echo && s->echo->IsEcho(frame.echoes, moved[k])) return;
       Note(*s, moved[k], kMoved, slots[k],

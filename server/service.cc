@@ -1046,6 +1046,7 @@ SubscriptionOptions SubscriptionOf(const v1::SubscribeRequest& request,
   options.accepts_kept_view_snapshots = request.accepts_kept_view_snapshots();
   options.resume_from_frame = request.resume_from_frame();
   options.resume_history = request.resume_history();
+  options.region = *v1::RegionFromWire(request);  // Checked.
   // Snapshot chunks and deltas stay a few MB whatever the limit, and under
   // half of it.
   options.part_budget_bytes =

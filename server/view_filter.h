@@ -9,13 +9,15 @@
 //   - after: the same entities, parents first, to follow into or out of
 //     the view (Follow); what entered is sent as created to the subscriber,
 //     what left as destroyed, what stayed as the frame changed it;
-//   - in a frame of moves alone, which do not change any membership here,
-//     only which moved entities the view holds (ForEachMoved);
+//   - in a frame of moves alone, which entities the view holds of those
+//     that moved (ForEachMoved), or, for a view whose membership moves
+//     change (a region of space), which moved entities stayed in it,
+//     entered it or left it (FollowMoves);
 //   - when the view is sent whole (a snapshot): its members, found at once
 //     or a chunk of work at a time with the lock released between
 //     (StartSnapshot, FindMore), a search that a frame changing its path
 //     restarts (Interrupt).
-// A new kind of view (a region of space, say) is a new ViewFilter.
+// A new kind of view is a new ViewFilter.
 //
 // Not thread-safe: the Replicator's lock guards it. Costs: see each kind.
 
@@ -33,6 +35,7 @@
 #include "absl/types/span.h"
 #include "server/published_state.h"
 #include "server/slot_bits.h"
+#include "xform/region.h"
 #include "xform/world.h"
 
 namespace xform::server {
@@ -95,6 +98,17 @@ class ViewFilter {
       const FrameMoves& moves,
       absl::FunctionRef<void(size_t k)> in_view) const = 0;
 
+  // Whether moves alone may change what the view holds: then a frame of
+  // moves alone calls FollowMoves, not ForEachMoved.
+  virtual bool MovesChangeMembership() const { return false; }
+  enum class Moved { kStayed, kEntered, kLeft };
+  // After a frame of moves alone (the state holds its matrices): updates
+  // the membership of the moved entities, and calls f(k, how) for each
+  // moved entity k that the view held before or holds now, each once.
+  virtual void FollowMoves(const FrameMoves& /*moves*/,
+                           absl::FunctionRef<void(size_t k, Moved how)> /*f*/) {
+  }
+
   // The view is being sent whole. Sets in `stale` what it holds that is
   // found at once, and returns what finding the rest needs (null: nothing
   // more).
@@ -122,6 +136,19 @@ class ViewFilter {
 std::unique_ptr<ViewFilter> MakeEntityFilter(const PublishedState& state,
                                              absl::Span<const EntityId> listed,
                                              absl::Span<const EntityId> roots,
+                                             size_t walk_chunk);
+
+// The entities of `inner`'s view (null: the world) whose positions are in
+// `region`, by its rule (xform/region.h: in when inside it, out when
+// outside it grown by its margin), judged after every frame. Membership is
+// a bit per slot. Costs: Contains O(1); Follow O(1) and `inner`'s;
+// FollowMoves O(moved); the snapshot's search `walk_chunk` slots at a time
+// over every slot (after `inner`'s own search). The first cut: a spatial
+// index (server/spatial_index.h) is to make FollowMoves and the search
+// proportional to the cells the region covers.
+std::unique_ptr<ViewFilter> MakeRegionFilter(const PublishedState& state,
+                                             const Region& region,
+                                             std::unique_ptr<ViewFilter> inner,
                                              size_t walk_chunk);
 
 }  // namespace xform::server

@@ -40,6 +40,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "xform/client.h"
+#include "xform/region.h"
 #include "xform/transform.h"
 
 namespace xform {
@@ -103,6 +105,10 @@ struct MirrorOptions {
   // entities and the subtrees below these roots (SubscribeRequest).
   std::vector<EntityId> entities;
   std::vector<EntityId> subtrees;
+  // The view limited to the entities whose positions are in this region
+  // (xform/region.h), intersected with the lists above: an entity entering
+  // it comes as created, one leaving as destroyed.
+  std::optional<Region> region;
   // At most this many messages per second (0: every published frame).
   double max_rate_hz = 0;
   // Leave out what this client's own batches set (Client's client_id).

@@ -167,6 +167,54 @@ absl::Status CheckWriteId(absl::string_view id) {
       "write_id is at most ", kMaxWriteIdBytes, " bytes, not ", id.size()));
 }
 
+absl::StatusOr<std::optional<xform::Region>> RegionFromWire(
+    const SubscribeRequest& request) {
+  if (!request.has_region()) return std::nullopt;
+  const Region& region = request.region();
+  const auto& box = region.box();
+  const auto& sphere = region.sphere();
+  if (box.empty() == sphere.empty()) {
+    return absl::InvalidArgumentError(
+        "a region is a box or a sphere: give exactly one of them");
+  }
+  absl::StatusOr<xform::Region> made;
+  if (!box.empty()) {
+    if (box.size() != 6) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a region's box is 6 numbers (min x, y, z, max x, y, z), not ",
+          box.size()));
+    }
+    made = xform::Region::Box({box[0], box[1], box[2]},
+                              {box[3], box[4], box[5]}, region.margin());
+  } else {
+    if (sphere.size() != 4) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a region's sphere is 4 numbers (center x, y, z, radius), not ",
+          sphere.size()));
+    }
+    made = xform::Region::Sphere({sphere[0], sphere[1], sphere[2]}, sphere[3],
+                                 region.margin());
+  }
+  if (!made.ok()) return made.status();
+  return std::optional<xform::Region>(*made);
+}
+
+void RegionToWire(const xform::Region& region, v1::Region* out) {
+  out->Clear();
+  if (region.shape() == xform::Region::Shape::kBox) {
+    for (float v : {region.min().x, region.min().y, region.min().z,
+                    region.max().x, region.max().y, region.max().z}) {
+      out->add_box(v);
+    }
+  } else {
+    for (float v : {region.center().x, region.center().y, region.center().z,
+                    region.radius()}) {
+      out->add_sphere(v);
+    }
+  }
+  out->set_margin(region.margin());
+}
+
 absl::Status CheckSubscribeRequest(const SubscribeRequest& request,
                                    size_t max_filter_ids) {
   if (absl::Status id =
@@ -193,6 +241,11 @@ absl::Status CheckSubscribeRequest(const SubscribeRequest& request,
       request.encoding() != ENCODING_COMPACT) {
     return absl::InvalidArgumentError(
         absl::StrCat("unknown encoding ", request.encoding()));
+  }
+  if (absl::StatusOr<std::optional<xform::Region>> region =
+          RegionFromWire(request);
+      !region.ok()) {
+    return region.status();
   }
   const float precision = request.position_precision();
   if (precision != 0 && !(precision >= kMinPositionPrecision &&

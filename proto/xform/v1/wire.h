@@ -8,12 +8,14 @@
 #define XFORM_V1_WIRE_H_
 
 #include <cstddef>
+#include <optional>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "xform/region.h"
 #include "xform/stream_stats.h"
 #include "xform/subscriber_info.h"
 #include "xform/transform.h"
@@ -66,9 +68,16 @@ xform::SubscriberInfo SubscriberInfoFromWire(const SubscriberInfo& info);
 // RESOURCE_EXHAUSTED when its filter names more than `max_filter_ids`
 // entities and subtrees (--max_filter_ids), INVALID_ARGUMENT for a
 // max_rate_hz outside [0, 1e6], an entity id 0 in the filter, an unknown
-// encoding or a position_precision outside [2^-20, 2^10]. O(filter).
+// encoding, a position_precision outside [2^-20, 2^10] or a region
+// RegionFromWire refuses. O(filter).
 absl::Status CheckSubscribeRequest(const SubscribeRequest& request,
                                    size_t max_filter_ids);
+// A request's region (nullopt: none), or INVALID_ARGUMENT naming what is
+// wrong with it: neither or both of box and sphere, a count of numbers
+// other than 6 or 4, or what Region refuses. O(1).
+absl::StatusOr<std::optional<xform::Region>> RegionFromWire(
+    const SubscribeRequest& request);
+void RegionToWire(const xform::Region& region, v1::Region* out);
 // The precision a checked request's compact encoding is served at: the
 // largest power of two at or below the one asked for (its default filled
 // in: 0.001 is served at 2^-10), so never coarser than asked; 0 for the raw
