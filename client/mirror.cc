@@ -12,6 +12,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
@@ -89,6 +90,41 @@ class Mirror::Impl {
     if (options_.driver == MirrorOptions::Driver::kBackground) {
       applier_ = std::thread([this] { ApplyLoop(); });
     }
+  }
+
+  absl::Status SetRegion(const Region& region) {
+    v1::UpdateSubscriptionRequest update;
+    size_t node = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      if (!request_.has_region()) {
+        return absl::FailedPreconditionError(
+            "the mirror has no region to move (MirrorOptions::region)");
+      }
+      // A stream made from now subscribes with it.
+      v1::RegionToWire(region, request_.mutable_region());
+      // One open is named before its first message: waited for.
+      const uint64_t stream = stream_id_;
+      if (stream == 0) return absl::OkStatus();
+      const auto named_or_gone = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return subscription_ != 0 || stream_id_ != stream || stream_done_ ||
+               stopping_;
+      };
+      mu_.AwaitWithTimeout(absl::Condition(&named_or_gone),
+                           client_.options().deadline);
+      if (subscription_ == 0 || stream_id_ != stream) return absl::OkStatus();
+      update.set_world(options_.world);
+      update.set_subscription_id(subscription_);
+      node = stream_node_;
+    }
+    v1::RegionToWire(region, update.mutable_region());
+    grpc::ClientContext context;
+    client_internal::Prepare(client_.options(), /*with_deadline=*/true,
+                             &context);
+    v1::UpdateSubscriptionResponse response;
+    return client_internal::FromGrpc(
+        client_.nodes_->At(node).stub->UpdateSubscription(&context, update,
+                                                          &response));
   }
 
   ~Impl() {
@@ -255,6 +291,20 @@ class Mirror::Impl {
     }
     uint64_t id() const { return id_; }
     void Cancel() { context_.TryCancel(); }
+    // The server names the subscription (for SetRegion) before its first
+    // message.
+    void OnReadInitialMetadataDone(bool ok) override {
+      if (!ok) return;
+      const auto& metadata = context_.GetServerInitialMetadata();
+      const auto it = metadata.find(v1::kSubscriptionIdMetadata);
+      uint64_t subscription = 0;
+      if (it != metadata.end() &&
+          absl::SimpleAtoi(
+              absl::string_view(it->second.data(), it->second.size()),
+              &subscription)) {
+        impl_.Named(id_, subscription);
+      }
+    }
     // Reads on after a pause.
     void Resume() {
       StartRead(&wire_);
@@ -302,6 +352,11 @@ class Mirror::Impl {
     }
     paused_ = stream;
     return Next::kPause;
+  }
+
+  void Named(uint64_t stream, uint64_t subscription) {
+    absl::MutexLock lock(&mu_);
+    if (stream == stream_id_) subscription_ = subscription;
   }
 
   void Ended(uint64_t id, absl::Status status) {
@@ -463,10 +518,14 @@ class Mirror::Impl {
   void Supervise() {
     absl::Duration backoff = options_.reconnect_min;
     for (uint64_t id = 1;; ++id) {
-      v1::SubscribeRequest request = request_;
+      v1::SubscribeRequest request;
+      const size_t node = client_.nodes_->current();
       {
         absl::MutexLock lock(&mu_);
         if (stopping_) return;
+        request = request_;  // SetRegion changes it.
+        subscription_ = 0;
+        stream_node_ = node;
         stream_done_ = false;
         received_on_stream_ = false;
         stream_id_ = id;  // Before its first message can be applied.
@@ -478,7 +537,6 @@ class Mirror::Impl {
           resuming_stream_ = id;
         }
       }
-      const size_t node = client_.nodes_->current();
       auto stream = std::make_unique<Stream>(*this, id,
                                              client_.nodes_->At(node), request);
       mu_.Lock();
@@ -566,7 +624,7 @@ class Mirror::Impl {
 
   const MirrorOptions options_;
   Client& client_;
-  v1::SubscribeRequest request_;
+  v1::SubscribeRequest request_ ABSL_GUARDED_BY(mu_);
   std::thread supervisor_;
   std::thread applier_;  // kBackground's.
 
@@ -577,6 +635,9 @@ class Mirror::Impl {
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t stream_id_ ABSL_GUARDED_BY(mu_) = 0;  // The supervisor's stream.
+  // Its subscription as the server names it (0: not yet), at this node.
+  uint64_t subscription_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t stream_node_ ABSL_GUARDED_BY(mu_) = 0;
   bool stream_done_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status ended_status_ ABSL_GUARDED_BY(mu_);
   bool received_on_stream_ ABSL_GUARDED_BY(mu_) = false;
@@ -659,5 +720,8 @@ bool Mirror::synced() const { return impl_->synced(); }
 int Mirror::resyncs() const { return impl_->resyncs(); }
 int Mirror::resumes() const { return impl_->resumes(); }
 absl::Status Mirror::status() const { return impl_->status(); }
+absl::Status Mirror::SetRegion(const Region& region) {
+  return impl_->SetRegion(region);
+}
 
 }  // namespace xform

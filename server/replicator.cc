@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "server/replicator_impl.h"
 
 namespace xform::server {
@@ -89,6 +90,16 @@ void Replicator::set_history(uint64_t history) { impl_->history = history; }
 
 uint64_t Replicator::history() const { return impl_->history; }
 
+absl::Status Replicator::MoveRegion(SubscriptionId id, absl::string_view owner,
+                                    const Region& region, double max_per_second,
+                                    absl::Time now) {
+  return impl_->MoveRegion(id, owner, region, max_per_second, now);
+}
+
+void Replicator::set_region_cell_size(float size) {
+  impl_->region_cell_size = size;
+}
+
 void Replicator::set_membership_walk_chunk_for_testing(size_t slots) {
   impl_->membership_walk_chunk = slots;
 }
@@ -108,6 +119,7 @@ void Replicator::Impl::PublishWhole(const World& world, uint64_t frame,
                                     absl::Time time, uint64_t resumable_from) {
   std::lock_guard<std::mutex> lock(mu_);
   state_.TakeInWhole(world, frame);
+  if (index_ != nullptr) BuildIndex();
   state_.ClearDestroyedLog(frame);
   frame_ = frame;
   whole_frame_ = std::max(frame, resumable_from);
@@ -122,6 +134,7 @@ void Replicator::Impl::Reset(const World& world, uint64_t frame,
     std::lock_guard<std::mutex> lock(mu_);
     gone = std::exchange(state_, PublishedState());
     state_.TakeInWhole(world, frame);
+    if (index_ != nullptr) BuildIndex();
     state_.ClearDestroyedLog(frame);
     frame_ = frame;
     whole_frame_ = std::max(frame, resumable_from);
@@ -132,10 +145,7 @@ void Replicator::Impl::Reset(const World& world, uint64_t frame,
     for (auto& [id, s] : subs_) {
       // What it tracked was by the old state's slots: its view is found
       // again, and sent whole after the messages it is committed to.
-      if (!s->whole_world()) {
-        s->view = MakeEntityFilter(state_, s->options.entities,
-                                   s->options.subtrees, membership_walk_chunk);
-      }
+      if (!s->whole_world()) s->view = MakeView(s->options);
       s->ToResyncing();
       ++s->views_resent_whole;
       ++counted_.views_resent_whole;
@@ -148,14 +158,6 @@ void Replicator::Impl::Reset(const World& world, uint64_t frame,
 Replicator::SubscriptionId Replicator::Impl::Subscribe(
     SubscriptionOptions options, std::shared_ptr<UpdateSink> sink) {
   auto s = std::make_unique<Subscription>();
-  if (!options.entities.empty() || !options.subtrees.empty()) {
-    s->view = MakeEntityFilter(state_, options.entities, options.subtrees,
-                               membership_walk_chunk);
-  }
-  if (options.region) {
-    s->view = MakeRegionFilter(state_, *options.region, std::move(s->view),
-                               membership_walk_chunk);
-  }
   if (!options.no_echo_client_id.empty()) {
     s->echo.emplace(options.no_echo_client_id, options.compact_precision > 0);
   }
@@ -163,6 +165,8 @@ Replicator::SubscriptionId Replicator::Impl::Subscribe(
   s->sink = std::move(sink);
   s->subscribed = absl::Now();
   std::lock_guard<std::mutex> lock(mu_);
+  s->view = MakeView(s->options);
+  if (s->options.region) ++region_views_;
   if (Resumes(*s)) {
     // Owed what changed after the frame it holds, as a laggard is: its
     // first message is due once a frame after it is published.
@@ -190,13 +194,94 @@ uint64_t Replicator::Impl::resumable_from() const {
 }
 
 void Replicator::Impl::Unsubscribe(SubscriptionId id) {
-  std::unique_ptr<Subscription> gone;  // Freed after the lock is released.
+  // Freed after the lock is released: the view, then the index it read.
+  std::unique_ptr<SpatialIndex> gone_index;
+  std::unique_ptr<Subscription> gone;
   std::lock_guard<std::mutex> lock(mu_);
   auto it = subs_.find(id);
   if (it == subs_.end()) return;
   gone = std::move(it->second);
   subs_.erase(it);
   if (gone->echo) --echo_filtered;
+  if (gone->options.region && --region_views_ == 0) {
+    gone_index = std::move(index_);
+  }
+}
+
+std::unique_ptr<ViewFilter> Replicator::Impl::MakeView(
+    const SubscriptionOptions& options) {
+  std::unique_ptr<ViewFilter> view;
+  if (!options.entities.empty() || !options.subtrees.empty()) {
+    view = MakeEntityFilter(state_, options.entities, options.subtrees,
+                            membership_walk_chunk);
+  }
+  if (!options.region) return view;
+  if (index_ == nullptr) BuildIndex();
+  return MakeRegionFilter(state_, *index_, *options.region, std::move(view),
+                          membership_walk_chunk);
+}
+
+void Replicator::Impl::BuildIndex() {
+  index_ = std::make_unique<SpatialIndex>(region_cell_size);
+  for (Slot slot = 0; slot < state_.slot_end(); ++slot) {
+    if (state_.entity(slot) != kNoEntity) {
+      index_->Place(slot, state_.world(slot).translation());
+    }
+  }
+}
+
+void Replicator::Impl::UnplaceDestroyed(const FrameChanges& changes) {
+  if (index_ == nullptr) return;
+  for (EntityId e : changes.destroyed) {
+    const Slot slot = state_.Find(e);
+    if (slot != PublishedState::kNoSlot) index_->Remove(slot);
+  }
+}
+
+void Replicator::Impl::PlaceMoved(const FrameChanges& changes) {
+  if (index_ == nullptr) return;
+  for (size_t k = 0; k < changes.moved.size(); ++k) {
+    const Slot slot = state_.Find(changes.moved[k]);
+    if (slot != PublishedState::kNoSlot) {
+      index_->Place(slot, changes.MovedWorld(k).translation());
+    }
+  }
+}
+
+absl::Status Replicator::Impl::MoveRegion(SubscriptionId id,
+                                          absl::string_view owner,
+                                          const Region& region,
+                                          double max_per_second,
+                                          absl::Time now) {
+  std::shared_ptr<UpdateSink> wake;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = subs_.find(id);
+    if (it == subs_.end() || it->second->options.owner != owner) {
+      return absl::NotFoundError(
+          absl::StrCat("no subscription ", id, " of yours"));
+    }
+    Subscription& s = *it->second;
+    if (!s.options.region) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "subscription ", id,
+          " has no region to move: subscribe with one (SubscribeRequest."
+          "region)"));
+    }
+    if (max_per_second > 0 && !s.region_moves.TryTake(max_per_second, 1, now)) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("a subscription's region moves at most ", max_per_second,
+                       " times a second (--max_region_moves_hz)"));
+    }
+    s.options.region = region;
+    s.view->SetRegion(region, [&](Slot slot, ViewFilter::Moved how) {
+      Note(s, state_.entity(slot),
+           how == ViewFilter::Moved::kEntered ? kCreated : kDestroyed, slot);
+    });
+    wake = s.sink;
+  }
+  wake->Wake();
+  return absl::OkStatus();
 }
 
 void Replicator::Impl::Flush(absl::Time now) {

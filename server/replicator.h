@@ -52,6 +52,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "server/burst_budget.h"
 #include "server/echo_filter.h"
@@ -102,6 +103,8 @@ struct SubscriptionOptions {
   // by its rule (xform/region.h), judged after every frame: intersected
   // with the lists above.
   std::optional<Region> region;
+  // Who subscribed (a principal's name): only they may move its region.
+  std::string owner;
   double max_rate_hz = 0;  // 0: a message per published frame.
   // Moves this writer caused by setting entities directly are not sent.
   std::string no_echo_client_id;
@@ -241,6 +244,22 @@ class Replicator {
   // it had published) is a new one. Before the first Subscribe.
   void set_history(uint64_t history);
   uint64_t history() const;
+
+  // Moves the region of subscription `id`, which `owner` made (Subscription
+  // Options::owner), to `region`: what enters its view is noted to it as
+  // created, what leaves as destroyed, judged on the state as last
+  // published, and its next message carries them (the sink is woken).
+  // NOT_FOUND for no such subscription of `owner`'s; FAILED_PRECONDITION
+  // for one without a region; RESOURCE_EXHAUSTED past `max_per_second`
+  // moves of it a second (0: no limit), with nothing changed. O(cells the
+  // old and new regions cover + the entities in them), under the lock.
+  absl::Status MoveRegion(SubscriptionId id, absl::string_view owner,
+                          const Region& region, double max_per_second,
+                          absl::Time now);
+
+  // The edge of the cells region views are found by (SpatialIndex), in
+  // world units: 16 unless set. Before the first Subscribe.
+  void set_region_cell_size(float size);
 
   // Slots a subtree view's membership walk visits under one hold at first
   // (32,768, about 0.5 ms): tests make it small, so that frames come

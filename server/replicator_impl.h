@@ -28,6 +28,7 @@
 #include "server/published_state.h"
 #include "server/replicator.h"
 #include "server/slot_bits.h"
+#include "server/spatial_index.h"
 #include "server/subscription.h"
 #include "server/view_filter.h"
 
@@ -54,6 +55,9 @@ class Replicator::Impl {
   SubscriptionId Subscribe(SubscriptionOptions options,
                            std::shared_ptr<UpdateSink> sink);
   void Unsubscribe(SubscriptionId id);
+  absl::Status MoveRegion(SubscriptionId id, absl::string_view owner,
+                          const Region& region, double max_per_second,
+                          absl::Time now);
   // Next() (`make`) and NextIfMade().
   std::shared_ptr<const Outgoing> Take(SubscriptionId id, absl::Time now,
                                        bool make, bool* must_make);
@@ -72,7 +76,8 @@ class Replicator::Impl {
   std::atomic<uint64_t> cut_off{0};
   // Set before the first Subscribe (see replicator.h).
   size_t membership_walk_chunk = 32'768;
-  uint64_t history = 0;  // See Replicator::set_history.
+  float region_cell_size = 16;  // See Replicator::set_region_cell_size.
+  uint64_t history = 0;         // See Replicator::set_history.
   std::function<void()> unlocked_for_testing;
 
  private:
@@ -222,6 +227,18 @@ class Replicator::Impl {
   // A rate-limited subscriber's next message is due 1/max_rate_hz from now.
   static void HoldBack(Subscription& s, absl::Time now);
 
+  // The view `options` ask for (null: the whole world), on the state as it
+  // is; a region view makes the index first, when it is the first.
+  std::unique_ptr<ViewFilter> MakeView(const SubscriptionOptions& options);
+  // Places every live slot in a new index: O(world), once, as the first
+  // region view subscribes (or the state is replaced).
+  void BuildIndex();
+  // Keeps the index with a frame: what it destroys out, before the state
+  // takes it in (UnplaceDestroyed); what it moves or creates placed, after
+  // (PlaceMoved). O(entities the frame lists); nothing without an index.
+  void UnplaceDestroyed(const FrameChanges& changes);
+  void PlaceMoved(const FrameChanges& changes);
+
   // Catching up from the state (OwedFromState).
   // Whether the subscriber may be owed what changed from the published
   // state rather than kept or noted frames: one of the whole world, unless
@@ -346,6 +363,12 @@ class Replicator::Impl {
   const std::shared_ptr<Fanout> fanout_;
   mutable std::mutex mu_;
   PublishedState state_;
+  // Where the state's live slots are, kept while there are region views
+  // (region_views_), for them: null otherwise, costing nothing.
+  std::unique_ptr<SpatialIndex> index_;
+  size_t region_views_ = 0;
+  // A moves-only frame's moved positions, side by side, for region views.
+  std::vector<glm::vec3> moved_positions_;
   uint64_t frame_ = 0;
   // The frame published whole last (PublishWhole, Reset): the stamps tell
   // nothing of the frames before it.

@@ -36,7 +36,9 @@ void Replicator::Impl::Publish(const FrameChanges& changes, absl::Time time,
     std::lock_guard<std::mutex> lock(mu_);
     ViewsBefore views = RecordViewsBefore(changes);
     frame.moved_before = MovedBefore(frame);
+    UnplaceDestroyed(changes);
     state_.TakeIn(changes);
+    PlaceMoved(changes);
     frame_ = changes.frame;
     frame_time_ = time;
     // Folds end at the frame published last. (Not clear(): GCC 12 sees a
@@ -419,6 +421,13 @@ void Replicator::Impl::NoteMovesInViews(
   std::vector<Slot> slots(moved.size());
   for (size_t k = 0; k < moved.size(); ++k) slots[k] = state_.Find(moved[k]);
   ViewFilter::FrameMoves moves(moved, slots);
+  if (region_views_ > 0) {
+    moved_positions_.resize(moved.size());
+    for (size_t k = 0; k < moved.size(); ++k) {
+      moved_positions_[k] = frame.changes.MovedWorld(k).translation();
+    }
+    moves.set_positions(moved_positions_);
+  }
   const bool mark =
       static_cast<size_t>(std::count_if(
           filtered.begin(), filtered.end(), [&](const Subscription* s) {

@@ -20,6 +20,7 @@
 #include "server/redirect.h"
 #include "server/refusal_guard.h"
 #include "server/request_reader.h"
+#include "server/view_filter.h"
 #include "xform/subscriber_info.h"
 #include "xform/v1/wire.h"
 
@@ -738,6 +739,9 @@ class SubscribeReactor final
   void Join(SubscriptionOptions options) {
     const Replicator::SubscriptionId id = world_->replicator().Subscribe(
         std::move(options), std::make_shared<StreamSink>(shared_from_this()));
+    // Before the first write sends the initial metadata: the id
+    // UpdateSubscription names.
+    context_->AddInitialMetadata(v1::kSubscriptionIdMetadata, absl::StrCat(id));
     bool gone;
     {
       absl::MutexLock lock(&mu_);
@@ -1034,6 +1038,18 @@ grpc::ServerUnaryReactor* XformService::Read(
 
 namespace {
 
+// RESOURCE_EXHAUSTED for a region whose cells are past --max_region_cells.
+absl::Status CheckRegionCells(const std::optional<Region>& region,
+                              const Limits& limits) {
+  if (!region) return absl::OkStatus();
+  const uint64_t cells = CellsOfRegion(*region, limits.region_cell_size);
+  if (cells <= limits.max_region_cells) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "region ", region->ToString(), " covers ", cells, " cells of ",
+      limits.region_cell_size, " units, past the limit of ",
+      limits.max_region_cells, " (--max_region_cells)"));
+}
+
 // A valid request's subscription, as the replicator takes it.
 SubscriptionOptions SubscriptionOf(const v1::SubscribeRequest& request,
                                    const Limits& limits) {
@@ -1081,6 +1097,11 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* XformService::Subscribe(
       !valid.ok()) {
     return refuse(valid);
   }
+  if (absl::Status cells =
+          CheckRegionCells(*v1::RegionFromWire(request), limits);
+      !cells.ok()) {
+    return refuse(cells);
+  }
   const size_t filter_ids =
       static_cast<size_t>(request.entity_size()) + request.subtree_size();
   if (caller->quotas().has_max_filter_ids() &&
@@ -1101,10 +1122,40 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* XformService::Subscribe(
                      limits.max_subscribers, " subscribers")));
   }
   grpc::ServerWriteReactor<grpc::ByteBuffer>* reactor = nullptr;
-  SubscribeReactor::Start(context, *std::move(world),
-                          SubscriptionOf(request, limits), *watchdog_,
-                          *build_pool_, active_calls_, *caller, &reactor);
+  SubscriptionOptions options = SubscriptionOf(request, limits);
+  options.owner = caller->name();
+  SubscribeReactor::Start(context, *std::move(world), std::move(options),
+                          *watchdog_, *build_pool_, active_calls_, *caller,
+                          &reactor);
   return reactor;
+}
+
+grpc::ServerUnaryReactor* XformService::UpdateSubscription(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return Serve<v1::UpdateSubscriptionRequest, v1::UpdateSubscriptionResponse>(
+      active_calls_, host_, *gatekeeper_, refusals_, "UpdateSubscription",
+      context, request, response,
+      [&](const Caller& caller, const v1::UpdateSubscriptionRequest& update,
+          v1::UpdateSubscriptionResponse*) -> absl::Status {
+        absl::StatusOr<std::shared_ptr<HostedWorld>> world = WorldFor(
+            host_, caller, kRead, update.world(), "UpdateSubscription");
+        if (!world.ok()) return world.status();
+        if (!update.has_region()) {
+          return absl::InvalidArgumentError(
+              "UpdateSubscription names no region");
+        }
+        absl::StatusOr<Region> region = v1::RegionFromWire(update.region());
+        if (!region.ok()) return region.status();
+        const Limits& limits = host_.limits();
+        if (absl::Status cells = CheckRegionCells(*region, limits);
+            !cells.ok()) {
+          return cells;
+        }
+        return (*world)->replicator().MoveRegion(
+            update.subscription_id(), caller.name(), *region,
+            limits.max_region_moves_hz, caller.usage->clock().Now());
+      });
 }
 
 grpc::ServerUnaryReactor* XformService::ListNodes(

@@ -56,10 +56,12 @@ using RawXformService = v1::Xform::WithRawCallbackMethod_CreateWorld<
                         v1::Xform::WithRawCallbackMethod_ApplyStream<
                             v1::Xform::WithRawCallbackMethod_Read<
                                 v1::Xform::WithRawCallbackMethod_Subscribe<
-                                    v1::Xform::WithRawCallbackMethod_ListNodes<
-                                        v1::Xform::
-                                            WithRawCallbackMethod_DrainNode<
-                                                v1::Xform::Service>>>>>>>>>>>;
+                                    v1::Xform::WithRawCallbackMethod_UpdateSubscription<
+                                        v1::Xform::WithRawCallbackMethod_ListNodes<
+                                            v1::Xform::
+                                                WithRawCallbackMethod_DrainNode<
+                                                    v1::Xform::
+                                                        Service>>>>>>>>>>>>;
 
 class XformService final : public RawXformService {
  public:
@@ -86,6 +88,8 @@ class XformService final : public RawXformService {
               Bytes* response) override;
   grpc::ServerWriteReactor<Bytes>* Subscribe(
       grpc::CallbackServerContext* context, const Bytes* request) override;
+  Unary* UpdateSubscription(grpc::CallbackServerContext* context,
+                            const Bytes* request, Bytes* response) override;
   Unary* ListNodes(grpc::CallbackServerContext* context, const Bytes* request,
                    Bytes* response) override;
   Unary* DrainNode(grpc::CallbackServerContext* context, const Bytes* request,

@@ -56,6 +56,7 @@
 #include "server/published_state.h"
 #include "server/replicator.h"
 #include "server/slot_bits.h"
+#include "server/token_bucket.h"
 #include "server/view_filter.h"
 #include "xform/net_changes.h"
 #include "xform/transform.h"
@@ -179,6 +180,7 @@ struct Subscription {
   // O(max_pending) in all, then nothing, not O(moved) every frame.
   size_t overdue_entities = 0;
   absl::Time next_allowed = absl::InfinitePast();  // Its rate limit.
+  TokenBucket region_moves;  // Replicator::MoveRegion's rate limit.
   uint64_t last_frame_sent = 0;
   absl::Time subscribed;
   // What it was sent (SubscriberInfo's counts but bytes, which its sink

@@ -35,6 +35,7 @@
 #include "absl/types/span.h"
 #include "server/published_state.h"
 #include "server/slot_bits.h"
+#include "server/spatial_index.h"
 #include "xform/region.h"
 #include "xform/world.h"
 
@@ -61,6 +62,12 @@ class ViewFilter {
         : moved_(moved), slots_(slots) {}
     absl::Span<const EntityId> moved() const { return moved_; }
     absl::Span<const Slot> slots() const { return slots_; }
+    // Each moved entity's position after the frame, where there are region
+    // views (else empty): read once for them all, side by side.
+    absl::Span<const glm::vec3> positions() const { return positions_; }
+    void set_positions(absl::Span<const glm::vec3> positions) {
+      positions_ = positions;
+    }
     // Marks set: what Marked() and IndexOfSlot() read. O(moved).
     void Mark(SlotBits* marked, std::vector<uint32_t>* index_by_slot);
     const SlotBits* marked() const { return marked_; }
@@ -72,6 +79,7 @@ class ViewFilter {
    private:
     absl::Span<const EntityId> moved_;
     absl::Span<const Slot> slots_;
+    absl::Span<const glm::vec3> positions_;
     SlotBits* marked_ = nullptr;
     std::vector<uint32_t>* index_by_slot_ = nullptr;
     mutable absl::flat_hash_map<EntityId, size_t> index_;
@@ -109,6 +117,14 @@ class ViewFilter {
                            absl::FunctionRef<void(size_t k, Moved how)> /*f*/) {
   }
 
+  // A region view's region; null for others.
+  virtual const Region* region() const { return nullptr; }
+  // Moves a region view to `region`, and calls f(slot, how) for each live
+  // slot that entered or left the view (kEntered, kLeft) by the new
+  // region's rule. Others: never asked.
+  virtual void SetRegion(const Region& /*region*/,
+                         absl::FunctionRef<void(Slot, Moved)> /*f*/) {}
+
   // The view is being sent whole. Sets in `stale` what it holds that is
   // found at once, and returns what finding the rest needs (null: nothing
   // more).
@@ -141,12 +157,19 @@ std::unique_ptr<ViewFilter> MakeEntityFilter(const PublishedState& state,
 // The entities of `inner`'s view (null: the world) whose positions are in
 // `region`, by its rule (xform/region.h: in when inside it, out when
 // outside it grown by its margin), judged after every frame. Membership is
-// a bit per slot. Costs: Contains O(1); Follow O(1) and `inner`'s;
-// FollowMoves O(moved); the snapshot's search `walk_chunk` slots at a time
-// over every slot (after `inner`'s own search). The first cut: a spatial
-// index (server/spatial_index.h) is to make FollowMoves and the search
-// proportional to the cells the region covers.
+// a bit per slot; `index` places the state's live slots (the Replicator
+// keeps it while it has region views) and outlives the filter. Costs:
+// Contains O(1); Follow O(1) and `inner`'s; FollowMoves O(moved) bit tests
+// and, for each moved entity in or near the region, a test of its
+// position; SetRegion and the snapshot's search O(cells the old and new
+// regions grown cover, at most the occupied ones, + the slots in them),
+// the search judging `walk_chunk` of them at a time (after `inner`'s own).
+// The cells of `cell_size` that a region view's searches cover: those of
+// the box around `region` grown by its margin. O(1).
+uint64_t CellsOfRegion(const Region& region, float cell_size);
+
 std::unique_ptr<ViewFilter> MakeRegionFilter(const PublishedState& state,
+                                             const SpatialIndex& index,
                                              const Region& region,
                                              std::unique_ptr<ViewFilter> inner,
                                              size_t walk_chunk);

@@ -533,6 +533,7 @@ absl::StatusOr<std::shared_ptr<HostedWorld>> WorldHost::Create(
   auto world = std::make_shared<HostedWorld>(
       request.name(), mode, tick_hz, limits_.max_pending, burst_budget_, owner,
       fanout_, limits_.resume_frames);
+  world->replicator().set_region_cell_size(limits_.region_cell_size);
   if (logs_ != nullptr) {
     // Durable before it exists for anyone: created means durable.
     config::StoredWorld stored;
@@ -584,6 +585,7 @@ absl::StatusOr<std::shared_ptr<HostedWorld>> WorldHost::Add(
   auto world = std::make_shared<HostedWorld>(
       create.name(), create.mode(), create.tick_hz(), limits_.max_pending,
       burst_budget_, recovered.stored.owner(), fanout_, limits_.resume_frames);
+  world->replicator().set_region_cell_size(limits_.region_cell_size);
   const size_t size = recovered.world.size();
   const absl::Time published = absl::Now();
   world->Restore(recovered);

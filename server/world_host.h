@@ -74,6 +74,12 @@ struct Limits {
   // Frames a subscriber whose stream broke may resume from (see
   // SubscribeRequest.resume_from_frame): 10 s at 60 Hz.
   uint64_t resume_frames = 600;
+  // Region views (SubscribeRequest.region): the edge of the cells they are
+  // found by, in world units; the most cells one region, grown by its
+  // margin, may cover; how often a subscription's region may move.
+  float region_cell_size = 16;
+  uint64_t max_region_cells = uint64_t{1} << 40;
+  double max_region_moves_hz = 240;
 };
 
 class HostedWorld : public SnapshotSource {

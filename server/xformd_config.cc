@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <fstream>
 #include <sstream>
@@ -43,6 +44,16 @@ ABSL_FLAG(uint64_t, max_filter_ids, 65'536,
 ABSL_FLAG(uint64_t, max_pending, 65'536,
           "Changed entities a subscriber may have unsent before it is resent "
           "its view whole (a snapshot) instead: bounds a laggard's memory");
+ABSL_FLAG(double, region_cell_size, 16,
+          "Edge of the cells region subscriptions are found by, in world "
+          "units: about a tenth of a typical region's size");
+ABSL_FLAG(uint64_t, max_region_cells, uint64_t{1} << 40,
+          "Most cells (--region_cell_size) one subscription's region, grown "
+          "by its margin, may cover; the work a frame is bounded by the "
+          "occupied cells whatever this is");
+ABSL_FLAG(double, max_region_moves_hz, 240,
+          "How often a subscription's region may move (UpdateSubscription), "
+          "a second; 0: no limit");
 ABSL_FLAG(uint64_t, resume_frames, 600,
           "Frames a subscriber whose stream broke may resume from, sent only "
           "what changed since (its view whole past them): 10 s at 60 Hz. "
@@ -227,7 +238,18 @@ Limits LimitsFromFlags(Problems& problems) {
                   "--max_message_bytes must be in [4096, 1 GiB]");
   problems.Unless(absl::GetFlag(FLAGS_max_entities) < (uint64_t{1} << 31),
                   "--max_entities must be below 2^31");
+  const double cell = absl::GetFlag(FLAGS_region_cell_size);
+  problems.Unless(std::isfinite(cell) && cell >= 1e-3 && cell <= 1e9,
+                  "--region_cell_size must be in [0.001, 1e9]");
+  const double moves_hz = absl::GetFlag(FLAGS_max_region_moves_hz);
+  problems.Unless(moves_hz >= 0 && moves_hz <= 1e6,
+                  "--max_region_moves_hz must be in [0, 1e6]");
+  problems.Unless(absl::GetFlag(FLAGS_max_region_cells) > 0,
+                  "--max_region_cells must be at least 1");
   Limits limits;
+  limits.region_cell_size = static_cast<float>(cell);
+  limits.max_region_cells = absl::GetFlag(FLAGS_max_region_cells);
+  limits.max_region_moves_hz = moves_hz;
   limits.max_worlds = absl::GetFlag(FLAGS_max_worlds);
   limits.max_entities_per_world = absl::GetFlag(FLAGS_max_entities);
   limits.max_batch = absl::GetFlag(FLAGS_max_batch);

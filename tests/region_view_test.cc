@@ -18,12 +18,15 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tests/loopback_server.h"
 #include "tests/random_batches.h"
@@ -149,7 +152,16 @@ TEST_F(RegionViewTest, RegionMirrorsHoldWhatTheRuleSaysAfterEveryFrame) {
                      StartMirror({.region = views[1].region,
                                   .driver = MirrorOptions::Driver::kCaller}),
                      50, true});
-  for (Watched& w : watched) ASSERT_NE(w.mirror, nullptr);
+  for (Watched& w : watched) {
+    ASSERT_NE(w.mirror, nullptr);
+    // Named by the server, so that its region can move.
+    const absl::Time deadline = absl::Now() + kWait;
+    while (!w.mirror->synced() && absl::Now() < deadline) {
+      if (w.stalls) w.mirror->Update();
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+    ASSERT_TRUE(w.mirror->synced());
+  }
 
   World model;
   // A crowd to move each frame (400 roots with 4 children each, ids from
@@ -174,6 +186,7 @@ TEST_F(RegionViewTest, RegionMirrorsHoldWhatTheRuleSaysAfterEveryFrame) {
   for (ModelView& view : views) view.Judge(model);
   testing::RandomBatches random(64, 1);
   size_t entered = 0, left = 0;
+  int region_moves = 0;
   for (int frame = 1; frame <= 300; ++frame) {
     std::vector<Command> batch = random.Next(model, 12);
     std::vector<Command> moves;
@@ -192,6 +205,27 @@ TEST_F(RegionViewTest, RegionMirrorsHoldWhatTheRuleSaysAfterEveryFrame) {
       view.Judge(model);
       for (EntityId e : view.in) entered += !before.contains(e);
       for (EntityId e : before) left += !view.in.contains(e);
+    }
+    // Every few frames the first two regions move and change shape, on
+    // their open streams, judged on the frame just published.
+    if (frame % 7 == 0) {
+      std::uniform_real_distribution<float> near(-14, 14), size(3, 12);
+      for (size_t v = 0; v < 2; ++v) {
+        const glm::vec3 at(near(rng), near(rng), near(rng));
+        const float margin = rng() % 2 ? 0.f : size(rng) / 4;
+        views[v].region =
+            rng() % 2 ? *Region::Sphere(at, size(rng), margin)
+                      : *Region::Box(
+                            at, at + glm::vec3(size(rng), size(rng), size(rng)),
+                            margin);
+        for (Watched& w : watched) {
+          if (w.view != v) continue;
+          ASSERT_TRUE(w.mirror->SetRegion(views[v].region).ok())
+              << "frame " << frame;
+        }
+        views[v].Judge(model);
+      }
+      ++region_moves;
     }
     for (Watched& w : watched) {
       if (frame % w.check_every != 0) continue;
@@ -214,8 +248,142 @@ TEST_F(RegionViewTest, RegionMirrorsHoldWhatTheRuleSaysAfterEveryFrame) {
   EXPECT_GT(entered, 100u);
   EXPECT_GT(left, 100u);
   EXPECT_GT(watched.back().mirror->resyncs(), 0);
-  std::printf("%zu entered and %zu left over 3 views and 300 frames\n", entered,
-              left);
+  EXPECT_EQ(region_moves, 42);
+  std::printf(
+      "%zu entered and %zu left over 3 views and 300 frames, 2 of the "
+      "regions moved %d times\n",
+      entered, left, region_moves);
+}
+
+// A grid of 100 x 100 entities a unit apart on the plane z = 0.
+void MakeGrid(Client& client) {
+  std::vector<Command> grid;
+  for (int y = 0; y < 100; ++y) {
+    for (int x = 0; x < 100; ++x) {
+      Transform local;
+      local.position = {static_cast<float>(x), static_cast<float>(y), 0};
+      grid.push_back(
+          CreateOp{static_cast<EntityId>(1 + 100 * y + x), kNoEntity, local});
+    }
+  }
+  ASSERT_TRUE(client.Apply("w", grid, {.end_frame = true}).ok());
+}
+
+// A region moved on its stream is sent what entered and what left, not its
+// view whole: the bytes of a move are those of the entities that crossed.
+TEST_F(RegionViewTest, AMovedRegionIsSentWhatEnteredAndLeftOnly) {
+  MakeGrid(*client_);
+  absl::Mutex mu;
+  std::vector<std::pair<size_t, size_t>> crossed;  // created, destroyed
+  size_t bytes = 0;
+  MirrorOptions options{.region =
+                            *Region::Box({10, 10, -1}, {29.5f, 29.5f, 1})};
+  options.on_update = [&](const MirrorUpdate& update) {
+    absl::MutexLock lock(&mu);
+    crossed.emplace_back(update.created.size(), update.destroyed.size());
+    bytes += update.bytes;
+  };
+  std::unique_ptr<Mirror> mirror = StartMirror(options);
+  ASSERT_TRUE(mirror->WaitForSync(kWait));
+  EXPECT_EQ(mirror->size(), 400u);
+  size_t snapshot_bytes = 0;
+  {
+    absl::MutexLock lock(&mu);
+    // The snapshot's callback runs once the copy has it.
+    const auto told = [&] { return !crossed.empty(); };
+    ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&told), kWait));
+    snapshot_bytes = std::exchange(bytes, 0);
+    crossed.clear();
+  }
+  // One unit along x: a column of 20 enters, one of 20 leaves.
+  ASSERT_TRUE(
+      mirror->SetRegion(*Region::Box({11, 10, -1}, {30.5f, 29.5f, 1})).ok());
+  {
+    absl::MutexLock lock(&mu);
+    const auto told = [&] { return !crossed.empty(); };
+    ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&told), kWait));
+    EXPECT_EQ(crossed.size(), 1u);
+    EXPECT_EQ(crossed[0], std::make_pair(size_t{20}, size_t{20}));
+    EXPECT_LT(bytes, snapshot_bytes / 5)
+        << "a move of the region sent " << bytes << " bytes, the view "
+        << snapshot_bytes;
+  }
+  EXPECT_EQ(mirror->size(), 400u);
+  EXPECT_FALSE(mirror->Has(11));  // (10, 0): below the box, never in.
+  EXPECT_TRUE(mirror->Has(1 + 100 * 10 + 30));
+  EXPECT_FALSE(mirror->Has(1 + 100 * 10 + 10));
+  EXPECT_EQ(mirror->resyncs(), 0);
+}
+
+// UpdateSubscription's refusals, each precise, each changing nothing.
+TEST_F(RegionViewTest, RegionMovesAreRefusedPreciselyAndChangeNothing) {
+  MakeGrid(*client_);
+  // Subscribed one after the other: ids 1 and 2.
+  std::unique_ptr<Mirror> mirror =
+      StartMirror({.region = *Region::Sphere({50, 50, 0}, 5)});
+  ASSERT_TRUE(mirror->WaitForSync(kWait));
+  std::unique_ptr<Mirror> whole = StartMirror({});
+  ASSERT_TRUE(whole->WaitForSync(kWait));
+  const size_t held = mirror->size();
+  EXPECT_EQ(held, 81u);
+  // The raw call, as another client would make it.
+  auto channel = grpc::CreateChannel(server_.address(),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = v1::Xform::NewStub(channel);
+  const auto update = [&](uint64_t id, std::optional<Region> region) {
+    v1::UpdateSubscriptionRequest request;
+    request.set_world("w");
+    request.set_subscription_id(id);
+    if (region) v1::RegionToWire(*region, request.mutable_region());
+    grpc::ClientContext context;
+    v1::UpdateSubscriptionResponse response;
+    return stub->UpdateSubscription(&context, request, &response).error_code();
+  };
+  const Region far = *Region::Sphere({10, 10, 0}, 5);
+  // Ids are 1 (the region mirror) and 2 (the whole world).
+  EXPECT_EQ(update(99, far), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(update(2, far), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(update(1, std::nullopt), grpc::StatusCode::INVALID_ARGUMENT);
+  {
+    v1::UpdateSubscriptionRequest request;
+    request.set_world("w");
+    request.set_subscription_id(1);
+    for (float v : {0.f, 0.f, 0.f, -1.f})
+      request.mutable_region()->add_sphere(v);
+    grpc::ClientContext context;
+    v1::UpdateSubscriptionResponse response;
+    EXPECT_EQ(
+        stub->UpdateSubscription(&context, request, &response).error_code(),
+        grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  // Past --max_region_cells (2^40 cells of 16 units: a box of 1e8 a side).
+  EXPECT_EQ(update(1, *Region::Box({-5e7f, -5e7f, -5e7f}, {5e7f, 5e7f, 5e7f})),
+            grpc::StatusCode::RESOURCE_EXHAUSTED);
+  // Faster than --max_region_moves_hz (240 a second, a burst of 240): some
+  // of 1,000 at once are refused, the view left where the last taken put
+  // it.
+  int refused = 0;
+  const Region back = *Region::Sphere({50, 50, 0}, 5);
+  for (int k = 0; k < 1000; ++k) {
+    refused +=
+        update(1, k % 2 ? far : back) == grpc::StatusCode::RESOURCE_EXHAUSTED;
+  }
+  EXPECT_GT(refused, 0);
+  EXPECT_LT(refused, 1000);
+  // The world's other subscriber was not held up, and the region mirror
+  // still holds what its last accepted region says, once a frame passes.
+  Transform up;
+  up.position = {0, 0, 5};
+  absl::StatusOr<uint64_t> frame =
+      client_->Apply("w", {SetLocalOp{1, up}}, {.end_frame = true});
+  ASSERT_TRUE(frame.ok());
+  ASSERT_TRUE(whole->WaitForFrame(*frame, kWait));
+  EXPECT_EQ(whole->size(), 10'000u);
+  for (const absl::Time deadline = absl::Now() + kWait;
+       mirror->size() != held && absl::Now() < deadline;) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  EXPECT_EQ(mirror->size(), held);
 }
 
 TEST_F(RegionViewTest, BadRegionsAreRefusedNamingWhatIsWrong) {

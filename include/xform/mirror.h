@@ -246,6 +246,14 @@ class Mirror {
   int resumes() const;
   absl::Status status() const;  // Why the stream last ended; OK while up.
 
+  // Moves the view's region (a mirror made with MirrorOptions::region) on
+  // its open stream (UpdateSubscription): the server sends what entered
+  // the view as created and what left it as destroyed, never the view
+  // whole. A stream made later (a reconnection) subscribes with the latest
+  // region. FAILED_PRECONDITION for a mirror without a region; otherwise
+  // the server's answer (OK while no stream is open).
+  absl::Status SetRegion(const Region& region);
+
  private:
   class Impl;
   explicit Mirror(std::unique_ptr<Impl> impl);

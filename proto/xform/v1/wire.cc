@@ -170,7 +170,12 @@ absl::Status CheckWriteId(absl::string_view id) {
 absl::StatusOr<std::optional<xform::Region>> RegionFromWire(
     const SubscribeRequest& request) {
   if (!request.has_region()) return std::nullopt;
-  const Region& region = request.region();
+  absl::StatusOr<xform::Region> region = RegionFromWire(request.region());
+  if (!region.ok()) return region.status();
+  return std::optional<xform::Region>(*region);
+}
+
+absl::StatusOr<xform::Region> RegionFromWire(const Region& region) {
   const auto& box = region.box();
   const auto& sphere = region.sphere();
   if (box.empty() == sphere.empty()) {
@@ -195,8 +200,7 @@ absl::StatusOr<std::optional<xform::Region>> RegionFromWire(
     made = xform::Region::Sphere({sphere[0], sphere[1], sphere[2]}, sphere[3],
                                  region.margin());
   }
-  if (!made.ok()) return made.status();
-  return std::optional<xform::Region>(*made);
+  return made;
 }
 
 void RegionToWire(const xform::Region& region, v1::Region* out) {

@@ -72,11 +72,16 @@ xform::SubscriberInfo SubscriberInfoFromWire(const SubscriberInfo& info);
 // RegionFromWire refuses. O(filter).
 absl::Status CheckSubscribeRequest(const SubscribeRequest& request,
                                    size_t max_filter_ids);
+// The initial metadata of a Subscribe stream that names its subscription
+// (UpdateSubscriptionRequest.subscription_id), in decimal.
+inline constexpr char kSubscriptionIdMetadata[] = "xform-subscription-id";
+
 // A request's region (nullopt: none), or INVALID_ARGUMENT naming what is
 // wrong with it: neither or both of box and sphere, a count of numbers
 // other than 6 or 4, or what Region refuses. O(1).
 absl::StatusOr<std::optional<xform::Region>> RegionFromWire(
     const SubscribeRequest& request);
+absl::StatusOr<xform::Region> RegionFromWire(const Region& region);
 void RegionToWire(const xform::Region& region, v1::Region* out);
 // The precision a checked request's compact encoding is served at: the
 // largest power of two at or below the one asked for (its default filled
