@@ -789,4 +789,158 @@ BENCHMARK(BM_SpatialIndexUpkeep)
     ->Arg(32)
     ->Unit(benchmark::kMicrosecond);
 
+namespace xform::server {
+namespace {
+
+// Region subscribers (SubscribeRequest.region), the city: 1M
+// entities spread over 1 km x 1 km (z in [0, 20]), 10,000 of them moving a
+// frame at 10 m/s; arg 0 cameras, each a sphere of 50 m radius (margin
+// 2 m) moving at arg 1 m/s, its region moved every frame (MoveRegion),
+// and one whole-world subscriber to compare with; arg 2 the index's cell
+// edge in metres (--region_cell_size). Reported per frame:
+// `publish_ms`, the publication (with the index's upkeep and every region
+// view's judging, under the lock); `move_region_us`, all cameras' moves;
+// `take_ms`, the messages made; per camera `camera_bytes` and
+// `camera_entities` (created, moved and destroyed entries it was sent);
+// `whole_bytes`, the whole-world subscriber's; `bytes_per_entry_ratio`,
+// a camera's bytes over its entries at the whole-world subscriber's bytes
+// an entry (1: no overhead); `crossed_per_move`, what entered or left a
+// view a move of its region.
+void BM_RegionSubscribers(benchmark::State& state) {
+  constexpr EntityId kEntities = 1'000'000;
+  constexpr int kMoves = 10'000;
+  constexpr float kFrameSeconds = 1.0f / 60;
+  const auto cameras = static_cast<int>(state.range(0));
+  const float camera_speed = static_cast<float>(state.range(1));
+  std::mt19937 random(64);
+  std::uniform_real_distribution<float> ground(0, 1000), height(0, 20),
+      angle(0, 6.2831853f);
+  std::vector<glm::vec3> position(kEntities + 1), velocity(kEntities + 1);
+  FrameChanges changes;
+  changes.frame = 1;
+  const auto moved = [&](EntityId e) {
+    changes.moved.push_back(e);
+    const glm::vec3 p = position[e];
+    for (float v :
+         {1.f, 0.f, 0.f, p.x, 0.f, 1.f, 0.f, p.y, 0.f, 0.f, 1.f, p.z}) {
+      changes.moved_world.push_back(v);
+    }
+  };
+  for (EntityId e = 1; e <= kEntities; ++e) {
+    position[e] = {ground(random), ground(random), height(random)};
+    const float a = angle(random);
+    velocity[e] = 10.0f * glm::vec3(std::cos(a), std::sin(a), 0);
+    changes.created.push_back(e);
+    changes.created_parent.push_back(kNoEntity);
+    moved(e);
+  }
+  Replicator replicator(1 << 20);
+  replicator.set_region_cell_size(static_cast<float>(state.range(2)));
+  absl::Time now = absl::UnixEpoch();
+  replicator.Publish(changes, now);
+  // The cameras, and the one whole-world subscriber.
+  std::vector<glm::vec3> eye(static_cast<size_t>(cameras)),
+      heading(static_cast<size_t>(cameras));
+  std::vector<Replicator::SubscriptionId> ids;
+  const auto sphere = [](glm::vec3 at) { return *Region::Sphere(at, 50, 2); };
+  for (int c = 0; c < cameras; ++c) {
+    eye[c] = {100 + 800 * ground(random) / 1000,
+              100 + 800 * ground(random) / 1000, 10};
+    const float a = angle(random);
+    heading[c] = glm::vec3(std::cos(a), std::sin(a), 0);
+    SubscriptionOptions options;
+    options.region = sphere(eye[c]);
+    ids.push_back(replicator.Subscribe(options, std::make_shared<NullSink>()));
+  }
+  const Replicator::SubscriptionId whole =
+      replicator.Subscribe({}, std::make_shared<NullSink>());
+  struct Sent {
+    size_t bytes = 0, entries = 0;
+  };
+  const auto drain = [&](Replicator::SubscriptionId id) {
+    Sent sent;
+    while (auto out = replicator.Next(id, now)) {
+      const v1::FrameUpdate& u = out->message();
+      sent.bytes += out->encoded().size();
+      sent.entries += static_cast<size_t>(u.moved_size() + u.created_size() +
+                                          u.destroyed_size());
+    }
+    return sent;
+  };
+  for (auto id : ids) drain(id);
+  drain(whole);
+  uint64_t frame = 1;
+  double publish = 0, move = 0, take = 0;
+  Sent camera_sent, whole_sent;
+  for (auto _ : state) {
+    state.PauseTiming();
+    changes.Clear();
+    changes.frame = ++frame;
+    std::vector<EntityId> chosen;
+    for (int k = 0; k < kMoves; ++k) chosen.push_back(1 + random() % kEntities);
+    std::sort(chosen.begin(), chosen.end());
+    chosen.erase(std::unique(chosen.begin(), chosen.end()), chosen.end());
+    for (EntityId e : chosen) {
+      position[e] += velocity[e] * kFrameSeconds;
+      moved(e);
+    }
+    now += absl::Nanoseconds(16'666'667);
+    state.ResumeTiming();
+    auto start = std::chrono::steady_clock::now();
+    replicator.Publish(changes, now);
+    auto end = std::chrono::steady_clock::now();
+    publish += std::chrono::duration<double>(end - start).count();
+    start = end;
+    for (int c = 0; c < cameras; ++c) {
+      eye[c] += heading[c] * camera_speed * kFrameSeconds;
+      // Back and forth across the city.
+      if (eye[c].x < 60 || eye[c].x > 940 || eye[c].y < 60 || eye[c].y > 940) {
+        heading[c] = -heading[c];
+      }
+      if (!replicator.MoveRegion(ids[c], "", sphere(eye[c]), 0, now).ok()) {
+        state.SkipWithError("MoveRegion");
+      }
+    }
+    end = std::chrono::steady_clock::now();
+    move += std::chrono::duration<double>(end - start).count();
+    start = end;
+    for (auto id : ids) {
+      const Sent sent = drain(id);
+      camera_sent.bytes += sent.bytes;
+      camera_sent.entries += sent.entries;
+    }
+    end = std::chrono::steady_clock::now();
+    take += std::chrono::duration<double>(end - start).count();
+    const Sent sent = drain(whole);
+    whole_sent.bytes += sent.bytes;
+    whole_sent.entries += sent.entries;
+  }
+  const auto frames = static_cast<double>(state.iterations());
+  const double per_camera = frames * std::max(cameras, 1);
+  state.counters["publish_ms"] = 1e3 * publish / frames;
+  state.counters["move_region_us"] = 1e6 * move / frames;
+  state.counters["take_ms"] = 1e3 * take / frames;
+  state.counters["camera_bytes"] =
+      static_cast<double>(camera_sent.bytes) / per_camera;
+  state.counters["camera_entities"] =
+      static_cast<double>(camera_sent.entries) / per_camera;
+  state.counters["whole_bytes"] =
+      static_cast<double>(whole_sent.bytes) / frames;
+  if (camera_sent.entries > 0 && whole_sent.entries > 0) {
+    state.counters["bytes_per_entry_ratio"] =
+        (static_cast<double>(camera_sent.bytes) /
+         static_cast<double>(camera_sent.entries)) /
+        (static_cast<double>(whole_sent.bytes) /
+         static_cast<double>(whole_sent.entries));
+  }
+}
+BENCHMARK(BM_RegionSubscribers)
+    ->Args({0, 10, 16})
+    ->ArgsProduct({{64}, {0, 10, 100, 1000}, {4, 8, 16}})
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(120);
+
+}  // namespace
+}  // namespace xform::server
+
 BENCHMARK_MAIN();

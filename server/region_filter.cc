@@ -33,6 +33,35 @@ bool Within(glm::vec3 p, glm::vec3 min, glm::vec3 max) {
          p.z >= min.z && p.z <= max.z;
 }
 
+// Where a box of positions stands to a region (grown by `grown`): all of
+// it inside, all of it outside, or across the border.
+enum class Side { kInside, kOutside, kAcross };
+Side SideOf(const Region& region, float grown, glm::vec3 min, glm::vec3 max) {
+  if (region.shape() == Region::Shape::kBox) {
+    const glm::vec3 low = region.min() - glm::vec3(grown);
+    const glm::vec3 high = region.max() + glm::vec3(grown);
+    if (Within(min, low, high) && Within(max, low, high)) return Side::kInside;
+    if (max.x < low.x || min.x > high.x || max.y < low.y || min.y > high.y ||
+        max.z < low.z || min.z > high.z) {
+      return Side::kOutside;
+    }
+    return Side::kAcross;
+  }
+  const glm::vec3 c = region.center();
+  const float reach = region.radius() + grown;
+  float nearest = 0, farthest = 0;
+  for (int axis = 0; axis < 3; ++axis) {
+    const float out = std::max({min[axis] - c[axis], c[axis] - max[axis], 0.f});
+    nearest += out * out;
+    const float far = std::max(std::fabs(c[axis] - min[axis]),
+                               std::fabs(max[axis] - c[axis]));
+    farthest += far * far;
+  }
+  if (farthest <= reach * reach) return Side::kInside;
+  if (nearest > reach * reach) return Side::kOutside;
+  return Side::kAcross;
+}
+
 // The search for a region view's members as its snapshot starts: the inner
 // view's own search first (its bits must be whole before they are
 // intersected), then the slots in the cells the region grown by its margin
@@ -152,29 +181,81 @@ class RegionFilter final : public ViewFilter {
   void SetRegion(const Region& region,
                  absl::FunctionRef<void(Slot, Moved)> f) override {
     // What it holds is inside the old region grown; what may enter is
-    // inside the new one: the slots of the cells of both, each judged once
-    // by the new region.
+    // inside the new one: the cells of both. A cell wholly inside the new
+    // region holds members only, one wholly outside it grown none, and one
+    // wholly in its margin band changes nothing: only the cells across a
+    // border have their slots' positions read.
+    glm::vec3 old_min, old_max, new_min, new_max;
     const Region old = region_;
+    CullBounds(old, &old_min, &old_max);
     region_ = region;
-    absl::flat_hash_set<Slot> judged;
-    const auto judge = [&](Slot slot) {
-      if (!judged.insert(slot).second) return;
-      const bool was = in_.test(slot);
-      const bool is = Judge(slot, inner_ == nullptr || inner_->Contains(slot));
-      if (was != is) f(slot, is ? Moved::kEntered : Moved::kLeft);
+    CullBounds(region_, &new_min, &new_max);
+    const float margin = region_.margin();
+    const auto in_inner = [&](Slot slot) {
+      return inner_ == nullptr || inner_->Contains(slot);
     };
-    glm::vec3 min, max;
-    CullBounds(old, &min, &max);
-    index_.ForEachInBox(min, max, judge);
-    CullBounds(region_, &min, &max);
-    index_.ForEachInBox(min, max, judge);
+    // A cell's box, widened past what rounding could put in it.
+    const auto widened = [](glm::vec3& min, glm::vec3& max) {
+      for (int axis = 0; axis < 3; ++axis) {
+        min[axis] -= (std::fabs(min[axis]) + 1) * 1e-5f;
+        max[axis] += (std::fabs(max[axis]) + 1) * 1e-5f;
+      }
+    };
+    // Nothing changes in a cell wholly inside both regions (members before
+    // and after), or wholly outside the old one grown and the new one (no
+    // members before, none entering): most of a region moved a little.
+    const auto may_change = [&](glm::vec3 min, glm::vec3 max) {
+      widened(min, max);
+      const Side new_side = SideOf(region_, 0, min, max);
+      if (new_side == Side::kInside &&
+          SideOf(old, 0, min, max) == Side::kInside) {
+        return false;
+      }
+      return !(new_side == Side::kOutside &&
+               SideOf(old, old.margin(), min, max) == Side::kOutside);
+    };
+    index_.ForEachCellInBoxes(
+        old_min, old_max, new_min, new_max, may_change,
+        [&](const SpatialIndex::CellView& cell) {
+          glm::vec3 min = cell.min, max = cell.max;
+          widened(min, max);
+          const Side inside =
+              cell.clamped ? Side::kAcross : SideOf(region_, 0, min, max);
+          const Side grown = cell.clamped || inside == Side::kInside
+                                 ? inside
+                                 : SideOf(region_, margin, min, max);
+          if (inside == Side::kInside) {
+            for (Slot slot : cell.slots) {
+              if (!in_.test(slot) && in_inner(slot)) {
+                in_.set(slot);
+                f(slot, Moved::kEntered);
+              }
+            }
+          } else if (grown == Side::kOutside) {
+            for (Slot slot : cell.slots) {
+              if (in_.reset(slot)) f(slot, Moved::kLeft);
+            }
+          } else if (inside == Side::kOutside && grown == Side::kInside) {
+            // In the margin band: members stay, the rest stay out.
+          } else {
+            for (size_t k = 0; k < cell.slots.size(); ++k) {
+              const Slot slot = cell.slots[k];
+              const bool was = in_.test(slot);
+              const bool is = JudgeAt(slot, in_inner(slot), cell.positions[k]);
+              if (was != is) f(slot, is ? Moved::kEntered : Moved::kLeft);
+            }
+          }
+        });
   }
 
  private:
   // The rule, for the live `slot` as the state holds it now; sets its bit.
   bool Judge(Slot slot, bool in_inner) {
-    const bool is = in_inner && region_.Holds(in_.test(slot),
-                                              state_.world(slot).translation());
+    return JudgeAt(slot, in_inner, state_.world(slot).translation());
+  }
+  // The same, at its `position` as the index placed it (the state's).
+  bool JudgeAt(Slot slot, bool in_inner, glm::vec3 position) {
+    const bool is = in_inner && region_.Holds(in_.test(slot), position);
     if (is) {
       in_.set(slot);
     } else {

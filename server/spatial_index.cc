@@ -32,38 +32,36 @@ SpatialIndex::Cell3 SpatialIndex::CellOfKey(CellKey key) {
           coordinate((key >> (2 * kCoordinateBits)) & kMask)};
 }
 
-void SpatialIndex::Move(Slot slot, CellKey key) {
-  if (slot >= key_of_slot_.size()) {
-    key_of_slot_.resize(slot + 1, kNoCell);
-    index_in_cell_.resize(slot + 1);
-  }
-  if (key_of_slot_[slot] == kNoCell) {
+void SpatialIndex::Move(Slot slot, CellKey key, glm::vec3 position) {
+  if (slot >= where_.size()) where_.resize(slot + 1);
+  if (where_[slot].key == kNoCell) {
     ++placed_;
   } else {
-    TakeOut(slot, key_of_slot_[slot]);
+    TakeOut(slot);
   }
-  std::vector<Slot>& cell = cells_[key];
-  index_in_cell_[slot] = static_cast<uint32_t>(cell.size());
-  cell.push_back(slot);
-  key_of_slot_[slot] = key;
+  Cell& cell = cells_[key];
+  where_[slot] = {key, &cell, static_cast<uint32_t>(cell.slots.size())};
+  cell.slots.push_back(slot);
+  cell.positions.push_back(position);
 }
 
 void SpatialIndex::Remove(Slot slot) {
   if (!Placed(slot)) return;
-  TakeOut(slot, key_of_slot_[slot]);
-  key_of_slot_[slot] = kNoCell;
+  TakeOut(slot);
+  where_[slot] = Where{};
   --placed_;
 }
 
-void SpatialIndex::TakeOut(Slot slot, CellKey key) {
-  auto it = cells_.find(key);
-  std::vector<Slot>& cell = it->second;
-  const uint32_t index = index_in_cell_[slot];
-  const Slot last = cell.back();
-  cell[index] = last;
-  index_in_cell_[last] = index;
-  cell.pop_back();
-  if (cell.empty()) cells_.erase(it);
+void SpatialIndex::TakeOut(Slot slot) {
+  const Where where = where_[slot];
+  Cell& cell = *where.cell;
+  const Slot last = cell.slots.back();
+  cell.slots[where.index] = last;
+  cell.positions[where.index] = cell.positions.back();
+  where_[last].index = where.index;
+  cell.slots.pop_back();
+  cell.positions.pop_back();
+  if (cell.slots.empty()) cells_.erase(where.key);
 }
 
 uint64_t SpatialIndex::CellsCovering(glm::vec3 min, glm::vec3 max) const {
@@ -87,13 +85,13 @@ void SpatialIndex::ForEachInBox(glm::vec3 min, glm::vec3 max,
   const Cell3 high = CellOf(max);
   if (CellsCovering(min, max) > cells_.size()) {
     // Fewer cells are occupied than covered: walk those.
-    for (const auto& [key, slots] : cells_) {
+    for (const auto& [key, cell] : cells_) {
       const Cell3 c = CellOfKey(key);
       if (c.x < low.x || c.x > high.x || c.y < low.y || c.y > high.y ||
           c.z < low.z || c.z > high.z) {
         continue;
       }
-      for (Slot slot : slots) f(slot);
+      for (Slot slot : cell.slots) f(slot);
     }
     return;
   }
@@ -102,10 +100,72 @@ void SpatialIndex::ForEachInBox(glm::vec3 min, glm::vec3 max,
       for (int64_t x = low.x; x <= high.x; ++x) {
         auto it = cells_.find(KeyOfCell({x, y, z}));
         if (it == cells_.end()) continue;
-        for (Slot slot : it->second) f(slot);
+        for (Slot slot : it->second.slots) f(slot);
       }
     }
   }
+}
+
+SpatialIndex::CellView SpatialIndex::ViewOf(Cell3 cell,
+                                            const Cell* slots) const {
+  const auto edge = [](int64_t c) {
+    return c == -kCoordinateLimit || c == kCoordinateLimit - 1;
+  };
+  return {
+      .min = glm::vec3(static_cast<float>(cell.x), static_cast<float>(cell.y),
+                       static_cast<float>(cell.z)) *
+             cell_size_,
+      .max = glm::vec3(static_cast<float>(cell.x + 1),
+                       static_cast<float>(cell.y + 1),
+                       static_cast<float>(cell.z + 1)) *
+             cell_size_,
+      .clamped = edge(cell.x) || edge(cell.y) || edge(cell.z),
+      .slots = slots != nullptr ? absl::MakeConstSpan(slots->slots)
+                                : absl::Span<const Slot>(),
+      .positions = slots != nullptr ? absl::MakeConstSpan(slots->positions)
+                                    : absl::Span<const glm::vec3>()};
+}
+
+void SpatialIndex::ForEachCellInBoxes(
+    glm::vec3 min_a, glm::vec3 max_a, glm::vec3 min_b, glm::vec3 max_b,
+    absl::FunctionRef<bool(glm::vec3 min, glm::vec3 max)> wanted,
+    absl::FunctionRef<void(const CellView&)> f) const {
+  const auto visit_if_wanted = [&](const CellView& cell) {
+    if (cell.clamped || wanted(cell.min, cell.max)) f(cell);
+  };
+  const Cell3 low_a = CellOf(min_a), high_a = CellOf(max_a);
+  const Cell3 low_b = CellOf(min_b), high_b = CellOf(max_b);
+  const auto in = [](const Cell3& c, const Cell3& low, const Cell3& high) {
+    return c.x >= low.x && c.x <= high.x && c.y >= low.y && c.y <= high.y &&
+           c.z >= low.z && c.z <= high.z;
+  };
+  const uint64_t covered = CellsCovering(min_a, max_a);
+  if (covered > cells_.size() ||
+      CellsCovering(min_b, max_b) > cells_.size() - covered) {
+    for (const auto& [key, cell] : cells_) {
+      const Cell3 c = CellOfKey(key);
+      if (in(c, low_a, high_a) || in(c, low_b, high_b)) {
+        visit_if_wanted(ViewOf(c, &cell));
+      }
+    }
+    return;
+  }
+  const auto visit = [&](const Cell3& low, const Cell3& high, bool skip_a) {
+    for (int64_t z = low.z; z <= high.z; ++z) {
+      for (int64_t y = low.y; y <= high.y; ++y) {
+        for (int64_t x = low.x; x <= high.x; ++x) {
+          const Cell3 c{x, y, z};
+          if (skip_a && in(c, low_a, high_a)) continue;
+          const CellView box = ViewOf(c, nullptr);
+          if (!box.clamped && !wanted(box.min, box.max)) continue;
+          auto it = cells_.find(KeyOfCell(c));
+          if (it != cells_.end()) f(ViewOf(c, &it->second));
+        }
+      }
+    }
+  };
+  visit(low_a, high_a, false);
+  visit(low_b, high_b, true);
 }
 
 }  // namespace xform::server

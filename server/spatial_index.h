@@ -15,16 +15,16 @@
 // Only occupied cells take memory.
 //
 // Costs:
-//   Place    O(1): a compare when the slot stays in its cell (most moves),
-//            two hash lookups when it changes cell.
+//   Place    O(1): a compare and the position's write when the slot stays
+//            in its cell (most moves), a hash lookup when it changes cell.
 //   Remove   O(1): a hash lookup.
 //   ForEachInBox  O(min(cells the box covers, occupied cells) + slots in
 //            the cells visited).
 //   CellsCovering O(1).
-// Memory: 12 bytes per slot ever placed (on 2 MB pages when big: a frame's
+// Memory: 24 bytes per slot ever placed (on 2 MB pages when big: a frame's
 // moves read them at scattered slots, and with 4 KB pages each read was a
-// TLB miss too; BM_SpatialIndexUpkeep 0.6-0.7x the time on them), and 4
-// bytes per placed slot plus a hash entry per occupied cell.
+// TLB miss too; BM_SpatialIndexUpkeep 0.6-0.7x the time on them), and 16
+// bytes per placed slot plus a node per occupied cell.
 //
 // Not thread-safe: the Replicator's lock guards it.
 
@@ -35,8 +35,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_map.h"
 #include "absl/functional/function_ref.h"
+#include "absl/types/span.h"
 #include "glm/vec3.hpp"
 #include "server/published_state.h"
 #include "xform/internal/huge_page_allocator.h"
@@ -59,13 +60,16 @@ class SpatialIndex {
   // Puts `slot` where `position` is, whether or not it was placed before.
   void Place(Slot slot, glm::vec3 position) {
     const CellKey key = KeyOf(position);
-    if (slot < key_of_slot_.size() && key_of_slot_[slot] == key) return;
-    Move(slot, key);
+    if (slot < where_.size() && where_[slot].key == key) {
+      where_[slot].cell->positions[where_[slot].index] = position;
+      return;
+    }
+    Move(slot, key, position);
   }
   // Takes `slot` out (nothing if it was not placed).
   void Remove(Slot slot);
   bool Placed(Slot slot) const {
-    return slot < key_of_slot_.size() && key_of_slot_[slot] != kNoCell;
+    return slot < where_.size() && where_[slot].key != kNoCell;
   }
 
   // The cells the box from `min` to `max` covers (saturating at 2^63).
@@ -74,6 +78,23 @@ class SpatialIndex {
   // position is inside the box, and others near it (the caller tests).
   void ForEachInBox(glm::vec3 min, glm::vec3 max,
                     absl::FunctionRef<void(Slot)> f) const;
+
+  // An occupied cell: the box its positions are in (`clamped`: an edge
+  // cell, which holds positions past it too), its slots, and each one's
+  // position as last placed, side by side.
+  struct CellView {
+    glm::vec3 min, max;
+    bool clamped;
+    absl::Span<const Slot> slots;
+    absl::Span<const glm::vec3> positions;
+  };
+  // Calls `f` once for each occupied cell that box a or box b covers and
+  // `wanted` wants (asked of a cell's box, before it is looked up).
+  // O(min(cells covered, occupied cells)), and `f`'s.
+  void ForEachCellInBoxes(
+      glm::vec3 min_a, glm::vec3 max_a, glm::vec3 min_b, glm::vec3 max_b,
+      absl::FunctionRef<bool(glm::vec3 min, glm::vec3 max)> wanted,
+      absl::FunctionRef<void(const CellView&)> f) const;
 
  private:
   using CellKey = uint64_t;
@@ -97,14 +118,29 @@ class SpatialIndex {
     return KeyOfCell(CellOf(position));
   }
   static Cell3 CellOfKey(CellKey key);
-  void Move(Slot slot, CellKey key);
-  void TakeOut(Slot slot, CellKey key);
+  // Its slots and their positions, side by side: a region's search reads
+  // positions a cell at a time, not a slot's row each (a trip to memory).
+  struct Cell {
+    std::vector<Slot> slots;
+    std::vector<glm::vec3> positions;
+  };
+  CellView ViewOf(Cell3 cell, const Cell* slots) const;
+  void Move(Slot slot, CellKey key, glm::vec3 position);
+  void TakeOut(Slot slot);
+
+  // Where a slot is: its cell (which a node map keeps in place, so that a
+  // move within it is not a lookup) and its index there; one row a slot,
+  // so that a move is one trip to memory.
+  struct Where {
+    CellKey key = kNoCell;  // kNoCell: not placed.
+    Cell* cell = nullptr;
+    uint32_t index = 0;
+  };
 
   const float cell_size_;
   const float inverse_cell_size_;
-  absl::flat_hash_map<CellKey, std::vector<Slot>> cells_;
-  internal::Column<CellKey> key_of_slot_;     // kNoCell: not placed.
-  internal::Column<uint32_t> index_in_cell_;  // Where in its cell's list.
+  absl::node_hash_map<CellKey, Cell> cells_;
+  internal::Column<Where> where_;
   size_t placed_ = 0;
 };
 
