@@ -32,6 +32,7 @@
 #include "tools/client_flags.h"
 #include "xform/client.h"
 #include "xform/mirror.h"
+#include "xform/region.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:50051",
           "xformd address, or a cluster's nodes' addresses, comma-separated");
@@ -54,6 +55,9 @@ ABSL_FLAG(bool, end_frame, false, "writes: publish a frame (driven worlds)");
 // watch
 ABSL_FLAG(std::string, entities, "", "watch: only these ids (a,b,c)");
 ABSL_FLAG(std::string, subtrees, "", "watch: only the subtrees of these ids");
+ABSL_FLAG(std::string, region, "",
+          "watch: only what is in this region: box:x0,y0,z0,x1,y1,z1 or "
+          "sphere:x,y,z,r, each with ,margin=M if wanted");
 ABSL_FLAG(double, rate_hz, 0, "watch: at most this many messages a second");
 ABSL_FLAG(int, frames, 0, "watch: stop after this many frames (0: never)");
 ABSL_FLAG(bool, verbose, false, "watch: print every change, not only counts");
@@ -514,7 +518,8 @@ const Command kCommands[] = {
      "Prints entities' parent, local transform and world matrix.", 2, true,
      &Ctl::EntitiesGet},
     {"watch",
-     "xformctl watch WORLD [--entities=a,b] [--subtrees=a,b] [--rate_hz=HZ] "
+     "xformctl watch WORLD [--entities=a,b] [--subtrees=a,b] "
+     "[--region=box:x0,y0,z0,x1,y1,z1|sphere:x,y,z,r] [--rate_hz=HZ] "
      "[--frames=N] [--verbose] [--encoding=raw|compact] [--precision=P]",
      "Subscribes and prints a line per message: frame, counts, bytes and "
      "latency (publish to receive), or every change with --verbose. "
@@ -610,6 +615,14 @@ int Ctl::Watch(const std::vector<std::string>& args) {
   if (!ParseIds(absl::GetFlag(FLAGS_entities), &options.entities) ||
       !ParseIds(absl::GetFlag(FLAGS_subtrees), &options.subtrees)) {
     return UsageError("--entities and --subtrees take ids a,b,c", "watch");
+  }
+  if (const std::string region = absl::GetFlag(FLAGS_region); !region.empty()) {
+    absl::StatusOr<Region> parsed = Region::Parse(region);
+    if (!parsed.ok()) {
+      return UsageError(absl::StrCat("--region: ", parsed.status().message()),
+                        "watch");
+    }
+    options.region = *parsed;
   }
   options.max_rate_hz = absl::GetFlag(FLAGS_rate_hz);
   absl::StatusOr<std::vector<MirrorOptions::Encoding>> encodings =
