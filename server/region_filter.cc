@@ -62,6 +62,29 @@ Side SideOf(const Region& region, float grown, glm::vec3 min, glm::vec3 max) {
   return Side::kAcross;
 }
 
+// A cell's box, widened past what rounding could put in it.
+void Widen(glm::vec3& min, glm::vec3& max) {
+  for (int axis = 0; axis < 3; ++axis) {
+    min[axis] -= (std::fabs(min[axis]) + 1) * 1e-5f;
+    max[axis] += (std::fabs(max[axis]) + 1) * 1e-5f;
+  }
+}
+
+// Whether a cell's slots may change membership as the region moves from
+// `old` to `now`: not when the cell is wholly inside both (members before
+// and after), nor when it is wholly outside the old one grown and the new
+// one (no members before, none entering). Most of a region moved a little.
+bool MayChange(const Region& old, const Region& now, glm::vec3 min,
+               glm::vec3 max) {
+  Widen(min, max);
+  const Side new_side = SideOf(now, 0, min, max);
+  if (new_side == Side::kInside && SideOf(old, 0, min, max) == Side::kInside) {
+    return false;
+  }
+  return !(new_side == Side::kOutside &&
+           SideOf(old, old.margin(), min, max) == Side::kOutside);
+}
+
 // The search for a region view's members as its snapshot starts: the inner
 // view's own search first (its bits must be whole before they are
 // intersected), then the slots in the cells the region grown by its margin
@@ -181,74 +204,59 @@ class RegionFilter final : public ViewFilter {
   void SetRegion(const Region& region,
                  absl::FunctionRef<void(Slot, Moved)> f) override {
     // What it holds is inside the old region grown; what may enter is
-    // inside the new one: the cells of both. A cell wholly inside the new
-    // region holds members only, one wholly outside it grown none, and one
-    // wholly in its margin band changes nothing: only the cells across a
-    // border have their slots' positions read.
+    // inside the new one: the cells of both whose slots may change.
     glm::vec3 old_min, old_max, new_min, new_max;
     const Region old = region_;
     CullBounds(old, &old_min, &old_max);
     region_ = region;
     CullBounds(region_, &new_min, &new_max);
-    const float margin = region_.margin();
-    const auto in_inner = [&](Slot slot) {
-      return inner_ == nullptr || inner_->Contains(slot);
-    };
-    // A cell's box, widened past what rounding could put in it.
-    const auto widened = [](glm::vec3& min, glm::vec3& max) {
-      for (int axis = 0; axis < 3; ++axis) {
-        min[axis] -= (std::fabs(min[axis]) + 1) * 1e-5f;
-        max[axis] += (std::fabs(max[axis]) + 1) * 1e-5f;
-      }
-    };
-    // Nothing changes in a cell wholly inside both regions (members before
-    // and after), or wholly outside the old one grown and the new one (no
-    // members before, none entering): most of a region moved a little.
-    const auto may_change = [&](glm::vec3 min, glm::vec3 max) {
-      widened(min, max);
-      const Side new_side = SideOf(region_, 0, min, max);
-      if (new_side == Side::kInside &&
-          SideOf(old, 0, min, max) == Side::kInside) {
-        return false;
-      }
-      return !(new_side == Side::kOutside &&
-               SideOf(old, old.margin(), min, max) == Side::kOutside);
-    };
     index_.ForEachCellInBoxes(
-        old_min, old_max, new_min, new_max, may_change,
-        [&](const SpatialIndex::CellView& cell) {
-          glm::vec3 min = cell.min, max = cell.max;
-          widened(min, max);
-          const Side inside =
-              cell.clamped ? Side::kAcross : SideOf(region_, 0, min, max);
-          const Side grown = cell.clamped || inside == Side::kInside
-                                 ? inside
-                                 : SideOf(region_, margin, min, max);
-          if (inside == Side::kInside) {
-            for (Slot slot : cell.slots) {
-              if (!in_.test(slot) && in_inner(slot)) {
-                in_.set(slot);
-                f(slot, Moved::kEntered);
-              }
-            }
-          } else if (grown == Side::kOutside) {
-            for (Slot slot : cell.slots) {
-              if (in_.reset(slot)) f(slot, Moved::kLeft);
-            }
-          } else if (inside == Side::kOutside && grown == Side::kInside) {
-            // In the margin band: members stay, the rest stay out.
-          } else {
-            for (size_t k = 0; k < cell.slots.size(); ++k) {
-              const Slot slot = cell.slots[k];
-              const bool was = in_.test(slot);
-              const bool is = JudgeAt(slot, in_inner(slot), cell.positions[k]);
-              if (was != is) f(slot, is ? Moved::kEntered : Moved::kLeft);
-            }
-          }
-        });
+        old_min, old_max, new_min, new_max,
+        [&](glm::vec3 min, glm::vec3 max) {
+          return MayChange(old, region_, min, max);
+        },
+        [&](const SpatialIndex::CellView& cell) { JudgeCell(cell, f); });
   }
 
  private:
+  // After a move of the region, the slots of `cell`: one wholly inside the
+  // region holds members only, one wholly outside it grown none, and one
+  // wholly in its margin band changes nothing; only a cell across a border
+  // has its positions read.
+  void JudgeCell(const SpatialIndex::CellView& cell,
+                 absl::FunctionRef<void(Slot, Moved)> f) {
+    glm::vec3 min = cell.min, max = cell.max;
+    Widen(min, max);
+    const Side inside =
+        cell.clamped ? Side::kAcross : SideOf(region_, 0, min, max);
+    const Side grown = cell.clamped || inside == Side::kInside
+                           ? inside
+                           : SideOf(region_, region_.margin(), min, max);
+    if (inside == Side::kInside) {
+      for (Slot slot : cell.slots) {
+        if (!in_.test(slot) && InInner(slot)) {
+          in_.set(slot);
+          f(slot, Moved::kEntered);
+        }
+      }
+    } else if (grown == Side::kOutside) {
+      for (Slot slot : cell.slots) {
+        if (in_.reset(slot)) f(slot, Moved::kLeft);
+      }
+    } else if (!(inside == Side::kOutside && grown == Side::kInside)) {
+      for (size_t k = 0; k < cell.slots.size(); ++k) {
+        const Slot slot = cell.slots[k];
+        const bool was = in_.test(slot);
+        const bool is = JudgeAt(slot, InInner(slot), cell.positions[k]);
+        if (was != is) f(slot, is ? Moved::kEntered : Moved::kLeft);
+      }
+    }
+  }
+
+  bool InInner(Slot slot) const {
+    return inner_ == nullptr || inner_->Contains(slot);
+  }
+
   // The rule, for the live `slot` as the state holds it now; sets its bit.
   bool Judge(Slot slot, bool in_inner) {
     return JudgeAt(slot, in_inner, state_.world(slot).translation());

@@ -443,35 +443,7 @@ void ClusterNode::StepWorld(Held& held) {
       StepDown(held, "this node drains", /*release=*/true);
       return;
     }
-    if (now - held.renewed < options_.lease / 4) return;
-    uint64_t revision = 0;
-    const std::string lease = LeaseBytes(options_, held.epoch);
-    const natsStatus s = kvStore_Update(
-        &revision, link_->owners(), held.key.c_str(), lease.data(),
-        static_cast<int>(lease.size()), held.lease_revision);
-    if (s == NATS_OK) {
-      held.lease_revision = revision;
-      held.renewed = held.confirmed = now;
-    } else if (s == NATS_ERR) {
-      // JetStream answered: the lease expired (this node paused, or the
-      // bucket's NATS leader was lost for longer than a lease), and perhaps
-      // another took it. Where none did, this node takes it again and
-      // writes on: its appends expect the log's end, so a node that took
-      // the world meanwhile and began an epoch fences it all the same.
-      if (kvStore_Create(&revision, link_->owners(), held.key.c_str(),
-                         lease.data(),
-                         static_cast<int>(lease.size())) == NATS_OK) {
-        held.lease_revision = revision;
-        held.renewed = held.confirmed = now;
-        Log('W', "world '", EscapeForLog(held.name),
-            "': its lease expired before it was renewed, and was taken "
-            "again");
-      } else {
-        StepDown(held, "its lease was lost", /*release=*/false);
-      }
-    }
-    // Otherwise NATS did not answer: the log fences this node if another
-    // takes the world meanwhile.
+    if (now - held.renewed >= options_.lease / 4) RenewLease(held, now);
     return;
   }
   if (held.follower != nullptr && now - held.checked >= options_.lease) {
@@ -504,6 +476,37 @@ void ClusterNode::StepWorld(Held& held) {
     ReleaseLease(held);
     held.lease_revision = 0;
   }
+}
+
+void ClusterNode::RenewLease(Held& held, absl::Time now) {
+  uint64_t revision = 0;
+  const std::string lease = LeaseBytes(options_, held.epoch);
+  const natsStatus s =
+      kvStore_Update(&revision, link_->owners(), held.key.c_str(), lease.data(),
+                     static_cast<int>(lease.size()), held.lease_revision);
+  if (s == NATS_OK) {
+    held.lease_revision = revision;
+    held.renewed = held.confirmed = now;
+  } else if (s == NATS_ERR) {
+    // JetStream answered: the lease expired (this node paused, or the
+    // bucket's NATS leader was lost for longer than a lease), and perhaps
+    // another took it. Where none did, this node takes it again and
+    // writes on: its appends expect the log's end, so a node that took
+    // the world meanwhile and began an epoch fences it all the same.
+    if (kvStore_Create(&revision, link_->owners(), held.key.c_str(),
+                       lease.data(),
+                       static_cast<int>(lease.size())) == NATS_OK) {
+      held.lease_revision = revision;
+      held.renewed = held.confirmed = now;
+      Log('W', "world '", EscapeForLog(held.name),
+          "': its lease expired before it was renewed, and was taken "
+          "again");
+    } else {
+      StepDown(held, "its lease was lost", /*release=*/false);
+    }
+  }
+  // Otherwise NATS did not answer: the log fences this node if another
+  // takes the world meanwhile.
 }
 
 absl::StatusOr<std::optional<config::OwnerLease>> ClusterNode::ReadLease(

@@ -125,6 +125,10 @@ class ClusterNode final : public WorldLogStore, public ClusterView {
   // The lease loop's step; when to run it again.
   absl::Time Step();
   void StepWorld(Held& held) ABSL_EXCLUSIVE_LOCKS_REQUIRED(ops_mu_);
+  // The writer renews its lease; one expired that no other node took it
+  // takes again; one another took, it steps down.
+  void RenewLease(Held& held, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(ops_mu_);
   void KeepEntry();
   // This node takes `held`'s world: reads its log to the end, appends an
   // epoch, writes it. False (following it again) if another appended.
