@@ -199,8 +199,6 @@ class RegionFilter final : public ViewFilter {
     if (search.inner != nullptr) inner_->Interrupt(*search.inner, changes);
   }
 
-  const Region* region() const override { return &region_; }
-
   void SetRegion(const Region& region,
                  absl::FunctionRef<void(Slot, Moved)> f) override {
     // What it holds is inside the old region grown; what may enter is

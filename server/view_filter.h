@@ -117,8 +117,6 @@ class ViewFilter {
                            absl::FunctionRef<void(size_t k, Moved how)> /*f*/) {
   }
 
-  // A region view's region; null for others.
-  virtual const Region* region() const { return nullptr; }
   // Moves a region view to `region`, and calls f(slot, how) for each live
   // slot that entered or left the view (kEntered, kLeft) by the new
   // region's rule. Others: never asked.
