@@ -2,7 +2,9 @@
 
 #include "server/demo.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <numbers>
@@ -11,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
@@ -59,7 +62,13 @@ void Drive(WorldHost& host, const DemoWorld& demo,
     }
     return frame.ok();
   };
-  if (!apply(demo.build())) return;
+  // In parts, each within the default write limits (--max_batch,
+  // --max_commands), however large the world.
+  const std::vector<Command> scene = demo.build();
+  constexpr size_t kPart = 50'000;
+  for (size_t at = 0; at < scene.size(); at += kPart) {
+    if (!apply(absl::MakeConstSpan(scene).subspan(at, kPart))) return;
+  }
   Log('I', "demo: world '", demo.name, "': ", demo.description);
   std::vector<Command> commands;
   const absl::Duration period = absl::Seconds(1 / demo.hz);
@@ -211,17 +220,151 @@ DemoWorld SolarDemo() {
   return demo;
 }
 
-}  // namespace
+// The city's layout: 20 x 20 blocks of 50 m over [-500, 500] on the ground
+// (y up), streets 14 m wide between them.
+constexpr int kBlocksPerSide = 20;
+constexpr float kBlock = 50;
+constexpr float kHalfCity = kBlocksPerSide * kBlock / 2;
+constexpr int kBuildingsPerBlock = 9;  // 3 x 3 lots.
+constexpr EntityId kFirstBuilding = kBlocksPerSide * kBlocksPerSide + 1;
+constexpr EntityId kFirstDrone =
+    kFirstBuilding + kBlocksPerSide * kBlocksPerSide * kBuildingsPerBlock;
+// At most this many drones fly (the rest hover): 10,000 moves a frame, the
+// load of the region benchmark's city.
+constexpr EntityId kMaxFlying = 10'000;
 
-void RunDemoWorlds(WorldHost& host, const absl::Notification& stop) {
-  std::thread solar([&] { Drive(host, SolarDemo(), stop); });
-  Drive(host, SceneDemo(), stop);
-  solar.join();
+// A flying drone: along a street's corridor (x or z), at a height, to and
+// fro at a speed; where it is at time t.
+struct Flight {
+  bool along_x;
+  float lane;  // The corridor's other coordinate.
+  float height, start, speed;
+
+  glm::vec3 At(float t) const {
+    // Across the city and back: a triangle wave over [-half, half].
+    const float period = 4 * kHalfCity;
+    float s = std::fmod(start + speed * t, period);
+    if (s < 0) s += period;
+    const float along = s < 2 * kHalfCity ? s - kHalfCity : 3 * kHalfCity - s;
+    return along_x ? glm::vec3(along, height, lane)
+                   : glm::vec3(lane, height, along);
+  }
+  glm::quat Heading(float t) const {
+    const float period = 4 * kHalfCity;
+    float s = std::fmod(start + speed * t, period);
+    if (s < 0) s += period;
+    const bool back = s >= 2 * kHalfCity;
+    const float yaw = (along_x ? 0.0f : std::numbers::pi_v<float> / 2) +
+                      (back ? std::numbers::pi_v<float> : 0.0f);
+    return glm::angleAxis(yaw, glm::vec3(0, 1, 0));
+  }
+};
+
+std::vector<Flight> CityFlights(EntityId drones) {
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> street(0, kBlocksPerSide);
+  std::uniform_real_distribution<float> u(0, 1);
+  std::vector<Flight> flights(std::min(drones, kMaxFlying));
+  for (Flight& f : flights) {
+    f.along_x = u(rng) < 0.5f;
+    f.lane = static_cast<float>(street(rng)) * kBlock - kHalfCity +
+             (u(rng) - 0.5f) * 10;
+    f.height = 6 + 60 * u(rng);
+    f.start = 4 * kHalfCity * u(rng);
+    f.speed = 5 + 15 * u(rng);
+  }
+  return flights;
 }
 
-DemoWorlds::DemoWorlds(WorldHost& host, bool enabled) {
-  if (enabled)
-    thread_ = std::thread([this, &host] { RunDemoWorlds(host, stop_); });
+// `entities` in all: 400 blocks (roots at their centres), each with 9
+// buildings as children, and drones (roots) for the rest: a fiftieth of
+// them, up to 10,000, fly the streets' corridors at 5-20 m/s; the others
+// hover over the city, still, up to 120 m high.
+DemoWorld CityDemo(EntityId entities) {
+  DemoWorld demo{.name = "city", .hz = 30};
+  const EntityId drones =
+      entities >= kFirstDrone ? entities - kFirstDrone + 1 : 0;
+  const auto flights =
+      std::make_shared<const std::vector<Flight>>(CityFlights(drones / 50));
+  demo.description =
+      absl::StrCat(kFirstDrone - 1, " blocks and buildings and ", drones,
+                   " drones over ", 2 * kHalfCity, " m x ", 2 * kHalfCity,
+                   " m; ", flights->size(), " drones fly, 30 Hz");
+  demo.build = [drones, flights] {
+    std::vector<Command> scene;
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> u(0, 1);
+    const auto create = [&](EntityId e, EntityId parent, glm::vec3 position,
+                            glm::vec3 scale) {
+      CreateOp op;
+      op.entity = e;
+      op.parent = parent;
+      op.local.position = position;
+      op.local.scale = scale;
+      scene.emplace_back(op);
+    };
+    for (int bx = 0; bx < kBlocksPerSide; ++bx) {
+      for (int bz = 0; bz < kBlocksPerSide; ++bz) {
+        const auto block = static_cast<EntityId>(bx * kBlocksPerSide + bz + 1);
+        create(block, kNoEntity,
+               {(static_cast<float>(bx) + 0.5f) * kBlock - kHalfCity, 0,
+                (static_cast<float>(bz) + 0.5f) * kBlock - kHalfCity},
+               glm::vec3(1));
+        for (int lot = 0; lot < kBuildingsPerBlock; ++lot) {
+          const float height = 8 + 52 * u(rng) * u(rng);
+          const float width = 8 + 3 * u(rng);
+          create(kFirstBuilding + (block - 1) * kBuildingsPerBlock + lot, block,
+                 {12.0f * static_cast<float>(lot % 3 - 1), height / 2,
+                  12.0f * static_cast<float>(lot / 3 - 1)},
+                 {width, height, width});
+        }
+      }
+    }
+    for (EntityId d = 0; d < drones; ++d) {
+      const glm::vec3 at =
+          d < flights->size()
+              ? (*flights)[d].At(0)
+              : glm::vec3((u(rng) - 0.5f) * 2 * kHalfCity, 3 + 117 * u(rng),
+                          (u(rng) - 0.5f) * 2 * kHalfCity);
+      create(kFirstDrone + d, kNoEntity, at, {1.2f, 0.4f, 1.2f});
+    }
+    return scene;
+  };
+  demo.step = [flights](uint64_t tick, std::vector<Command>* move) {
+    const float t = static_cast<float>(tick) / 30;
+    for (size_t d = 0; d < flights->size(); ++d) {
+      const Flight& flight = (*flights)[d];
+      SetLocalOp op;
+      op.entity = kFirstDrone + d;
+      op.local.position = flight.At(t);
+      op.local.rotation = flight.Heading(t);
+      op.local.scale = {1.2f, 0.4f, 1.2f};
+      move->emplace_back(op);
+    }
+  };
+  return demo;
+}
+
+}  // namespace
+
+void RunDemoWorlds(WorldHost& host, uint64_t city_entities,
+                   const absl::Notification& stop) {
+  std::thread solar([&] { Drive(host, SolarDemo(), stop); });
+  std::thread city;
+  if (city_entities > 0) {
+    city = std::thread([&] { Drive(host, CityDemo(city_entities), stop); });
+  }
+  Drive(host, SceneDemo(), stop);
+  solar.join();
+  if (city.joinable()) city.join();
+}
+
+DemoWorlds::DemoWorlds(WorldHost& host, bool enabled, uint64_t city_entities) {
+  if (enabled) {
+    thread_ = std::thread([this, &host, city_entities] {
+      RunDemoWorlds(host, city_entities, stop_);
+    });
+  }
 }
 
 void DemoWorlds::Stop() {

@@ -8,10 +8,15 @@
 //   solar  a sun, 8 planets on orbit pivots with 15 moons on pivots of
 //          their own, and a belt of 3,000 asteroids under one pivot: every
 //          motion is a parent's, which its children follow. 60 Hz.
+//   city   --demo_city_entities (100,000) over 1 km x 1 km: 400 blocks with
+//          9 buildings each (children), and drones for the rest, a fiftieth
+//          of them (at most 10,000) flying the streets, the others still:
+//          for region views (xform-web's "follow camera"). 30 Hz.
 
 #ifndef XFORM_SERVER_DEMO_H_
 #define XFORM_SERVER_DEMO_H_
 
+#include <cstdint>
 #include <thread>
 
 #include "absl/synchronization/notification.h"
@@ -20,14 +25,16 @@
 namespace xform::server {
 
 // Creates the demo worlds (replacing ones recovered from --data_dir) and
-// moves them until `stop`. Blocks; errors are logged.
-void RunDemoWorlds(WorldHost& host, const absl::Notification& stop);
+// moves them until `stop`; the city when `city_entities` > 0. Blocks;
+// errors are logged.
+void RunDemoWorlds(WorldHost& host, uint64_t city_entities,
+                   const absl::Notification& stop);
 
 // RunDemoWorlds on a thread of its own, when `enabled`, until Stop() (or
 // the destructor).
 class DemoWorlds {
  public:
-  DemoWorlds(WorldHost& host, bool enabled);
+  DemoWorlds(WorldHost& host, bool enabled, uint64_t city_entities);
   ~DemoWorlds() { Stop(); }
   DemoWorlds(const DemoWorlds&) = delete;
   DemoWorlds& operator=(const DemoWorlds&) = delete;

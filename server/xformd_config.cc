@@ -194,7 +194,13 @@ ABSL_FLAG(std::string, recover, "strict",
 ABSL_FLAG(bool, demo, false,
           "Create and drive worlds for trying the server out: 'demo' (a "
           "10,000-entity scene moving 1% a tick) and 'solar' (a solar "
-          "system of 3,000+ entities whose parents move, for xform-web)");
+          "system of 3,000+ entities whose parents move, for xform-web) "
+          "and 'city' (--demo_city_entities over 1 km x 1 km, for region "
+          "views)");
+ABSL_FLAG(uint64_t, demo_city_entities, 100'000,
+          "--demo: the city's entities (4,000 blocks and buildings, drones "
+          "for the rest, a fiftieth of them flying, at most 10,000); 0: no "
+          "city");
 
 namespace xform::server {
 namespace {
@@ -475,6 +481,10 @@ absl::StatusOr<XformdConfig> XformdConfig::FromFlags() {
   SecurityFromFlags(config, problems);
   ServingFromFlags(config, problems);
   config.demo = absl::GetFlag(FLAGS_demo);
+  config.demo_city_entities = absl::GetFlag(FLAGS_demo_city_entities);
+  problems.Unless(
+      config.demo_city_entities <= config.limits.max_entities_per_world,
+      "--demo_city_entities must be at most --max_entities");
   if (absl::Status status = problems.status(); !status.ok()) return status;
   return config;
 }

@@ -49,6 +49,7 @@ struct XformdConfig {
   ServiceOptions service;
   absl::Duration shutdown_grace;
   bool demo = false;
+  uint64_t demo_city_entities = 0;  // With demo: the city's size (0: none).
 
   // Reads and checks every flag: the config, or every problem found, one a
   // line (INVALID_ARGUMENT).

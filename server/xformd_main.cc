@@ -309,7 +309,7 @@ int Main(const XformdConfig& config) {
   }
   services.SetServing(true);
   LogServing(config, **edge);
-  DemoWorlds demo(host, config.demo);
+  DemoWorlds demo(host, config.demo, config.demo_city_entities);
 
   ServeUntilStopped(signals, config.auth_file, *gatekeeper);
   services.SetServing(false);

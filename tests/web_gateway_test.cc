@@ -145,6 +145,7 @@ class FakeTab {
     bytes_ += bytes.size();
     const TabFrame frame = DecodeTabFrame(bytes);
     last_frame_ = frame.frame;
+    if (frame.flags & kTabFrameResynced) ++resyncs_;
     for (const auto& [id, value] : frame.entities) view_[id] = value;
     for (EntityId id : frame.destroyed) view_.erase(id);
     if (ack) Send(absl::StrCat("{\"ack\": ", frame.frame, "}"));
@@ -174,6 +175,7 @@ class FakeTab {
   int messages() const { return messages_; }
   size_t bytes() const { return bytes_; }
   double last_frame() const { return last_frame_; }
+  int resyncs() const { return resyncs_; }  // Messages flagged resynced.
 
  private:
   asio::io_context ioc_;
@@ -183,6 +185,7 @@ class FakeTab {
   int messages_ = 0;
   size_t bytes_ = 0;
   double last_frame_ = 0;
+  int resyncs_ = 0;
   bool ended_ = false;
 };
 
@@ -490,6 +493,76 @@ TEST_F(WebGatewayTest, BadInputClosesOnlyThatTab) {
   });
   EXPECT_EQ(stats.tabs_closed_for_input, 4u);
   EXPECT_EQ(stats.tabs, 1);
+}
+
+// "Follow camera": a tab opened with a region is sent the entities in it;
+// when the page moves its region, only what entered and left, never the
+// view again. Bad regions close only the tab that sent them.
+TEST_F(WebGatewayTest, ARegionTabGetsItsNeighbourhoodAndFollowsItsCamera) {
+  // Entity e at x = e, on a line.
+  ASSERT_TRUE(client_->CreateWorld("w", {.mode = FrameMode::kDriven}).ok());
+  std::vector<Command> line;
+  for (EntityId e = 1; e <= 100; ++e) {
+    line.push_back(CreateOp{e, kNoEntity, At(static_cast<float>(e))});
+  }
+  ASSERT_TRUE(client_->Apply("w", line, {.end_frame = true}).ok());
+  std::unique_ptr<WebGateway> gateway = StartGateway();
+  const auto ids = [](const FakeTab& tab) {
+    std::vector<EntityId> in;
+    for (const auto& [id, value] : tab.view()) in.push_back(id);
+    return in;
+  };
+  const auto span = [](EntityId first, EntityId last) {
+    std::vector<EntityId> in;
+    for (EntityId e = first; e <= last; ++e) in.push_back(e);
+    return in;
+  };
+
+  FakeTab tab;
+  ASSERT_TRUE(tab.Open(gateway->port(), "world=w&region=sphere:10,0,0,5"));
+  ASSERT_TRUE(tab.ReadUntil([&] { return tab.view().size() == 11; }));
+  EXPECT_EQ(ids(tab), span(5, 15));
+  ExpectViewIsServer(tab, 11);
+
+  // Moved 40 along: 11 leave and 11 enter, in messages that are not the
+  // view resent.
+  const size_t bytes_before = tab.bytes();
+  const int resyncs_before = tab.resyncs();
+  tab.Send(R"({"region": "sphere:50,0,0,5,margin=1"})");
+  ASSERT_TRUE(tab.ReadUntil([&] { return ids(tab) == span(45, 55); }));
+  ExpectViewIsServer(tab, 11);
+  EXPECT_EQ(tab.resyncs(), resyncs_before);
+  EXPECT_LE(tab.bytes() - bytes_before,
+            kTabFrameHeaderBytes * 4 + 11 * (64 + 8));
+  // Writes go on reaching it: 50 moves to x = 200 and leaves the view.
+  ASSERT_TRUE(
+      client_->Apply("w", {SetLocalOp{50, At(200)}}, {.end_frame = true}).ok());
+  ASSERT_TRUE(tab.ReadUntil([&] { return !tab.view().contains(50); }));
+  EXPECT_EQ(tab.view().size(), 10u);
+
+  // Refused: a region in the query that is not one (400); a bad region
+  // message, or one from a tab without a region (closed, 1008). The good
+  // tab is not touched.
+  EXPECT_EQ(Get(gateway->port(), "/ws?world=w&region=sphere:0,0,0,-1",
+                http::verb::get, /*upgrade=*/true)
+                .first,
+            400);
+  FakeTab bad_region, no_region;
+  ASSERT_TRUE(
+      bad_region.Open(gateway->port(), "world=w&region=box:0,0,0,1,1,1"));
+  ASSERT_TRUE(no_region.Open(gateway->port(), "world=w"));
+  ASSERT_TRUE(
+      no_region.ReadUntil([&] { return no_region.view().size() == 100; }));
+  bad_region.Send(R"({"region": "box:1,0,0,0,0,0"})");
+  no_region.Send(R"({"region": "sphere:0,0,0,1"})");
+  for (FakeTab* closed : {&bad_region, &no_region}) {
+    ASSERT_TRUE(closed->ReadUntil([&] { return closed->ended(); }) ||
+                closed->ended());
+    EXPECT_EQ(closed->close_code(), 1008);
+  }
+  tab.Send(R"({"region": "sphere:90,0,0,2"})");
+  ASSERT_TRUE(tab.ReadUntil([&] { return ids(tab) == span(88, 92); }));
+  ExpectViewIsServer(tab, 5);
 }
 
 TEST_F(WebGatewayTest, PauseHoldsFramesAndResumeSendsTheNetChange) {

@@ -189,6 +189,38 @@ try {
     await page.evaluate(() => window.xformWeb.world(2)?.[3] === -2));
   await page.close();
 
+  // "Follow camera" on the demo's city (100,000 entities over 1 km): the
+  // page holds only the sphere around its camera's target, and when the
+  // camera moves the view moves with it, sent what entered and left, not
+  // the view again.
+  const city = await browser.newPage({ viewport: { width: 960, height: 600 } });
+  await city.goto(`${url}?world=city&follow=1&radius=60`);
+  const cityStats = () => city.evaluate(() => ({ ...window.xformWeb.stats }));
+  // Every entity the page holds is within the region grown by its margin.
+  const outside = (center, reach) => city.evaluate(([c, r]) =>
+    window.xformWeb.positions().filter(([, x, y, z]) =>
+      Math.hypot(x - c[0], y - c[1], z - c[2]) > r + 1e-3).length, [center, reach]);
+  await waitFor('city: following, live with a neighbourhood', async () => {
+    const s = await cityStats();
+    return s.state === 'live' && s.entities > 50 && s.worldEntities >= 100000;
+  });
+  const near = await cityStats();
+  check(near.entities < near.worldEntities / 50, 'city: the page holds its neighbourhood only',
+    `${near.entities} of ${near.worldEntities} entities`);
+  check(await outside([0, 0, 0], 66) === 0, 'city: all of them within the sphere and its margin');
+  await city.evaluate(() => window.xformWeb.lookAt(300, 20, -200));
+  await waitFor('city: the view follows the camera to (300, 20, -200)', async () => {
+    const follow = await city.evaluate(() => window.xformWeb.follow());
+    const s = await cityStats();
+    return follow.sent?.[0] === 300 && follow.sent?.[2] === -200 && s.entities > 50 &&
+      await outside([300, 20, -200], 66) === 0;
+  });
+  const moved = await cityStats();
+  check(moved.resyncs === 0, 'city: moving the view resent nothing whole', `${moved.resyncs} resyncs`);
+  await city.waitForTimeout(2000);
+  console.log('figures city (follow, radius 60):', JSON.stringify(await cityStats()));
+  await city.close();
+
   // The demo's solar system, for the README; and the frame rate of the
   // demo's 10,000 entities in this software renderer.
   const solar = await browser.newPage({ viewport: { width: 1280, height: 720 } });

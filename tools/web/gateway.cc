@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -32,6 +33,7 @@
 #include "nlohmann/json.hpp"
 #include "tools/web/tab_frame.h"
 #include "xform/mirror.h"
+#include "xform/region.h"
 
 namespace xform::web {
 namespace {
@@ -83,10 +85,11 @@ std::optional<std::string> DecodeQueryValue(absl::string_view in) {
   return out;
 }
 
-// What a tab asks for in /ws?world=W&subtrees=1,2.
+// What a tab asks for in /ws?world=W&subtrees=1,2&region=sphere:x,y,z,r.
 struct TabQuery {
   std::string world;
   std::vector<EntityId> subtrees;
+  std::optional<Region> region;
 };
 
 absl::StatusOr<TabQuery> ParseTabQuery(absl::string_view query) {
@@ -113,6 +116,13 @@ absl::StatusOr<TabQuery> ParseTabQuery(absl::string_view query) {
         }
         parsed.subtrees.push_back(entity);
       }
+    } else if (key == "region") {
+      absl::StatusOr<Region> region = Region::Parse(*value);
+      if (!region.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("region: ", region.status().message()));
+      }
+      parsed.region = *region;
     } else {
       return absl::InvalidArgumentError(
           absl::StrCat("unknown parameter '", key, "'"));
@@ -219,6 +229,7 @@ class WebGateway::Impl {
         RefreshWorlds();
       }
     });
+    mover_ = std::thread([this] { MoveRegions(); });
     Accept();
     for (int i = 0; i < std::max(1, options_.threads); ++i) {
       threads_.emplace_back([this] { ioc_.run(); });
@@ -307,6 +318,11 @@ class WebGateway::Impl {
     bytes_sent_.fetch_add(bytes, std::memory_order_relaxed);
   }
   void CountBadInput() { tabs_closed_for_input_.fetch_add(1); }
+  // Moves `tab`'s region to `region` on the mover's thread (a unary call to
+  // xformd, which a tab's strand must not wait for). Only a tab's latest
+  // region is sent: one asked for while its last is on its way replaces
+  // the one before it.
+  void MoveRegion(const std::shared_ptr<Tab>& tab, const Region& region);
   void TabEnded(uint64_t id) {
     absl::MutexLock lock(&tabs_mu_);
     if (tabs_.erase(id)) tabs_open_.fetch_sub(1);
@@ -340,6 +356,16 @@ class WebGateway::Impl {
   std::atomic<int> tabs_open_{0};
   std::atomic<uint64_t> tabs_opened_{0}, messages_sent_{0}, bytes_sent_{0},
       frames_seen_{0}, tabs_closed_for_input_{0};
+
+  // The region mover's queue: each tab's latest region, in the order tabs
+  // asked.
+  void MoveRegions();
+  absl::Mutex moves_mu_;
+  absl::flat_hash_map<Tab*, std::pair<std::weak_ptr<Tab>, Region>>
+      pending_moves_ ABSL_GUARDED_BY(moves_mu_);
+  std::deque<Tab*> move_order_ ABSL_GUARDED_BY(moves_mu_);
+  bool moves_stopping_ ABSL_GUARDED_BY(moves_mu_) = false;
+  std::thread mover_;
 
   absl::Mutex worlds_mu_;
   std::string worlds_json_ ABSL_GUARDED_BY(worlds_mu_);
@@ -447,6 +473,19 @@ class Tab : public std::enable_shared_from_this<Tab> {
     gateway_.TabEnded(id_);
   }
 
+  // For the gateway's region mover, which holds the tab: the mirror is
+  // set before the tab reads its first message, and reset only when the
+  // tab is gone or the mover has stopped.
+  absl::Status SetRegion(const Region& region) {
+    return mirror_->SetRegion(region);
+  }
+  // On the tab's strand: what became of its latest region move.
+  void RegionMoved(absl::Status status) {
+    region_error_ =
+        status.ok() ? "" : absl::StrCat("region: ", status.ToString());
+    CheckStatus(/*again=*/false);
+  }
+
   void Accept(const Request& request) {
     websocket::stream_base::timeout timeout{};
     timeout.handshake_timeout = std::chrono::seconds(10);
@@ -466,8 +505,10 @@ class Tab : public std::enable_shared_from_this<Tab> {
                      });
   }
 
-  // At shutdown, with the io threads joined: no more wake-ups.
+  // At shutdown, with the io threads and the region mover joined: no more
+  // wake-ups.
   void StopMirror() { mirror_.reset(); }
+  auto executor() { return ws_.get_executor(); }
 
  private:
   struct Signals {
@@ -480,6 +521,7 @@ class Tab : public std::enable_shared_from_this<Tab> {
     MirrorOptions options;
     options.world = query_.world;
     options.subtrees = query_.subtrees;
+    options.region = query_.region;
     options.encoding = gateway_.options().upstream_encoding;
     options.max_queued = gateway_.options().mirror_max_queued;
     std::weak_ptr<Tab> weak = weak_from_this();
@@ -509,7 +551,8 @@ class Tab : public std::enable_shared_from_this<Tab> {
     ReadControl();
   }
 
-  // Messages from the page: {"ack": frame} and {"pause": bool}.
+  // Messages from the page: {"ack": frame}, {"pause": bool} and
+  // {"region": "sphere:..."}.
   void ReadControl() {
     ws_.async_read(inbound_,
                    [self = shared_from_this()](beast::error_code ec, size_t) {
@@ -540,14 +583,38 @@ class Tab : public std::enable_shared_from_this<Tab> {
                message.contains("pause") && message["pause"].is_boolean()) {
       paused_ = message["pause"].get<bool>();
       if (!paused_) behind_ = true;  // Whatever built up meanwhile, at once.
+    } else if (message.is_object() && message.size() == 1 &&
+               message.contains("region") && message["region"].is_string()) {
+      if (!MoveRegion(message["region"].get<std::string>())) return;
     } else {
       CloseFor(websocket::close_code::policy_error,
-               "expected {\"ack\": frame} or {\"pause\": true|false}",
+               "expected {\"ack\": frame}, {\"pause\": true|false} or "
+               "{\"region\": \"sphere:x,y,z,r\"}",
                /*bad_input=*/true);
       return;
     }
     Write();
     ReadControl();
+  }
+
+  // A region the page moved its view to; false when the tab is closed for
+  // it (not a region, or a tab opened without one).
+  bool MoveRegion(const std::string& text) {
+    if (!query_.region) {
+      CloseFor(websocket::close_code::policy_error,
+               "this tab has no region to move (open it with &region=)",
+               /*bad_input=*/true);
+      return false;
+    }
+    absl::StatusOr<Region> region = Region::Parse(text);
+    if (!region.ok()) {
+      CloseFor(websocket::close_code::policy_error,
+               absl::StrCat("region: ", region.status().message()),
+               /*bad_input=*/true);
+      return false;
+    }
+    gateway_.MoveRegion(shared_from_this(), *region);
+    return true;
   }
 
   void OnWake() {
@@ -602,19 +669,23 @@ class Tab : public std::enable_shared_from_this<Tab> {
                     });
   }
 
-  // Tells the page whether the mirror is live, when that changes.
-  void CheckStatus() {
+  // Tells the page whether the mirror is live, and why not or why its
+  // region did not move, when that changes; then again each status_period
+  // when `again`.
+  void CheckStatus(bool again = true) {
     if (ended_ || mirror_ == nullptr) return;
     const absl::Status status = mirror_->status();
-    nlohmann::json json = {{"type", "status"},
-                           {"synced", mirror_->synced()},
-                           {"message", status.ok() ? "" : status.ToString()}};
+    nlohmann::json json = {
+        {"type", "status"},
+        {"synced", mirror_->synced()},
+        {"message", status.ok() ? region_error_ : status.ToString()}};
     std::string text = json.dump();
     if (text != last_status_) {
       last_status_ = text;
       status_pending_ = std::move(text);
       Write();
     }
+    if (!again) return;
     status_timer_.expires_after(ToChrono(gateway_.options().status_period));
     status_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
       if (!ec) self->CheckStatus();
@@ -649,6 +720,7 @@ class Tab : public std::enable_shared_from_this<Tab> {
   std::string out_;  // The message in flight.
   std::string status_pending_;
   std::string last_status_;
+  std::string region_error_;  // Why the latest region move failed.
   std::optional<websocket::close_reason> close_reason_;
   // Binary messages the page has not acknowledged yet. A browser buffers
   // what its socket receives without bound while its script is busy
@@ -721,9 +793,50 @@ void WebGateway::Impl::Accept() {
   });
 }
 
+void WebGateway::Impl::MoveRegion(const std::shared_ptr<Tab>& tab,
+                                  const Region& region) {
+  absl::MutexLock lock(&moves_mu_);
+  auto [it, added] = pending_moves_.try_emplace(tab.get(), tab, region);
+  if (added) {
+    move_order_.push_back(tab.get());
+  } else {
+    it->second.second = region;
+  }
+}
+
+void WebGateway::Impl::MoveRegions() {
+  for (;;) {
+    std::shared_ptr<Tab> tab;
+    std::optional<Region> region;
+    {
+      absl::MutexLock lock(&moves_mu_);
+      moves_mu_.Await(absl::Condition(
+          +[](Impl* impl) ABSL_EXCLUSIVE_LOCKS_REQUIRED(impl->moves_mu_) {
+            return impl->moves_stopping_ || !impl->move_order_.empty();
+          },
+          this));
+      if (moves_stopping_) return;
+      const auto it = pending_moves_.find(move_order_.front());
+      move_order_.pop_front();
+      tab = it->second.first.lock();
+      region = it->second.second;
+      pending_moves_.erase(it);
+    }
+    if (tab == nullptr) continue;  // Closed meanwhile.
+    absl::Status status = tab->SetRegion(*region);
+    asio::post(tab->executor(),
+               [tab, status = std::move(status)] { tab->RegionMoved(status); });
+  }
+}
+
 WebGateway::Impl::~Impl() {
   stop_.Notify();
   if (refresher_.joinable()) refresher_.join();
+  {
+    absl::MutexLock lock(&moves_mu_);
+    moves_stopping_ = true;
+  }
+  if (mover_.joinable()) mover_.join();
   ioc_.stop();
   for (std::thread& thread : threads_) thread.join();
   std::vector<std::shared_ptr<Tab>> open;

@@ -3,7 +3,7 @@
 // WebGateway: xform-web's server. It serves the page (index.html and its
 // bundle, read once from a directory), a list of worlds, and a WebSocket
 // per browser tab. Each tab subscribes to xformd through a Mirror of its
-// own, with the world and subtree filter the tab asked for, so resync,
+// own, with the world, subtree filter and region the tab asked for, so resync,
 // filters, TLS and tokens are the client library's. The tab then gets, as
 // binary messages (tab_frame.h), the changes its mirror saw.
 //
@@ -21,15 +21,21 @@
 //   GET /app.js[.map]    its bundle
 //   GET /api/worlds      JSON: {"worlds": [{"name", "entities", "frame",
 //                        "tick_hz"}], "error": "..."} (refreshed each second)
-//   GET /ws?world=W[&subtrees=1,2]   the WebSocket; 400 on a bad query, 503
-//                        past max_tabs
+//   GET /ws?world=W[&subtrees=1,2][&region=sphere:x,y,z,r[,margin=m]]
+//                        the WebSocket; 400 on a bad query, 503 past
+//                        max_tabs. A region (xform/region.h's text, as
+//                        xformctl takes it) makes the tab's view the
+//                        entities in it: "follow camera".
 // Tab to gateway, text: {"ack": frame} after applying a message;
-// {"pause": true|false}. Anything else (binary, other JSON, larger than
-// max_inbound_bytes) closes that tab with a close code (1003, 1008 or
-// 1009) and touches nothing else.
-// Gateway to tab, text: {"type": "status", "synced": bool, "frame": N,
-// "message": "..."} whenever the mirror's state changes (reconnecting,
-// live), checked every status_period.
+// {"pause": true|false}; {"region": "sphere:..."} moves a tab's region
+// (Mirror::SetRegion, from one thread of the gateway's, a tab's latest
+// region only): its next message holds what entered and left. Anything
+// else (binary, other JSON, a bad region, a region from a tab opened
+// without one, larger than max_inbound_bytes) closes that tab with a close
+// code (1003, 1008 or 1009) and touches nothing else.
+// Gateway to tab, text: {"type": "status", "synced": bool, "message":
+// "..."} whenever the mirror's state changes (reconnecting, live, a region
+// move refused), checked every status_period.
 //
 // Beast on an io_context of `threads` threads; each tab on a strand.
 

@@ -1,7 +1,9 @@
 // xform-web's page: picks a world, opens a WebSocket to the gateway for it,
 // and draws every entity of the view at its world matrix as the frames
 // come. The gateway's mirror does resync and filtering; the page only
-// applies what it is sent.
+// applies what it is sent. With "follow camera" the view is a sphere around
+// the camera's target, moved as the camera moves: the page is sent only
+// the neighbourhood, and what enters and leaves it.
 
 import * as THREE from 'three';
 import { OrbitControls } from 'three/examples/jsm/controls/OrbitControls.js';
@@ -50,7 +52,72 @@ function resize() {
 window.addEventListener('resize', resize);
 resize();
 
+// ---- follow camera -----------------------------------------------------------
+
+// The view's region while following: a sphere of the chosen radius around
+// the orbit target, with a tenth of it as margin (an entity on the border
+// does not flicker in and out). Moved when the target has gone a quarter of
+// the margin, at most 10 times a second (the server allows 240).
+const follow = {
+  on: false, radius: 100, sentCenter: null, sentRadius: 0, lastSentMs: 0,
+  moves: 0,
+};
+const ring = new THREE.LineLoop(
+  new THREE.BufferGeometry().setFromPoints(Array.from({ length: 96 }, (_, i) =>
+    new THREE.Vector3(Math.cos(i / 96 * 2 * Math.PI), 0, Math.sin(i / 96 * 2 * Math.PI)))),
+  new THREE.LineBasicMaterial({ color: 0x7fd4ff, transparent: true, opacity: 0.6 }));
+ring.visible = false;
+scene.add(ring);
+
+function regionText(center, radius) {
+  const f = (v) => Number(v.toFixed(3));
+  return `sphere:${f(center.x)},${f(center.y)},${f(center.z)},${f(radius)},margin=${f(radius / 10)}`;
+}
+
+function readFollowControls() {
+  follow.on = $('follow').checked;
+  const radius = Number($('radius').value);
+  follow.radius = Number.isFinite(radius) && radius > 0 ? radius : 100;
+}
+
+// Sends the region when the target or radius moved enough since the last.
+function moveRegion(now) {
+  ring.visible = follow.on;
+  if (!follow.on) return;
+  ring.position.copy(controls.target);
+  ring.scale.setScalar(follow.radius);
+  if (!socket || socket.readyState !== WebSocket.OPEN || !follow.sentCenter) return;
+  const drift = controls.target.distanceTo(follow.sentCenter);
+  if (drift < follow.radius / 40 && follow.radius === follow.sentRadius) return;
+  if (now - follow.lastSentMs < 100) return;
+  socket.send(JSON.stringify({ region: regionText(controls.target, follow.radius) }));
+  follow.sentCenter = controls.target.clone();
+  follow.sentRadius = follow.radius;
+  follow.lastSentMs = now;
+  follow.moves += 1;
+}
+
+// Points the camera at `target` from where it looks now (for tests and
+// links): the region follows.
+function lookAt(x, y, z) {
+  const offset = camera.position.clone().sub(controls.target);
+  controls.target.set(x, y, z);
+  camera.position.copy(controls.target).add(offset);
+  controls.update();
+}
+
 function frameAll() {
+  if (follow.on) {
+    // The view follows the camera: frame the region, where it is.
+    const distance = 1.6 * follow.radius / Math.sin(THREE.MathUtils.degToRad(camera.fov / 2));
+    const direction = new THREE.Vector3(0, 0.6, 1).normalize();
+    camera.position.copy(controls.target).addScaledVector(direction, distance);
+    camera.near = distance / 1000;
+    camera.far = distance * 100;
+    camera.updateProjectionMatrix();
+    controls.update();
+    return;
+  }
   const box = entities.bounds();
   if (box.isEmpty()) return;
   const center = box.getCenter(new THREE.Vector3());
@@ -69,8 +136,9 @@ function frameAll() {
 
 const stats = {
   world: '', state: 'connecting', message: '', frame: 0, messages: 0,
-  entities: 0, updatesPerSecond: 0, bytesPerSecond: 0, latencyMs: 0,
-  latencyMaxMs: 0, fps: 0, resyncs: 0,
+  entities: 0, worldEntities: 0, bytes: 0, updatesPerSecond: 0,
+  bytesPerSecond: 0, latencyMs: 0, latencyMaxMs: 0, fps: 0, resyncs: 0,
+  regionMoves: 0,
 };
 let second = { start: performance.now(), updates: 0, bytes: 0, frames: 0, latency: [] };
 
@@ -84,9 +152,14 @@ function rollStats(now) {
   stats.latencyMs = sorted.length ? sorted[Math.floor(sorted.length / 2)] : 0;
   stats.latencyMaxMs = sorted.length ? sorted[sorted.length - 1] : 0;
   second = { start: now, updates: 0, bytes: 0, frames: 0, latency: [] };
+  const share = stats.worldEntities > 0
+    ? ` of ${stats.worldEntities} (${(100 * stats.entities / stats.worldEntities).toFixed(stats.entities < stats.worldEntities / 100 ? 2 : 0)}%)`
+    : '';
   $('stats').textContent = [
     `frame     ${stats.frame}`,
-    `entities  ${stats.entities}`,
+    `entities  ${stats.entities}${share}`,
+    ...(follow.on ? [`region    r ${follow.radius}, moved ${follow.moves} times`] : []),
+    `received  ${(stats.bytes / 1e6).toFixed(1)} MB`,
     `updates/s ${stats.updatesPerSecond}`,
     `bytes/s   ${stats.bytesPerSecond}`,
     `latency   ${stats.latencyMs.toFixed(1)} ms (max ${stats.latencyMaxMs.toFixed(1)})`,
@@ -124,6 +197,14 @@ function connect() {
   const query = new URLSearchParams({ world });
   const subtrees = $('subtrees').value.replace(/\s+/g, '');
   if (subtrees) query.set('subtrees', subtrees);
+  readFollowControls();
+  follow.sentCenter = null;
+  if (follow.on) {
+    query.set('region', regionText(controls.target, follow.radius));
+    follow.sentCenter = controls.target.clone();
+    follow.sentRadius = follow.radius;
+  }
+  stats.bytes = 0;
   const url = `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/ws?${query}`;
   showStatus('connecting');
   socket = new WebSocket(url);
@@ -150,6 +231,7 @@ function connect() {
     if (frame.flags & RESYNCED) stats.resyncs += 1;
     second.updates += frame.ids.length;
     second.bytes += event.data.byteLength;
+    stats.bytes += event.data.byteLength;
     if (frame.publishedMs > 0) second.latency.push(Date.now() - frame.publishedMs);
     if (!framedOnce && entities.count > 0) {
       framedOnce = true;
@@ -175,6 +257,7 @@ async function refreshWorlds() {
     }
     const before = stats.world;
     select.value = wanted || names[0] || '';
+    stats.worldEntities = list.worlds.find((w) => w.name === select.value)?.entities ?? 0;
     if (select.value !== before) connect();
   } catch (error) {
     showStatus('reconnecting', `gateway unreachable (${error.message})`);
@@ -186,6 +269,18 @@ $('apply').addEventListener('click', connect);
 $('subtrees').addEventListener('keydown', (e) => { if (e.key === 'Enter') connect(); });
 $('frame-all').addEventListener('click', frameAll);
 $('lines').addEventListener('change', (e) => entities.setLines(e.target.checked));
+$('follow').addEventListener('change', connect);
+$('radius').addEventListener('change', () => {
+  const wasOn = follow.on;
+  readFollowControls();
+  if (!wasOn && follow.on) connect();
+});
+{
+  const params = new URLSearchParams(location.search);
+  if (params.get('follow') === '1') $('follow').checked = true;
+  if (params.get('radius')) $('radius').value = params.get('radius');
+  readFollowControls();
+}
 $('pause').addEventListener('click', () => {
   paused = !paused;
   $('pause').textContent = paused ? 'resume' : 'pause';
@@ -228,6 +323,8 @@ function showPicked() {
 function animate(now) {
   requestAnimationFrame(animate);
   controls.update();
+  moveRegion(now);
+  stats.regionMoves = follow.moves;
   renderer.render(scene, camera);
   second.frames += 1;
   if (pickedId !== null) showPicked();
@@ -276,5 +373,14 @@ window.xformWeb = {
   parent: (id) => entities.parentOf.get(id),
   frameAll,
   readPixels,
+  lookAt,
+  target: () => controls.target.toArray(),
+  follow: () => ({ on: follow.on, radius: follow.radius, moves: follow.moves,
+    sent: follow.sentCenter?.toArray() ?? null }),
+  // Every entity of the view: [id, x, y, z] of its world position.
+  positions: () => [...entities.index.keys()].map((id) => {
+    const w = entities.world(id);
+    return [id, w[3], w[7], w[11]];
+  }),
   draw,
 };
