@@ -273,11 +273,16 @@ absl::Status Replicator::Impl::MoveRegion(SubscriptionId id,
           absl::StrCat("a subscription's region moves at most ", max_per_second,
                        " times a second (--max_region_moves_hz)"));
     }
+    if (*s.options.region == region) return absl::OkStatus();
     s.options.region = region;
+    bool noted = false;
     s.view->SetRegion(region, [&](Slot slot, ViewFilter::Moved how) {
       Note(s, state_.entity(slot),
            how == ViewFilter::Moved::kEntered ? kCreated : kDestroyed, slot);
+      noted = true;
     });
+    // Nothing entered or left: nothing to send before the next frame.
+    if (!noted) return absl::OkStatus();
     wake = s.sink;
   }
   wake->Wake();

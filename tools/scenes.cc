@@ -23,6 +23,7 @@ std::optional<SceneShape> ParseSceneShape(absl::string_view name) {
   if (name == "wide") return SceneShape::kWide;
   if (name == "scene") return SceneShape::kScene;
   if (name == "chains") return SceneShape::kChains;
+  if (name == "city") return SceneShape::kCity;
   return std::nullopt;
 }
 
@@ -34,6 +35,8 @@ const char* SceneShapeName(SceneShape shape) {
       return "scene";
     case SceneShape::kChains:
       return "chains";
+    case SceneShape::kCity:
+      return "city";
   }
   return "?";
 }
@@ -58,8 +61,18 @@ std::vector<CreateOp> MakeScene(SceneShape shape, size_t count, uint32_t seed) {
       case SceneShape::kChains:
         parent = i % 100 == 0 ? kNoEntity : i;  // The previous node.
         break;
+      case SceneShape::kCity:
+        break;
     }
     ops[i] = {i + 1, parent, RandomTransform(rng)};
+    if (shape == SceneShape::kCity) {
+      std::uniform_real_distribution<float> ground(0, kCitySize), height(0, 20),
+          yaw(0, 6.2831853f);
+      Transform& local = ops[i].local;
+      local.position = {ground(rng), height(rng), ground(rng)};
+      local.rotation = glm::angleAxis(yaw(rng), glm::vec3(0, 1, 0));
+      local.scale = glm::vec3(1);
+    }
   }
   // A parent scaled unevenly skews its rotated children: their world
   // matrices are no longer a rotation and a scale, which engines warn

@@ -23,7 +23,12 @@ enum class SceneShape {
   kScene,   // Node i's parent is a random node among the previous 64, or
             // none with probability 1%: a game level's bushy, shallow trees.
   kChains,  // Chains of depth 100 (skeletons, robot arms).
+  kCity,    // Roots spread over kCitySize x kCitySize (x and z from 0),
+            // 0-20 high (y), turned about y only, at scale 1: a city's
+            // traffic, for region views.
 };
+
+inline constexpr float kCitySize = 1000;
 
 std::optional<SceneShape> ParseSceneShape(absl::string_view name);
 const char* SceneShapeName(SceneShape shape);

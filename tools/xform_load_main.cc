@@ -33,6 +33,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "tools/client_flags.h"
@@ -42,6 +43,7 @@
 #include "tools/load/subscriber_process.h"
 #include "tools/scenes.h"
 #include "xform/internal/release_mutexes.h"
+#include "xform/region.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "xformd address");
 ABSL_FLAG(std::string, xformd, "",
@@ -55,11 +57,16 @@ ABSL_FLAG(std::string, subscriber_server, "",
           "nodes, subscriber s starting at the (s mod n)th");
 ABSL_FLAG(int, server_pid, 0, "The running xformd's pid, to read its CPU/RSS");
 ABSL_FLAG(std::string, world, "load", "World to build (replaced if present)");
-ABSL_FLAG(std::string, shape, "scene", "wide, scene or chains");
+ABSL_FLAG(std::string, shape, "scene",
+          "wide, scene, chains, or city (roots over 1 km x 1 km, y up, "
+          "moving at 10 m/s along the ground: for --region)");
 ABSL_FLAG(int, entities, 100'000, "World size");
 ABSL_FLAG(int, writers, 1, "Writers (W), each its own connection");
 ABSL_FLAG(int, move, 1000, "Entities moved per frame (K), over all writers");
 ABSL_FLAG(double, move_percent, 0, "Or: this percent of the world per frame");
+ABSL_FLAG(double, move_speed, 0,
+          "Units a second a moved entity goes, each time it is set; 0: up to "
+          "1 (the city's: 10)");
 ABSL_FLAG(double, hz, 60, "Frames per second (R)");
 ABSL_FLAG(std::string, frame_mode, "tick",
           "tick: the world publishes at --hz; driven: each batch closes a "
@@ -68,6 +75,19 @@ ABSL_FLAG(int, subscribers, 4, "Subscribers (S)");
 ABSL_FLAG(double, subscriber_hz, 0,
           "Stream subscribers ask for at most this many messages a second "
           "(max_rate_hz), as dashboards do; 0: one a frame");
+ABSL_FLAG(std::string, region, "",
+          "Stream subscribers' views as moving cameras: each a region "
+          "(box:x0,y0,z0,x1,y1,z1 or sphere:x,y,z,r, each [,margin=M], as "
+          "xformctl takes it) moved to a start of its own within "
+          "--region_range along x and z, then moving at --region_speed; "
+          "e.g. sphere:500,10,500,50,margin=2 on --shape=city");
+ABSL_FLAG(double, region_range, 400,
+          "--region: how far from the region's own position cameras start "
+          "and go, along x and z");
+ABSL_FLAG(double, region_speed, 10,
+          "--region: each camera's speed, units a second (0: still)");
+ABSL_FLAG(double, region_hz, 0,
+          "--region: how often each camera moves its region (0: --hz)");
 ABSL_FLAG(bool, keep_world, false,
           "Use --world as it is when it holds --entities entities (the scene "
           "is the same every run), rather than build it again; the writers "
@@ -95,6 +115,9 @@ ABSL_FLAG(bool, subscriber_process, false,
           "Internal: be one of --subscriber_processes' others (its "
           "--subscribers of --world, with the first --encoding), told when "
           "to record on stdin, reporting on stdout");
+ABSL_FLAG(int, subscriber_process_index, 0,
+          "Internal: which of --subscriber_processes this one is (its "
+          "subscribers' cameras are placed by the run's numbering)");
 
 namespace xform::load {
 namespace {
@@ -120,8 +143,40 @@ void Stop(pid_t pid) {
   waitpid(pid, &status, 0);
 }
 
+// --region and its companions: the cameras, if any.
+absl::StatusOr<std::optional<Camera>> CameraFlags() {
+  const std::string region_text = absl::GetFlag(FLAGS_region);
+  if (region_text.empty()) return std::nullopt;
+  absl::StatusOr<Region> region = Region::Parse(region_text);
+  if (!region.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--region: ", region.status().message()));
+  }
+  Camera camera{.region = *region,
+                .range = static_cast<float>(absl::GetFlag(FLAGS_region_range)),
+                .speed = static_cast<float>(absl::GetFlag(FLAGS_region_speed)),
+                .hz = absl::GetFlag(FLAGS_region_hz) > 0
+                          ? absl::GetFlag(FLAGS_region_hz)
+                          : absl::GetFlag(FLAGS_hz)};
+  if (!(camera.range >= 0 && camera.range < 1e9f) ||
+      !(camera.speed >= 0 && camera.speed < 1e9f) ||
+      !(camera.hz > 0 && camera.hz <= 1000)) {
+    return absl::InvalidArgumentError(
+        "--region_range and --region_speed must be at least 0, --region_hz "
+        "at most 1000");
+  }
+  return camera;
+}
+
 int Main(std::vector<std::string> self) {
   Config config;
+  absl::StatusOr<std::optional<Camera>> camera = CameraFlags();
+  if (!camera.ok()) {
+    std::fprintf(stderr, "xform-load: %s\n",
+                 std::string(camera.status().message()).c_str());
+    return 2;
+  }
+  config.camera = *camera;
   config.client.address = absl::GetFlag(FLAGS_server);
   if (absl::Status flags = tools::ApplyClientFlags(&config.client);
       !flags.ok()) {
@@ -137,10 +192,12 @@ int Main(std::vector<std::string> self) {
     if (!absl::GetFlag(FLAGS_subscriber_server).empty()) {
       subscriber.address = absl::GetFlag(FLAGS_subscriber_server);
     }
-    return ServeSubscriberProcess(subscriber, absl::GetFlag(FLAGS_world),
-                                  encoding->front(), tools::PrecisionFlag(),
-                                  absl::GetFlag(FLAGS_subscriber_hz),
-                                  absl::GetFlag(FLAGS_subscribers));
+    return ServeSubscriberProcess(
+        subscriber, absl::GetFlag(FLAGS_world), encoding->front(),
+        tools::PrecisionFlag(), absl::GetFlag(FLAGS_subscriber_hz),
+        absl::GetFlag(FLAGS_subscribers),
+        absl::GetFlag(FLAGS_subscriber_process_index),
+        absl::GetFlag(FLAGS_subscriber_processes), config.camera);
   }
   config.subscriber_address = absl::GetFlag(FLAGS_subscriber_server);
   config.self = std::move(self);
@@ -150,6 +207,7 @@ int Main(std::vector<std::string> self) {
   config.entities = absl::GetFlag(FLAGS_entities);
   config.writers = absl::GetFlag(FLAGS_writers);
   config.move = absl::GetFlag(FLAGS_move);
+  config.move_speed = static_cast<float>(absl::GetFlag(FLAGS_move_speed));
   if (absl::GetFlag(FLAGS_move_percent) > 0) {
     config.move = static_cast<int>(absl::GetFlag(FLAGS_move_percent) / 100 *
                                    config.entities);

@@ -51,6 +51,12 @@ class Region {
   glm::vec3 center() const { return min_; }
   float radius() const { return radius_; }
 
+  // The same region moved by `offset` (finite, and small enough that the
+  // corners stay finite): a camera's view, say.
+  Region Translated(glm::vec3 offset) const {
+    return Region(shape_, min_ + offset, max_ + offset, radius_, margin_);
+  }
+
   // Whether `position` is inside the region (borders included).
   bool Inside(glm::vec3 position) const { return Within(position, 0); }
   // Whether `position` is inside the region grown by the margin.

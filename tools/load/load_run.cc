@@ -134,7 +134,8 @@ absl::StatusOr<ModeResult> LoadRun::Run(const std::string& mode,
          absl::StrCat(
              "--encoding=",
              encoding == MirrorOptions::Encoding::kCompact ? "compact" : "raw"),
-         absl::StrCat("--subscribers=", share)});
+         absl::StrCat("--subscribers=", share),
+         absl::StrCat("--subscriber_process_index=", p)});
     absl::StatusOr<std::unique_ptr<SubscriberProcess>> other =
         SubscriberProcess::Start(command);
     if (!other.ok()) return other.status();
@@ -144,9 +145,9 @@ absl::StatusOr<ModeResult> LoadRun::Run(const std::string& mode,
     if (s % processes != 0) continue;
     const bool stalls = config_.stall_s > 0 && s == 0;
     if (mode == "stream") {
-      subs.push_back(StartStreamSubscriber(subscriber_options_, config_.world,
-                                           encoding, config_.precision,
-                                           config_.subscriber_hz, stalls, s));
+      subs.push_back(StartStreamSubscriber(
+          subscriber_options_, config_.world, encoding, config_.precision,
+          config_.subscriber_hz, stalls, s, config_.camera));
     } else if (mode == "poll") {
       subs.push_back(StartPollSubscriber(options_, config_.world, ids_,
                                          config_.hz, acks_, stalls));
@@ -303,12 +304,17 @@ void LoadRun::Write(int w, absl::Time end, std::atomic<uint64_t>* written,
   const size_t per_frame = std::min<size_t>(
       mine.size(), (config_.move + config_.writers - 1) / config_.writers);
   // Each entity moves on from where it is, a frame's worth of its own
-  // motion each time it is set: up to 1 m/s along a fixed heading, turning
+  // motion each time it is set: up to 1 m/s along a fixed heading (or
+  // Config::move_speed's; the city's, 10 along the ground), turning
   // up to 1 rad/s about a fixed axis, as a game's objects do (not jumping
   // to random poses, which no delta encoding could follow).
   std::mt19937 rng(1234 + w);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   const float dt = static_cast<float>(1 / config_.hz);
+  const bool city = config_.shape == SceneShape::kCity;
+  const float speed = config_.move_speed > 0 ? config_.move_speed
+                      : city                 ? 10.0f
+                                             : 1.0f;
   struct Motion {
     Transform pose;
     glm::vec3 step;
@@ -316,11 +322,17 @@ void LoadRun::Write(int w, absl::Time end, std::atomic<uint64_t>* written,
   };
   std::vector<Motion> motion(mine.size());
   for (size_t i = 0; i < mine.size(); ++i) {
-    const glm::vec3 heading = glm::normalize(glm::vec3(u(rng), u(rng), u(rng)) +
-                                             glm::vec3(0, 0, 0.01f));
-    const glm::vec3 axis = glm::normalize(glm::vec3(u(rng), u(rng), u(rng)) +
-                                          glm::vec3(0.01f, 0, 0));
-    motion[i] = {locals_[mine[i] - 1], heading * (u(rng) * dt),
+    glm::vec3 heading = glm::normalize(glm::vec3(u(rng), u(rng), u(rng)) +
+                                       glm::vec3(0, 0, 0.01f));
+    glm::vec3 axis = glm::normalize(glm::vec3(u(rng), u(rng), u(rng)) +
+                                    glm::vec3(0.01f, 0, 0));
+    float pace = u(rng);
+    if (city) {  // Traffic: along the ground, turning about the vertical.
+      heading = glm::normalize(glm::vec3(heading.x, 0, heading.z + 0.01f));
+      axis = {0, 1, 0};
+      pace = 1;
+    }
+    motion[i] = {locals_[mine[i] - 1], heading * (pace * speed * dt),
                  glm::angleAxis(u(rng) * dt, axis)};
   }
   // The next run (mode, round) moves on from here rather than replaying

@@ -13,12 +13,14 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "tools/load/measure.h"
+#include "tools/load/transports.h"
 #include "tools/scenes.h"
 #include "xform/client.h"
 #include "xform/mirror.h"
@@ -40,11 +42,17 @@ struct Config {
   int entities;
   int writers;
   int move;  // Entities moved a frame, over all writers.
+  // How fast a moved entity goes, in units a second, each time it is set;
+  // 0: up to 1 along a random heading, or for the city exactly 10 along the
+  // ground.
+  float move_speed = 0;
   double hz;
   // A driven world, each batch closing a frame (so a frame is exactly one
   // writer's moves), instead of a world ticking at hz.
   bool driven = false;
   int subscribers;
+  // Stream subscribers' views as moving cameras (transports.h), or whole.
+  std::optional<Camera> camera;
   float precision = 0;  // The compact encoding's (0: the server's default).
   double subscriber_hz = 0;  // Stream subscribers' max_rate_hz (0: none).
   // Writers send each batch as soon as the last is acknowledged, not at hz

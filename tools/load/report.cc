@@ -190,6 +190,14 @@ void PrintTable(const Config& c, const std::vector<ModeResult>& results) {
     absl::StrAppendFormat(&subscribers_note, ", one stalling %.1f s",
                           c.stall_s);
   }
+  if (c.camera) {
+    absl::StrAppendFormat(
+        &subscribers_note,
+        ", stream ones cameras (%s within %.0f, moving %.0f units/s, %.0f "
+        "times a second)",
+        c.camera->region.ToString(), c.camera->range, c.camera->speed,
+        c.camera->hz);
+  }
   absl::PrintF(
       "\n%s world (%s), %d entities; %d writer(s) moving %d per frame at "
       "%.0f Hz; %d subscriber(s)%s; %.0f s per mode%s\n\n",
@@ -325,6 +333,8 @@ std::string ReportJson(const Config& config,
               {"frame_mode", config.driven ? "driven" : "tick"},
               {"subscribers", config.subscribers},
               {"subscriber_processes", config.subscriber_processes},
+              {"region", config.camera ? config.camera->region.ToString() : ""},
+              {"region_speed", config.camera ? config.camera->speed : 0.0f},
               {"stall_s", config.stall_s},
               {"seconds", config.seconds},
               {"rounds", config.rounds},

@@ -154,11 +154,13 @@ absl::StatusOr<std::vector<Received>> SubscriberProcess::Stop() {
 int ServeSubscriberProcess(const ClientOptions& options,
                            const std::string& world,
                            MirrorOptions::Encoding encoding, float precision,
-                           double max_rate_hz, int subscribers) {
+                           double max_rate_hz, int subscribers, int first,
+                           int stride, const std::optional<Camera>& camera) {
   std::vector<std::unique_ptr<Subscriber>> subs;
   for (int s = 0; s < subscribers; ++s) {
     subs.push_back(StartStreamSubscriber(options, world, encoding, precision,
-                                         max_rate_hz, /*stalls=*/false, s));
+                                         max_rate_hz, /*stalls=*/false,
+                                         first + s * stride, camera));
   }
   const absl::Time ready_by = absl::Now() + absl::Seconds(120);
   for (auto& s : subs) {

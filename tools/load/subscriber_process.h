@@ -21,12 +21,14 @@
 #include <sys/types.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "tools/load/measure.h"
+#include "tools/load/transports.h"
 #include "xform/client.h"
 #include "xform/mirror.h"
 
@@ -61,12 +63,14 @@ class SubscriberProcess {
 };
 
 // The child's side, all of it: `subscribers` stream subscribers of `world`
-// (as StartStreamSubscriber), then the exchange above on stdin and stdout.
-// The process's exit code.
+// (as StartStreamSubscriber; the run's subscribers first, first + stride,
+// ..., which place their cameras), then the exchange above on stdin and
+// stdout. The process's exit code.
 int ServeSubscriberProcess(const ClientOptions& options,
                            const std::string& world,
                            MirrorOptions::Encoding encoding, float precision,
-                           double max_rate_hz, int subscribers);
+                           double max_rate_hz, int subscribers, int first,
+                           int stride, const std::optional<Camera>& camera);
 
 }  // namespace xform::load
 

@@ -5,12 +5,16 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
+#include <optional>
+#include <random>
 #include <thread>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "hiredis/hiredis.h"
 #include "xform/mirror.h"
@@ -24,7 +28,8 @@ class StreamSubscriber final : public Subscriber {
  public:
   StreamSubscriber(const ClientOptions& options, const std::string& world,
                    MirrorOptions::Encoding encoding, float precision,
-                   double max_rate_hz, bool stalls)
+                   double max_rate_hz, bool stalls, int index,
+                   const std::optional<Camera>& camera)
       : Subscriber(stalls) {
     absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
     if (!client.ok()) return;  // Never ready: the run times out and says so.
@@ -48,13 +53,64 @@ class StreamSubscriber final : public Subscriber {
                        u.published,
                        absl::ToDoubleMilliseconds(u.received - u.published));
     };
+    std::optional<CameraPath> path;
+    if (camera) {
+      path.emplace(*camera, index);
+      mirror.region = path->Region();
+    }
     mirror_ = *Mirror::Start(*client_, std::move(mirror));
+    if (path && camera->speed > 0) {  // A still camera never moves.
+      camera_ = std::thread([this, path = *path]() mutable { Move(path); });
+    }
+  }
+  ~StreamSubscriber() override {
+    stop_.Notify();
+    if (camera_.joinable()) camera_.join();
   }
   bool Ready() override { return mirror_ != nullptr && mirror_->synced(); }
 
  private:
+  // Where a camera is: it starts within `range` of its region's position,
+  // seeded by the subscriber's index, and heads its own way, back and forth.
+  class CameraPath {
+   public:
+    CameraPath(const Camera& camera, int index) : camera_(camera) {
+      std::mt19937 rng(static_cast<uint32_t>(1000 + index));
+      std::uniform_real_distribution<float> u(-1, 1);
+      offset_ = {camera.range * u(rng), 0, camera.range * u(rng)};
+      const float angle = 3.1415927f * u(rng);
+      heading_ = {std::cos(angle), 0, std::sin(angle)};
+    }
+    xform::Region Region() const { return camera_.region.Translated(offset_); }
+    void Step() {
+      offset_ += heading_ * camera_.speed / static_cast<float>(camera_.hz);
+      for (int axis : {0, 2}) {
+        if (std::abs(offset_[axis]) > camera_.range) heading_[axis] *= -1;
+      }
+    }
+    double hz() const { return camera_.hz; }
+
+   private:
+    Camera camera_;
+    glm::vec3 offset_, heading_;
+  };
+
+  void Move(CameraPath& path) {
+    const absl::Duration period = absl::Seconds(1 / path.hz());
+    for (absl::Time next = absl::Now() + period;
+         !stop_.WaitForNotificationWithTimeout(next - absl::Now());
+         next += period) {
+      path.Step();
+      // Refused moves (too fast for --max_region_moves_hz) are skipped: the
+      // next one carries the camera on.
+      mirror_->SetRegion(path.Region()).IgnoreError();
+    }
+  }
+
   std::unique_ptr<Client> client_;
   std::unique_ptr<Mirror> mirror_;
+  absl::Notification stop_;
+  std::thread camera_;
 };
 
 // The polling baseline: the whole world, every frame, in chunks well under
@@ -257,7 +313,7 @@ class RedisRelayImpl final : public RedisRelay {
 std::unique_ptr<Subscriber> StartStreamSubscriber(
     const ClientOptions& options, const std::string& world,
     MirrorOptions::Encoding encoding, float precision, double max_rate_hz,
-    bool stalls, int index) {
+    bool stalls, int index, const std::optional<Camera>& camera) {
   ClientOptions spread = options;
   std::vector<std::string> addresses =
       absl::StrSplit(options.address, ',', absl::SkipWhitespace());
@@ -270,7 +326,7 @@ std::unique_ptr<Subscriber> StartStreamSubscriber(
     spread.address = absl::StrJoin(addresses, ",");
   }
   return std::make_unique<StreamSubscriber>(spread, world, encoding, precision,
-                                            max_rate_hz, stalls);
+                                            max_rate_hz, stalls, index, camera);
 }
 
 std::unique_ptr<Subscriber> StartPollSubscriber(

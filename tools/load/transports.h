@@ -19,12 +19,14 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "tools/load/measure.h"
 #include "xform/client.h"
 #include "xform/mirror.h"
+#include "xform/region.h"
 
 namespace xform::load {
 
@@ -40,13 +42,27 @@ class Subscriber {
   Recorder recorder_;
 };
 
+// A stream subscriber's view as a camera moving through the world: its
+// region starts at `region` moved by up to `range` along x and z (where,
+// the subscriber's index decides), and moves `hz` times a second
+// (Mirror::SetRegion) at `speed` along a heading of its own in the x-z
+// plane, turning back at `range` from the region's own position.
+struct Camera {
+  Region region;
+  float range = 400;
+  float speed = 10;
+  double hz = 60;
+};
+
 // `max_rate_hz`: the Mirror's (0: a message per frame). Of a cluster's
 // several addresses, subscriber `index` starts at the (index mod n)th, so
-// that subscribers spread over the nodes.
+// that subscribers spread over the nodes. With a `camera`, the subscriber's
+// view is its region, moving.
 std::unique_ptr<Subscriber> StartStreamSubscriber(
     const ClientOptions& options, const std::string& world,
     MirrorOptions::Encoding encoding, float precision, double max_rate_hz,
-    bool stalls, int index = 0);
+    bool stalls, int index = 0,
+    const std::optional<Camera>& camera = std::nullopt);
 // Reads `ids` (which must outlive it) every 1 / hz s; `acks` tells it how old
 // the writes it sees are.
 std::unique_ptr<Subscriber> StartPollSubscriber(
