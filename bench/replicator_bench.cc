@@ -731,7 +731,8 @@ BENCHMARK(BM_ListSubscribersPage)
 // The spatial index's upkeep per moved entity, the region views' share of
 // a frame (issue 64's target: <= 20 ns on one core): a 1M-entity world
 // spread over 1 km x 1 km (and 20 m up), 10,000 moves a frame of things
-// going 10 m/s at 60 Hz, in cells of `cell` m. Each frame's moved slots
+// going 10 m/s at 60 Hz, in cells of arg 0 m; arg 1: through PlaceAll
+// (reading ahead), or Place one by one. Each frame's moved slots
 // and their new positions are given as the frame's taking-in leaves them
 // (its moved list, the matrices just written): what is timed is the
 // index's own work. The time is a frame's; items are moves
@@ -743,6 +744,7 @@ void BM_SpatialIndexUpkeep(benchmark::State& state) {
   constexpr int kFrames = 256;
   constexpr float kStep = 10.0f / 60;
   xform::server::SpatialIndex index(static_cast<float>(state.range(0)));
+  const bool read_ahead = state.range(1) != 0;  // PlaceAll, or Place each.
   std::mt19937 random(64);
   std::uniform_real_distribution<float> ground(0, 1000);
   std::uniform_real_distribution<float> height(0, 20);
@@ -755,38 +757,43 @@ void BM_SpatialIndexUpkeep(benchmark::State& state) {
     velocity[i] = {kStep * std::cos(a), kStep * std::sin(a), 0};
     index.Place(static_cast<Slot>(i), position[i]);
   }
-  struct Move {
-    Slot slot;
-    glm::vec3 position;
+  struct Moves {
+    std::vector<Slot> slots;
+    std::vector<glm::vec3> positions;
   };
   // kFrames frames' moves, in slot order as a frame's are, gone through in
   // turn (a slot moved twice in a frame counts once, as it would).
-  std::vector<std::vector<Move>> frames(kFrames);
+  std::vector<Moves> frames(kFrames);
   for (auto& frame : frames) {
-    std::vector<Slot> slots;
-    for (int k = 0; k < kMoves; ++k) slots.push_back(random() % kEntities);
-    std::sort(slots.begin(), slots.end());
-    slots.erase(std::unique(slots.begin(), slots.end()), slots.end());
-    for (Slot slot : slots) {
+    for (int k = 0; k < kMoves; ++k) {
+      frame.slots.push_back(random() % kEntities);
+    }
+    std::sort(frame.slots.begin(), frame.slots.end());
+    frame.slots.erase(std::unique(frame.slots.begin(), frame.slots.end()),
+                      frame.slots.end());
+    for (Slot slot : frame.slots) {
       position[slot] += velocity[slot];
-      frame.push_back({slot, position[slot]});
+      frame.positions.push_back(position[slot]);
     }
   }
   size_t frame = 0;
   size_t moves = 0;
   for (auto _ : state) {
-    for (const Move& move : frames[frame++ % kFrames]) {
-      index.Place(move.slot, move.position);
+    const Moves& moved = frames[frame++ % kFrames];
+    if (read_ahead) {
+      index.PlaceAll(moved.slots, moved.positions);
+    } else {
+      for (size_t k = 0; k < moved.slots.size(); ++k) {
+        index.Place(moved.slots[k], moved.positions[k]);
+      }
     }
-    moves += frames[(frame - 1) % kFrames].size();
+    moves += moved.slots.size();
   }
   state.SetItemsProcessed(static_cast<int64_t>(moves));
   state.counters["cells"] = static_cast<double>(index.occupied_cells());
 }
 BENCHMARK(BM_SpatialIndexUpkeep)
-    ->Arg(8)
-    ->Arg(16)
-    ->Arg(32)
+    ->ArgsProduct({{8, 16, 32}, {0, 1}})
     ->Unit(benchmark::kMicrosecond);
 
 namespace xform::server {
@@ -936,7 +943,7 @@ void BM_RegionSubscribers(benchmark::State& state) {
 }
 BENCHMARK(BM_RegionSubscribers)
     ->Args({0, 10, 16})
-    ->ArgsProduct({{64}, {0, 10, 100, 1000}, {4, 8, 16}})
+    ->ArgsProduct({{64}, {0, 10, 100, 1000}, {4, 8, 16, 32, 64}})
     ->Unit(benchmark::kMillisecond)
     ->Iterations(120);
 

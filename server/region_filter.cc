@@ -140,15 +140,15 @@ class RegionFilter final : public ViewFilter {
     const absl::Span<const glm::vec3> positions = moves.positions();
     glm::vec3 min, max;
     CullBounds(region_, &min, &max);
-    for (size_t k = 0; k < slots.size(); ++k) {
+    const auto follow = [&](size_t k) {
       const Slot slot = slots[k];
-      if (slot == PublishedState::kNoSlot) continue;
+      if (slot == PublishedState::kNoSlot) return;
       const bool was = in_.test(slot);
       // One outside the bounds of the region grown was not in the view and
       // does not enter it: most of the world, told by one bit and a read of
       // positions side by side.
       if (!was && !positions.empty() && !Within(positions[k], min, max)) {
-        continue;
+        return;
       }
       const bool is = Judge(slot, inner_ == nullptr || inner_->Contains(slot));
       if (was && is) {
@@ -158,7 +158,15 @@ class RegionFilter final : public ViewFilter {
       } else if (was) {
         f(k, Moved::kLeft);
       }
+    };
+    if (moves.by_cell()) {
+      // What the view held was inside the bounds before the frame, and what
+      // enters is inside them after: moves from or to their cells are all
+      // that can change it.
+      index_.ForEachMoveInBox(min, max, follow);
+      return;
     }
+    for (size_t k = 0; k < slots.size(); ++k) follow(k);
   }
 
   // The bits are kept, not cleared: a view sent whole again holds what the

@@ -100,6 +100,10 @@ void Replicator::set_region_cell_size(float size) {
   impl_->region_cell_size = size;
 }
 
+void Replicator::set_region_views_to_sort_moves(size_t views) {
+  impl_->region_views_to_sort_moves = views;
+}
+
 void Replicator::set_membership_walk_chunk_for_testing(size_t slots) {
   impl_->membership_walk_chunk = slots;
 }
@@ -239,13 +243,21 @@ void Replicator::Impl::UnplaceDestroyed(const FrameChanges& changes) {
 }
 
 void Replicator::Impl::PlaceMoved(const FrameChanges& changes) {
+  moves_by_cell_ = false;
   if (index_ == nullptr) return;
-  for (size_t k = 0; k < changes.moved.size(); ++k) {
-    const Slot slot = state_.Find(changes.moved[k]);
-    if (slot != PublishedState::kNoSlot) {
-      index_->Place(slot, changes.MovedWorld(k).translation());
-    }
+  const size_t moves = changes.moved.size();
+  moved_positions_.resize(moves);
+  frame_slots_.resize(moves);
+  for (size_t k = 0; k < moves; ++k) {
+    moved_positions_[k] = changes.MovedWorld(k).translation();
+    frame_slots_[k] = state_.Find(changes.moved[k]);
   }
+  if (region_views_ >= region_views_to_sort_moves) {
+    index_->PlaceMoves(frame_slots_, moved_positions_);
+    moves_by_cell_ = true;
+    return;
+  }
+  index_->PlaceAll(frame_slots_, moved_positions_);
 }
 
 absl::Status Replicator::Impl::MoveRegion(SubscriptionId id,

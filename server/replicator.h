@@ -260,6 +260,11 @@ class Replicator {
   // The edge of the cells region views are found by (SpatialIndex), in
   // world units: 16 unless set. Before the first Subscribe.
   void set_region_cell_size(float size);
+  // With this many region views or more, each frame's moves are sorted by
+  // the cells they left and entered, once, so that each view visits the
+  // moves near it (O(cells its region covers + moves in them)) rather
+  // than every move (O(moved)). 8 unless set.
+  void set_region_views_to_sort_moves(size_t views);
 
   // Slots a subtree view's membership walk visits under one hold at first
   // (32,768, about 0.5 ms): tests make it small, so that frames come

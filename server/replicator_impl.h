@@ -77,7 +77,9 @@ class Replicator::Impl {
   // Set before the first Subscribe (see replicator.h).
   size_t membership_walk_chunk = 32'768;
   float region_cell_size = 16;  // See Replicator::set_region_cell_size.
-  uint64_t history = 0;         // See Replicator::set_history.
+  // See Replicator::set_region_views_to_sort_moves.
+  size_t region_views_to_sort_moves = 8;
+  uint64_t history = 0;  // See Replicator::set_history.
   std::function<void()> unlocked_for_testing;
 
  private:
@@ -367,8 +369,13 @@ class Replicator::Impl {
   // (region_views_), for them: null otherwise, costing nothing.
   std::unique_ptr<SpatialIndex> index_;
   size_t region_views_ = 0;
-  // A moves-only frame's moved positions, side by side, for region views.
+  // A frame's moved positions and slots, side by side, for region views
+  // (PlaceMoved): kept only while there are.
   std::vector<glm::vec3> moved_positions_;
+  std::vector<Slot> frame_slots_;
+  // Whether the index holds the frame's moves by cell (PlaceMoves): with
+  // region_views_to_sort_moves region views or more.
+  bool moves_by_cell_ = false;
   uint64_t frame_ = 0;
   // The frame published whole last (PublishWhole, Reset): the stamps tell
   // nothing of the frames before it.

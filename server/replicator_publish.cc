@@ -421,12 +421,9 @@ void Replicator::Impl::NoteMovesInViews(
   std::vector<Slot> slots(moved.size());
   for (size_t k = 0; k < moved.size(); ++k) slots[k] = state_.Find(moved[k]);
   ViewFilter::FrameMoves moves(moved, slots);
-  if (region_views_ > 0) {
-    moved_positions_.resize(moved.size());
-    for (size_t k = 0; k < moved.size(); ++k) {
-      moved_positions_[k] = frame.changes.MovedWorld(k).translation();
-    }
+  if (index_ != nullptr) {  // PlaceMoved read them.
     moves.set_positions(moved_positions_);
+    moves.set_by_cell(moves_by_cell_);
   }
   const bool mark =
       static_cast<size_t>(std::count_if(

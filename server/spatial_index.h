@@ -21,6 +21,10 @@
 //   ForEachInBox  O(min(cells the box covers, occupied cells) + slots in
 //            the cells visited).
 //   CellsCovering O(1).
+//   PlaceMoves    O(moves log moves): Place for each, and the frame's moves
+//            by cell.
+//   ForEachMoveInBox  O(min(cells the box covers, cells with moves) + the
+//            moves from and to the cells visited).
 // Memory: 24 bytes per slot ever placed (on 2 MB pages when big: a frame's
 // moves read them at scattered slots, and with 4 KB pages each read was a
 // TLB miss too; BM_SpatialIndexUpkeep 0.6-0.7x the time on them), and 16
@@ -35,6 +39,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/node_hash_map.h"
 #include "absl/functional/function_ref.h"
 #include "absl/types/span.h"
@@ -66,11 +71,30 @@ class SpatialIndex {
     }
     Move(slot, key, position);
   }
+  // Place(slots[k], positions[k]) for each k (a slot of kNoSlot is passed
+  // over), reading ahead: a frame's moves are at scattered slots, and each
+  // Place alone waits on memory twice (its slot's row, then its cell's
+  // position).
+  void PlaceAll(absl::Span<const Slot> slots,
+                absl::Span<const glm::vec3> positions);
   // Takes `slot` out (nothing if it was not placed).
   void Remove(Slot slot);
   bool Placed(Slot slot) const {
     return slot < where_.size() && where_[slot].key != kNoCell;
   }
+
+  // A frame's moves: Place(slots[k], positions[k]) for each k (a slot of
+  // kNoSlot is passed over), and the moves kept by the cells they left and
+  // entered until the next call, for ForEachMoveInBox: so that each of many
+  // region views visits the moves near it, not all of them.
+  void PlaceMoves(absl::Span<const Slot> slots,
+                  absl::Span<const glm::vec3> positions);
+  // Calls f(k) once for each k of the last PlaceMoves whose slot left or
+  // entered a cell that the box from `min` to `max` covers: every move
+  // from or to a position inside the box, and others near it (the caller
+  // tests).
+  void ForEachMoveInBox(glm::vec3 min, glm::vec3 max,
+                        absl::FunctionRef<void(size_t k)> f) const;
 
   // The cells the box from `min` to `max` covers (saturating at 2^63).
   uint64_t CellsCovering(glm::vec3 min, glm::vec3 max) const;
@@ -137,9 +161,29 @@ class SpatialIndex {
     uint32_t index = 0;
   };
 
+  // One of the last PlaceMoves' moves under a cell it touched: the cell it
+  // entered (`other`: the one it left, or kNoCell), or the cell it left
+  // (`left`; `other`: the one it entered).
+  struct MoveInCell {
+    CellKey key;
+    CellKey other;
+    uint32_t k;
+    bool left;
+  };
+  bool InCells(CellKey key, const Cell3& low, const Cell3& high) const;
+  // For a walk of `slots`, at its kth: asks the memory for what Place
+  // will read some moves ahead.
+  void ReadAhead(absl::Span<const Slot> slots, size_t k) const;
+
   const float cell_size_;
   const float inverse_cell_size_;
   absl::node_hash_map<CellKey, Cell> cells_;
+  std::vector<MoveInCell> moves_;  // By key.
+  // The cells of moves_ lie between these (low > high: none): a box is
+  // visited only where it meets them (a flat world's height, say).
+  Cell3 moves_low_{0, 0, 0}, moves_high_{-1, -1, -1};
+  // Each cell's moves: a range of moves_.
+  absl::flat_hash_map<CellKey, std::pair<uint32_t, uint32_t>> moves_by_cell_;
   internal::Column<Where> where_;
   size_t placed_ = 0;
 };

@@ -68,6 +68,11 @@ class ViewFilter {
     void set_positions(absl::Span<const glm::vec3> positions) {
       positions_ = positions;
     }
+    // Whether the world's spatial index holds these moves by cell
+    // (SpatialIndex::PlaceMoves), for region views to visit the ones near
+    // them (ForEachMoveInBox).
+    bool by_cell() const { return by_cell_; }
+    void set_by_cell(bool by_cell) { by_cell_ = by_cell; }
     // Marks set: what Marked() and IndexOfSlot() read. O(moved).
     void Mark(SlotBits* marked, std::vector<uint32_t>* index_by_slot);
     const SlotBits* marked() const { return marked_; }
@@ -80,6 +85,7 @@ class ViewFilter {
     absl::Span<const EntityId> moved_;
     absl::Span<const Slot> slots_;
     absl::Span<const glm::vec3> positions_;
+    bool by_cell_ = false;
     SlotBits* marked_ = nullptr;
     std::vector<uint32_t>* index_by_slot_ = nullptr;
     mutable absl::flat_hash_map<EntityId, size_t> index_;
@@ -159,7 +165,9 @@ std::unique_ptr<ViewFilter> MakeEntityFilter(const PublishedState& state,
 // keeps it while it has region views) and outlives the filter. Costs:
 // Contains O(1); Follow O(1) and `inner`'s; FollowMoves O(moved) bit tests
 // and, for each moved entity in or near the region, a test of its
-// position; SetRegion and the snapshot's search O(cells the old and new
+// position (with the moves by cell, FrameMoves::by_cell: O(cells the
+// region grown covers where moves are + the moves from and to them));
+// SetRegion and the snapshot's search O(cells the old and new
 // regions grown cover, at most the occupied ones, + the slots in them),
 // the search judging `walk_chunk` of them at a time (after `inner`'s own).
 // The cells of `cell_size` that a region view's searches cover: those of

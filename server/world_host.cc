@@ -534,6 +534,8 @@ absl::StatusOr<std::shared_ptr<HostedWorld>> WorldHost::Create(
       request.name(), mode, tick_hz, limits_.max_pending, burst_budget_, owner,
       fanout_, limits_.resume_frames);
   world->replicator().set_region_cell_size(limits_.region_cell_size);
+  world->replicator().set_region_views_to_sort_moves(
+      limits_.region_views_to_sort_moves);
   if (logs_ != nullptr) {
     // Durable before it exists for anyone: created means durable.
     config::StoredWorld stored;
@@ -586,6 +588,8 @@ absl::StatusOr<std::shared_ptr<HostedWorld>> WorldHost::Add(
       create.name(), create.mode(), create.tick_hz(), limits_.max_pending,
       burst_budget_, recovered.stored.owner(), fanout_, limits_.resume_frames);
   world->replicator().set_region_cell_size(limits_.region_cell_size);
+  world->replicator().set_region_views_to_sort_moves(
+      limits_.region_views_to_sort_moves);
   const size_t size = recovered.world.size();
   const absl::Time published = absl::Now();
   world->Restore(recovered);

@@ -80,6 +80,10 @@ struct Limits {
   float region_cell_size = 16;
   uint64_t max_region_cells = uint64_t{1} << 40;
   double max_region_moves_hz = 240;
+  // Region views a world has before each frame's moves are sorted by cell
+  // for them (Replicator::set_region_views_to_sort_moves): a tuning, which
+  // tests set to 1.
+  size_t region_views_to_sort_moves = 8;
 };
 
 class HostedWorld : public SnapshotSource {

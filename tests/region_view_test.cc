@@ -103,6 +103,7 @@ class RegionViewTest : public ::testing::Test {
   void SetUp() override {
     Limits limits;
     limits.max_pending = 48;  // A stalled mirror is soon resent whole.
+    limits.region_views_to_sort_moves = region_views_to_sort_moves_;
     ASSERT_TRUE(server_.Start(limits));
     ClientOptions options;
     options.address = server_.address();
@@ -120,11 +121,29 @@ class RegionViewTest : public ::testing::Test {
     return mirror.ok() ? *std::move(mirror) : nullptr;
   }
 
+  // The views' moves by cell (SpatialIndex::PlaceMoves) at how many region
+  // views: the model test runs with both ways.
+  size_t region_views_to_sort_moves_ = 8;
   LoopbackServer server_;
   std::unique_ptr<Client> client_;
+  void RunModel();
+};
+
+class RegionViewByCellTest : public RegionViewTest {
+ protected:
+  RegionViewByCellTest() { region_views_to_sort_moves_ = 1; }
 };
 
 TEST_F(RegionViewTest, RegionMirrorsHoldWhatTheRuleSaysAfterEveryFrame) {
+  RunModel();
+}
+
+// The same, each frame's moves sorted by cell for the views.
+TEST_F(RegionViewByCellTest, RegionMirrorsHoldWhatTheRuleSaysAfterEveryFrame) {
+  RunModel();
+}
+
+void RegionViewTest::RunModel() {
   // Positions of RandomBatches' entities spread over about +-20.
   std::vector<ModelView> views = {
       {.region = *Region::Sphere({0, 0, 0}, 8, 2)},

@@ -80,6 +80,83 @@ TEST(SpatialIndexTest, FindsEverySlotInABoxAsAListOfPositionsSays) {
   }
 }
 
+// A frame's moves by cell, against the moves themselves: for random boxes,
+// every move from or to a position in the box is called, each once, and
+// no move that stayed far from it; the index ends where Place would leave
+// it.
+TEST(SpatialIndexTest, AFramesMovesAreFoundByTheCellsTheyLeftAndEntered) {
+  std::mt19937 random(65);
+  std::uniform_real_distribution<float> coordinate(-100, 100);
+  std::uniform_real_distribution<float> step(-6, 6);
+  SpatialIndex index(8), placed_one_by_one(8);
+  std::vector<glm::vec3> position(500);
+  for (Slot slot = 0; slot < position.size(); ++slot) {
+    position[slot] = {coordinate(random), coordinate(random),
+                      coordinate(random)};
+    index.Place(slot, position[slot]);
+    placed_one_by_one.Place(slot, position[slot]);
+  }
+  for (int frame = 0; frame < 50; ++frame) {
+    std::vector<Slot> slots;
+    std::vector<glm::vec3> to;
+    std::vector<glm::vec3> from;
+    for (int k = 0; k < 120; ++k) {
+      // Some not placed (a slot past the world's), one jumping far.
+      const Slot slot = k == 7 ? PublishedState::kNoSlot : random() % 500;
+      slots.push_back(slot);
+      if (slot == PublishedState::kNoSlot) {
+        from.emplace_back(0);
+        to.emplace_back(0);
+        continue;
+      }
+      from.push_back(position[slot]);
+      position[slot] +=
+          k == 3 ? glm::vec3(150, 0, 0)
+                 : glm::vec3(step(random), step(random), step(random));
+      to.push_back(position[slot]);
+    }
+    // A slot moved twice in a frame is listed once, as frames list it.
+    for (size_t k = 0; k < slots.size(); ++k) {
+      for (size_t j = 0; j < k; ++j) {
+        if (slots[j] == slots[k]) slots[k] = PublishedState::kNoSlot;
+      }
+    }
+    index.PlaceMoves(slots, to);
+    placed_one_by_one.PlaceAll(slots, to);
+    for (int query = 0; query < 10; ++query) {
+      glm::vec3 a(coordinate(random), coordinate(random), coordinate(random));
+      glm::vec3 b =
+          a + glm::vec3(step(random), step(random), step(random)) * 5.0f;
+      const glm::vec3 min = glm::min(a, b), max = glm::max(a, b);
+      std::vector<size_t> called;
+      index.ForEachMoveInBox(min, max, [&](size_t k) { called.push_back(k); });
+      std::sort(called.begin(), called.end());
+      EXPECT_TRUE(std::adjacent_find(called.begin(), called.end()) ==
+                  called.end());
+      for (size_t k = 0; k < slots.size(); ++k) {
+        if (slots[k] == PublishedState::kNoSlot) continue;
+        const bool listed = std::binary_search(called.begin(), called.end(), k);
+        if (Within(from[k], min, max) || Within(to[k], min, max)) {
+          EXPECT_TRUE(listed) << "move " << k;
+        }
+        const glm::vec3 cell(8.001f);
+        if (listed) {
+          EXPECT_TRUE(Within(from[k], min - cell, max + cell) ||
+                      Within(to[k], min - cell, max + cell))
+              << "move " << k;
+        }
+      }
+    }
+  }
+  const glm::vec3 everywhere(1e6f);
+  EXPECT_EQ(InBox(index, -everywhere, everywhere),
+            InBox(placed_one_by_one, -everywhere, everywhere));
+  for (const glm::vec3 at : {glm::vec3(0), glm::vec3(40, -30, 10)}) {
+    EXPECT_EQ(InBox(index, at - glm::vec3(20), at + glm::vec3(20)),
+              InBox(placed_one_by_one, at - glm::vec3(20), at + glm::vec3(20)));
+  }
+}
+
 TEST(SpatialIndexTest, FarAndInfinitePositionsLandInEdgeCellsAndAreFound) {
   SpatialIndex index(1);
   constexpr float kInf = std::numeric_limits<float>::infinity();
