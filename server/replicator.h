@@ -258,7 +258,7 @@ class Replicator {
                           absl::Time now);
 
   // The edge of the cells region views are found by (SpatialIndex), in
-  // world units: 16 unless set. Before the first Subscribe.
+  // world units: 32 unless set. Before the first Subscribe.
   void set_region_cell_size(float size);
   // With this many region views or more, each frame's moves are sorted by
   // the cells they left and entered, once, so that each view visits the

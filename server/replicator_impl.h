@@ -76,7 +76,7 @@ class Replicator::Impl {
   std::atomic<uint64_t> cut_off{0};
   // Set before the first Subscribe (see replicator.h).
   size_t membership_walk_chunk = 32'768;
-  float region_cell_size = 16;  // See Replicator::set_region_cell_size.
+  float region_cell_size = 32;  // See Replicator::set_region_cell_size.
   // See Replicator::set_region_views_to_sort_moves.
   size_t region_views_to_sort_moves = 8;
   uint64_t history = 0;  // See Replicator::set_history.

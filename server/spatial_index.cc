@@ -39,7 +39,15 @@ void SpatialIndex::Move(Slot slot, CellKey key, glm::vec3 position) {
   } else {
     TakeOut(slot);
   }
-  Cell& cell = cells_[key];
+  const auto [it, added] = cells_.try_emplace(key);
+  Cell& cell = it->second;
+  if (added) {
+    const Cell3 c = CellOfKey(key);
+    seen_low_ = {std::min(seen_low_.x, c.x), std::min(seen_low_.y, c.y),
+                 std::min(seen_low_.z, c.z)};
+    seen_high_ = {std::max(seen_high_.x, c.x), std::max(seen_high_.y, c.y),
+                  std::max(seen_high_.z, c.z)};
+  }
   where_[slot] = {key, &cell, static_cast<uint32_t>(cell.slots.size())};
   cell.slots.push_back(slot);
   cell.positions.push_back(position);
@@ -168,8 +176,18 @@ void SpatialIndex::ForEachMoveInBox(glm::vec3 min, glm::vec3 max,
 }
 
 uint64_t SpatialIndex::CellsCovering(glm::vec3 min, glm::vec3 max) const {
-  const Cell3 low = CellOf(min);
-  const Cell3 high = CellOf(max);
+  return Count(CellOf(min), CellOf(max));
+}
+
+bool SpatialIndex::Clamp(Cell3& low, Cell3& high) const {
+  low = {std::max(low.x, seen_low_.x), std::max(low.y, seen_low_.y),
+         std::max(low.z, seen_low_.z)};
+  high = {std::min(high.x, seen_high_.x), std::min(high.y, seen_high_.y),
+          std::min(high.z, seen_high_.z)};
+  return low.x <= high.x && low.y <= high.y && low.z <= high.z;
+}
+
+uint64_t SpatialIndex::Count(const Cell3& low, const Cell3& high) {
   uint64_t cells = 1;
   for (int64_t extent :
        {high.x - low.x + 1, high.y - low.y + 1, high.z - low.z + 1}) {
@@ -184,9 +202,10 @@ uint64_t SpatialIndex::CellsCovering(glm::vec3 min, glm::vec3 max) const {
 
 void SpatialIndex::ForEachInBox(glm::vec3 min, glm::vec3 max,
                                 absl::FunctionRef<void(Slot)> f) const {
-  const Cell3 low = CellOf(min);
-  const Cell3 high = CellOf(max);
-  if (CellsCovering(min, max) > cells_.size()) {
+  Cell3 low = CellOf(min);
+  Cell3 high = CellOf(max);
+  if (!Clamp(low, high)) return;
+  if (Count(low, high) > cells_.size()) {
     // Fewer cells are occupied than covered: walk those.
     for (const auto& [key, cell] : cells_) {
       const Cell3 c = CellOfKey(key);
@@ -236,15 +255,19 @@ void SpatialIndex::ForEachCellInBoxes(
   const auto visit_if_wanted = [&](const CellView& cell) {
     if (cell.clamped || wanted(cell.min, cell.max)) f(cell);
   };
-  const Cell3 low_a = CellOf(min_a), high_a = CellOf(max_a);
-  const Cell3 low_b = CellOf(min_b), high_b = CellOf(max_b);
+  // Only where cells have been: a box's empty reaches (a flat world's
+  // height, say) are not looked up. An empty box ends with low > high.
+  Cell3 low_a = CellOf(min_a), high_a = CellOf(max_a);
+  Cell3 low_b = CellOf(min_b), high_b = CellOf(max_b);
+  Clamp(low_a, high_a);
+  Clamp(low_b, high_b);
   const auto in = [](const Cell3& c, const Cell3& low, const Cell3& high) {
     return c.x >= low.x && c.x <= high.x && c.y >= low.y && c.y <= high.y &&
            c.z >= low.z && c.z <= high.z;
   };
-  const uint64_t covered = CellsCovering(min_a, max_a);
+  const uint64_t covered = Count(low_a, high_a);
   if (covered > cells_.size() ||
-      CellsCovering(min_b, max_b) > cells_.size() - covered) {
+      Count(low_b, high_b) > cells_.size() - covered) {
     for (const auto& [key, cell] : cells_) {
       const Cell3 c = CellOfKey(key);
       if (in(c, low_a, high_a) || in(c, low_b, high_b)) {

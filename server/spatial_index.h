@@ -171,6 +171,11 @@ class SpatialIndex {
     bool left;
   };
   bool InCells(CellKey key, const Cell3& low, const Cell3& high) const;
+  // Narrows the cells from `low` to `high` to the box of every cell ever
+  // occupied; false when none is left.
+  bool Clamp(Cell3& low, Cell3& high) const;
+  // The cells from `low` to `high` (0 when empty; saturating at 2^63).
+  static uint64_t Count(const Cell3& low, const Cell3& high);
   // For a walk of `slots`, at its kth: asks the memory for what Place
   // will read some moves ahead.
   void ReadAhead(absl::Span<const Slot> slots, size_t k) const;
@@ -178,6 +183,9 @@ class SpatialIndex {
   const float cell_size_;
   const float inverse_cell_size_;
   absl::node_hash_map<CellKey, Cell> cells_;
+  // Every cell ever occupied is between these (low > high: none yet).
+  Cell3 seen_low_{kCoordinateLimit, kCoordinateLimit, kCoordinateLimit};
+  Cell3 seen_high_{-kCoordinateLimit, -kCoordinateLimit, -kCoordinateLimit};
   std::vector<MoveInCell> moves_;  // By key.
   // The cells of moves_ lie between these (low > high: none): a box is
   // visited only where it meets them (a flat world's height, say).

@@ -77,7 +77,7 @@ struct Limits {
   // Region views (SubscribeRequest.region): the edge of the cells they are
   // found by, in world units; the most cells one region, grown by its
   // margin, may cover; how often a subscription's region may move.
-  float region_cell_size = 16;
+  float region_cell_size = 32;
   uint64_t max_region_cells = uint64_t{1} << 40;
   double max_region_moves_hz = 240;
   // Region views a world has before each frame's moves are sorted by cell

@@ -44,9 +44,10 @@ ABSL_FLAG(uint64_t, max_filter_ids, 65'536,
 ABSL_FLAG(uint64_t, max_pending, 65'536,
           "Changed entities a subscriber may have unsent before it is resent "
           "its view whole (a snapshot) instead: bounds a laggard's memory");
-ABSL_FLAG(double, region_cell_size, 16,
+ABSL_FLAG(double, region_cell_size, 32,
           "Edge of the cells region subscriptions are found by, in world "
-          "units: about a tenth of a typical region's size");
+          "units: about a third of a typical region's width (32 suits "
+          "spheres of radius 50; docs/benchmarks.md)");
 ABSL_FLAG(uint64_t, max_region_cells, uint64_t{1} << 40,
           "Most cells (--region_cell_size) one subscription's region, grown "
           "by its margin, may cover; the work a frame is bounded by the "

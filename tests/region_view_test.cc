@@ -375,7 +375,8 @@ TEST_F(RegionViewTest, RegionMovesAreRefusedPreciselyAndChangeNothing) {
         stub->UpdateSubscription(&context, request, &response).error_code(),
         grpc::StatusCode::INVALID_ARGUMENT);
   }
-  // Past --max_region_cells (2^40 cells of 16 units: a box of 1e8 a side).
+  // Past --max_region_cells (2^40 cells of 32 units: a box of 1e8 a side
+  // covers 3e19).
   EXPECT_EQ(update(1, *Region::Box({-5e7f, -5e7f, -5e7f}, {5e7f, 5e7f, 5e7f})),
             grpc::StatusCode::RESOURCE_EXHAUSTED);
   // Faster than --max_region_moves_hz (240 a second, a burst of 240): some
