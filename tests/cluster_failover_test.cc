@@ -75,9 +75,56 @@ TEST(ClusterFailoverTest, EveryNodeIsAnExactReplicaAndWritesGoToTheWriter) {
   // redirected to node 0, transparently.
   std::unique_ptr<Client> third = cluster.ClientOf(2);
   ASSERT_NE(third, nullptr);
+  // A region view on node 2, a replica, as on any node (margin 0: its
+  // membership is the positions' alone).
+  MirrorOptions region_view;
+  region_view.world = writers[1].world;
+  region_view.region = *Region::Sphere({0, 0, 0}, 10);
+  absl::StatusOr<std::unique_ptr<Mirror>> mirror =
+      Mirror::Start(*third, region_view);
+  ASSERT_TRUE(mirror.ok()) << mirror.status();
   for (Writer& w : writers) {
     ASSERT_NO_FATAL_FAILURE(WriteBatches(*third, w, 150)) << cluster.Logs();
   }
+  // It holds the entities of the writer's model inside the region, bit for
+  // bit; moved on node 2, those inside the new one.
+  const auto region_view_differs = [&](const Region& region) {
+    std::string differs;
+    for (const absl::Time deadline = absl::Now() + absl::Seconds(20);
+         absl::Now() < deadline; absl::SleepFor(absl::Milliseconds(20))) {
+      std::vector<EntityId> ids;
+      std::vector<Matrix3x4> matrices;
+      (*mirror)->CopyAll(&ids, &matrices);
+      std::vector<EntityId> inside;
+      writers[1].model.ForEach([&](EntityId e, EntityId, const Matrix3x4& m) {
+        if (region.Inside(m.translation())) inside.push_back(e);
+      });
+      differs =
+          absl::StrCat("holds ", ids.size(), ", the region ", inside.size());
+      if (ids.size() != inside.size()) continue;
+      std::sort(inside.begin(), inside.end());
+      differs = "";
+      for (size_t k = 0; k < ids.size() && differs.empty(); ++k) {
+        const Matrix3x4 expected = *writers[1].model.WorldMatrix(ids[k]);
+        if (!std::binary_search(inside.begin(), inside.end(), ids[k]) ||
+            std::memcmp(&matrices[k], &expected, sizeof expected) != 0) {
+          differs = absl::StrCat("entity ", ids[k], " differs");
+        }
+      }
+      if (differs.empty()) break;
+    }
+    return differs;
+  };
+  EXPECT_EQ(region_view_differs(region_view.region.value()), "");
+  std::vector<EntityId> held;
+  std::vector<Matrix3x4> matrices;
+  (*mirror)->CopyAll(&held, &matrices);
+  EXPECT_GT(held.size(), 0u);  // A view of some of the world, not all.
+  EXPECT_LT(held.size(), writers[1].model.size());
+  const Region moved = *Region::Sphere({6, -4, 2}, 9);
+  ASSERT_TRUE((*mirror)->SetRegion(moved).ok());
+  EXPECT_EQ(region_view_differs(moved), "");
+  EXPECT_EQ((*mirror)->resyncs(), 0);
   for (int node = 0; node < cluster.size(); ++node) {
     std::unique_ptr<Client> client = cluster.ClientOf(node);
     ASSERT_NE(client, nullptr);
