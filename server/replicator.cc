@@ -100,6 +100,10 @@ void Replicator::set_region_cell_size(float size) {
   impl_->region_cell_size = size;
 }
 
+bool Replicator::keeps_spatial_index() const {
+  return impl_->keeps_spatial_index();
+}
+
 void Replicator::set_region_views_to_sort_moves(size_t views) {
   impl_->region_views_to_sort_moves = views;
 }
@@ -123,7 +127,7 @@ void Replicator::Impl::PublishWhole(const World& world, uint64_t frame,
                                     absl::Time time, uint64_t resumable_from) {
   std::lock_guard<std::mutex> lock(mu_);
   state_.TakeInWhole(world, frame);
-  if (index_ != nullptr) BuildIndex();
+  RebuildIndex();
   state_.ClearDestroyedLog(frame);
   frame_ = frame;
   whole_frame_ = std::max(frame, resumable_from);
@@ -138,7 +142,7 @@ void Replicator::Impl::Reset(const World& world, uint64_t frame,
     std::lock_guard<std::mutex> lock(mu_);
     gone = std::exchange(state_, PublishedState());
     state_.TakeInWhole(world, frame);
-    if (index_ != nullptr) BuildIndex();
+    RebuildIndex();
     state_.ClearDestroyedLog(frame);
     frame_ = frame;
     whole_frame_ = std::max(frame, resumable_from);
@@ -198,8 +202,7 @@ uint64_t Replicator::Impl::resumable_from() const {
 }
 
 void Replicator::Impl::Unsubscribe(SubscriptionId id) {
-  // Freed after the lock is released: the view, then the index it read.
-  std::unique_ptr<SpatialIndex> gone_index;
+  // Freed after the lock is released.
   std::unique_ptr<Subscription> gone;
   std::lock_guard<std::mutex> lock(mu_);
   auto it = subs_.find(id);
@@ -207,9 +210,32 @@ void Replicator::Impl::Unsubscribe(SubscriptionId id) {
   gone = std::move(it->second);
   subs_.erase(it);
   if (gone->echo) --echo_filtered;
-  if (gone->options.region && --region_views_ == 0) {
-    gone_index = std::move(index_);
+  // The index outlives the last region view by kIndexIdleFrames (Publish
+  // drops it): a subscriber that comes and goes does not make each
+  // comer build it again.
+  if (gone->options.region && --region_views_ == 0) index_idle_frames_ = 0;
+}
+
+void Replicator::Impl::RebuildIndex() {
+  if (index_ == nullptr) return;
+  if (region_views_ > 0) {
+    BuildIndex();
+  } else {
+    index_.reset();  // Kept for views that may come; none has.
   }
+}
+
+bool Replicator::Impl::keeps_spatial_index() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return index_ != nullptr;
+}
+
+std::unique_ptr<SpatialIndex> Replicator::Impl::DropIdleIndex() {
+  if (index_ == nullptr || region_views_ > 0 ||
+      ++index_idle_frames_ < kIndexIdleFrames) {
+    return nullptr;
+  }
+  return std::move(index_);
 }
 
 std::unique_ptr<ViewFilter> Replicator::Impl::MakeView(

@@ -265,6 +265,9 @@ class Replicator {
   // moves near it (O(cells its region covers + moves in them)) rather
   // than every move (O(moved)). 8 unless set.
   void set_region_views_to_sort_moves(size_t views);
+  // Whether the world keeps a spatial index now: from its first region
+  // view's Subscribe until 600 frames after its last one left.
+  bool keeps_spatial_index() const;
 
   // Slots a subtree view's membership walk visits under one hold at first
   // (32,768, about 0.5 ms): tests make it small, so that frames come

@@ -65,6 +65,7 @@ class Replicator::Impl {
   void EndAll(const absl::Status& status);
   uint64_t frame() const;
   uint64_t resumable_from() const;
+  bool keeps_spatial_index() const;
   size_t subscribers() const;
   std::vector<SubscriberInfo> Subscribers(uint64_t after_id,
                                           size_t limit) const;
@@ -240,6 +241,12 @@ class Replicator::Impl {
   // (PlaceMoved). O(entities the frame lists); nothing without an index.
   void UnplaceDestroyed(const FrameChanges& changes);
   void PlaceMoved(const FrameChanges& changes);
+  // After the state is replaced: the index built again for the region
+  // views, or dropped when there are none.
+  void RebuildIndex();
+  // The index, once no region view has been for kIndexIdleFrames frames
+  // (this one counted), for the caller to free outside the lock; else null.
+  std::unique_ptr<SpatialIndex> DropIdleIndex();
 
   // Catching up from the state (OwedFromState).
   // Whether the subscriber may be owed what changed from the published
@@ -369,6 +376,12 @@ class Replicator::Impl {
   // (region_views_), for them: null otherwise, costing nothing.
   std::unique_ptr<SpatialIndex> index_;
   size_t region_views_ = 0;
+  // Frames published since the last region view left: the index is kept
+  // for 600 (10 s at 60 Hz), so that region subscribers that come and go
+  // (a hostile client, say) do not each cost a build, O(world) under the
+  // lock (BM_RegionSubscribers' first_subscribe_ms).
+  static constexpr uint64_t kIndexIdleFrames = 600;
+  uint64_t index_idle_frames_ = 0;
   // A frame's moved positions and slots, side by side, for region views
   // (PlaceMoved): kept only while there are.
   std::vector<glm::vec3> moved_positions_;

@@ -32,8 +32,10 @@ void Replicator::Impl::Publish(const FrameChanges& changes, absl::Time time,
   }
   WakeAll(std::move(wake));
   wake.clear();
+  std::unique_ptr<SpatialIndex> idle_index;  // Freed after the lock.
   {
     std::lock_guard<std::mutex> lock(mu_);
+    idle_index = DropIdleIndex();
     ViewsBefore views = RecordViewsBefore(changes);
     frame.moved_before = MovedBefore(frame);
     UnplaceDestroyed(changes);

@@ -20,6 +20,7 @@
 #include "glm/gtc/quaternion.hpp"
 #include "gtest/gtest.h"
 #include "tests/seeds.h"
+#include "xform/region.h"
 #include "xform/v1/compact_moves.h"
 #include "xform/v1/frame_update.h"
 #include "xform/world.h"
@@ -98,6 +99,46 @@ class ReplicatorTest : public ::testing::Test {
   FrameChanges changes_;
   Replicator replicator_;
 };
+
+// The spatial index is kept only around region views: none before the
+// first; after the last leaves, 600 more frames (so that a subscriber that
+// comes and goes does not cost a build, O(world), each time), then freed.
+TEST_F(ReplicatorTest, TheSpatialIndexIsKeptOnlyAroundRegionViews) {
+  ASSERT_TRUE(world_.CreateMany({{1, kNoEntity, At(1)}}).ok());
+  Publish();
+  const Replicator::SubscriptionId whole =
+      replicator_.Subscribe({}, std::make_shared<CountingSink>());
+  EXPECT_FALSE(replicator_.keeps_spatial_index());
+  SubscriptionOptions options;
+  options.region = *Region::Sphere({0, 0, 0}, 5);
+  for (int round = 0; round < 3; ++round) {
+    const Replicator::SubscriptionId region =
+        replicator_.Subscribe(options, std::make_shared<CountingSink>());
+    EXPECT_TRUE(replicator_.keeps_spatial_index());
+    State state;
+    Drain(replicator_, region, &state);
+    EXPECT_EQ(state.size(), 1u);
+    replicator_.Unsubscribe(region);
+    EXPECT_TRUE(replicator_.keeps_spatial_index());
+  }
+  for (int frame = 1; frame < 600; ++frame) {
+    ASSERT_TRUE(
+        world_.SetLocals({{1, At(static_cast<float>(frame % 3))}}).ok());
+    Publish();
+  }
+  EXPECT_TRUE(replicator_.keeps_spatial_index());
+  ASSERT_TRUE(world_.SetLocals({{1, At(4)}}).ok());
+  Publish();
+  EXPECT_FALSE(replicator_.keeps_spatial_index());
+  // Built again for the next one, and right.
+  const Replicator::SubscriptionId region =
+      replicator_.Subscribe(options, std::make_shared<CountingSink>());
+  State state;
+  Drain(replicator_, region, &state);
+  EXPECT_EQ(state.size(), 1u);
+  EXPECT_TRUE(replicator_.keeps_spatial_index());
+  replicator_.Unsubscribe(whole);
+}
 
 TEST_F(ReplicatorTest, ASlowSubscriberGetsOneMessageWithTheLatestState) {
   ASSERT_TRUE(world_.CreateMany({{1, 0, {}}, {2, 1, {}}, {3, 0, {}}}).ok());
