@@ -812,7 +812,8 @@ namespace {
 // `whole_bytes`, the whole-world subscriber's; `bytes_per_entry_ratio`,
 // a camera's bytes over its entries at the whole-world subscriber's bytes
 // an entry (1: no overhead); `first_subscribe_ms`, the first camera's
-// Subscribe, which builds the index (O(world), under the lock, once).
+// Subscribe, which builds the index (O(world) once, in parts of 32,768
+// slots under the lock, frames going on between).
 void BM_RegionSubscribers(benchmark::State& state) {
   constexpr EntityId kEntities = 1'000'000;
   constexpr int kMoves = 10'000;

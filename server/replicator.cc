@@ -169,6 +169,7 @@ Replicator::SubscriptionId Replicator::Impl::Subscribe(
   if (!options.no_echo_client_id.empty()) {
     s->echo.emplace(options.no_echo_client_id, options.compact_precision > 0);
   }
+  if (options.region) BuildIndexInParts();
   s->options = std::move(options);
   s->sink = std::move(sink);
   s->subscribed = absl::Now();
@@ -232,7 +233,8 @@ bool Replicator::Impl::keeps_spatial_index() const {
 
 std::unique_ptr<SpatialIndex> Replicator::Impl::DropIdleIndex() {
   if (index_ == nullptr || region_views_ > 0 ||
-      ++index_idle_frames_ < kIndexIdleFrames) {
+      ++index_idle_frames_ < kIndexIdleFrames ||
+      index_built_to_ < state_.slot_end()) {  // Being built for a comer.
     return nullptr;
   }
   return std::move(index_);
@@ -246,17 +248,48 @@ std::unique_ptr<ViewFilter> Replicator::Impl::MakeView(
                             membership_walk_chunk);
   }
   if (!options.region) return view;
-  if (index_ == nullptr) BuildIndex();
+  if (index_ == nullptr) {
+    BuildIndex();
+  } else {
+    PlaceUnbuilt(state_.slot_end());  // What BuildIndexInParts left, if any.
+  }
   return MakeRegionFilter(state_, *index_, *options.region, std::move(view),
                           membership_walk_chunk);
 }
 
 void Replicator::Impl::BuildIndex() {
   index_ = std::make_unique<SpatialIndex>(region_cell_size);
-  for (Slot slot = 0; slot < state_.slot_end(); ++slot) {
+  index_built_to_ = 0;
+  index_idle_frames_ = 0;
+  PlaceUnbuilt(state_.slot_end());
+}
+
+void Replicator::Impl::PlaceUnbuilt(Slot end) {
+  for (Slot slot = index_built_to_; slot < end; ++slot) {
     if (state_.entity(slot) != kNoEntity) {
       index_->Place(slot, state_.world(slot).translation());
     }
+  }
+  index_built_to_ = std::max(index_built_to_, end);
+}
+
+void Replicator::Impl::BuildIndexInParts() {
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (index_ == nullptr) {
+        // Frames place what they move and create from now on (PlaceMoved);
+        // the parts place the rest, each under the lock, frames between.
+        index_ = std::make_unique<SpatialIndex>(region_cell_size);
+        index_built_to_ = 0;
+        index_idle_frames_ = 0;
+      }
+      const Slot end = state_.slot_end();
+      if (index_built_to_ >= end) return;
+      PlaceUnbuilt(static_cast<Slot>(
+          std::min<uint64_t>(end, uint64_t{index_built_to_} + kIndexPart)));
+    }
+    if (unlocked_for_testing) unlocked_for_testing();
   }
 }
 

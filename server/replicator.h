@@ -275,8 +275,9 @@ class Replicator {
   void set_membership_walk_chunk_for_testing(size_t slots);
   // Called where Next() releases the lock partway (between the chunks of
   // a kept view's scan or a membership walk, and while a burst's copy is
-  // made): tests change the subscription there. Set while no other thread
-  // uses the replicator.
+  // made), and Subscribe between the parts of a spatial index's build:
+  // tests change the subscription or publish frames there. Set while no
+  // other thread uses the replicator.
   void set_unlocked_for_testing(std::function<void()> call);
 
  private:

@@ -233,9 +233,17 @@ class Replicator::Impl {
   // The view `options` ask for (null: the whole world), on the state as it
   // is; a region view makes the index first, when it is the first.
   std::unique_ptr<ViewFilter> MakeView(const SubscriptionOptions& options);
-  // Places every live slot in a new index: O(world), once, as the first
-  // region view subscribes (or the state is replaced).
+  // Places every live slot in a new index: O(world) under the lock (as
+  // the state is replaced, with region views).
   void BuildIndex();
+  // A new index for a region view that subscribes, when there is none:
+  // placed kIndexPart slots at a time, each part under the lock, frames
+  // between, so that the first region view holds up the world's frames
+  // for a part at a time, not O(world). Returns once every slot is placed.
+  void BuildIndexInParts();
+  static constexpr uint64_t kIndexPart = 32'768;
+  // Places the slots from index_built_to_ up to `end`.
+  void PlaceUnbuilt(Slot end);
   // Keeps the index with a frame: what it destroys out, before the state
   // takes it in (UnplaceDestroyed); what it moves or creates placed, after
   // (PlaceMoved). O(entities the frame lists); nothing without an index.
@@ -382,6 +390,9 @@ class Replicator::Impl {
   // lock (BM_RegionSubscribers' first_subscribe_ms).
   static constexpr uint64_t kIndexIdleFrames = 600;
   uint64_t index_idle_frames_ = 0;
+  // Slots below this are placed by the build; every frame places what it
+  // moves or creates, wherever.
+  Slot index_built_to_ = 0;
   // A frame's moved positions and slots, side by side, for region views
   // (PlaceMoved): kept only while there are.
   std::vector<glm::vec3> moved_positions_;
