@@ -316,7 +316,11 @@ void Replicator::Impl::PlaceMoved(const FrameChanges& changes) {
     moves_by_cell_ = true;
     return;
   }
-  index_->PlaceAll(frame_slots_, moved_positions_);
+  for (size_t k = 0; k < moves; ++k) {
+    if (frame_slots_[k] != PublishedState::kNoSlot) {
+      index_->Place(frame_slots_[k], moved_positions_[k]);
+    }
+  }
 }
 
 absl::Status Replicator::Impl::MoveRegion(SubscriptionId id,

@@ -72,30 +72,6 @@ void SpatialIndex::TakeOut(Slot slot) {
   if (cell.slots.empty()) cells_.erase(where.key);
 }
 
-void SpatialIndex::ReadAhead(absl::Span<const Slot> slots, size_t k) const {
-  // Rows kRowsAhead moves ahead, then the cells' positions of the rows
-  // fetched kPositionsAhead moves ago: BM_SpatialIndexUpkeep 0.5x the time.
-  constexpr size_t kRowsAhead = 16, kPositionsAhead = 8;
-  const size_t n = slots.size();
-  if (k + kRowsAhead < n && slots[k + kRowsAhead] < where_.size()) {
-    __builtin_prefetch(&where_[slots[k + kRowsAhead]]);
-  }
-  if (k + kPositionsAhead < n && slots[k + kPositionsAhead] < where_.size()) {
-    const Where& ahead = where_[slots[k + kPositionsAhead]];
-    if (ahead.cell != nullptr) {
-      __builtin_prefetch(&ahead.cell->positions[ahead.index], 1);
-    }
-  }
-}
-
-void SpatialIndex::PlaceAll(absl::Span<const Slot> slots,
-                            absl::Span<const glm::vec3> positions) {
-  for (size_t k = 0; k < slots.size(); ++k) {
-    ReadAhead(slots, k);
-    if (slots[k] != PublishedState::kNoSlot) Place(slots[k], positions[k]);
-  }
-}
-
 void SpatialIndex::PlaceMoves(absl::Span<const Slot> slots,
                               absl::Span<const glm::vec3> positions) {
   moves_.clear();
@@ -103,7 +79,6 @@ void SpatialIndex::PlaceMoves(absl::Span<const Slot> slots,
   moves_low_ = {kCoordinateLimit, kCoordinateLimit, kCoordinateLimit};
   moves_high_ = {-kCoordinateLimit, -kCoordinateLimit, -kCoordinateLimit};
   for (size_t k = 0; k < slots.size(); ++k) {
-    ReadAhead(slots, k);
     const Slot slot = slots[k];
     if (slot == PublishedState::kNoSlot) continue;
     const CellKey from = Placed(slot) ? where_[slot].key : kNoCell;

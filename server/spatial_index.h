@@ -71,12 +71,6 @@ class SpatialIndex {
     }
     Move(slot, key, position);
   }
-  // Place(slots[k], positions[k]) for each k (a slot of kNoSlot is passed
-  // over), reading ahead: a frame's moves are at scattered slots, and each
-  // Place alone waits on memory twice (its slot's row, then its cell's
-  // position).
-  void PlaceAll(absl::Span<const Slot> slots,
-                absl::Span<const glm::vec3> positions);
   // Takes `slot` out (nothing if it was not placed).
   void Remove(Slot slot);
   bool Placed(Slot slot) const {
@@ -176,9 +170,6 @@ class SpatialIndex {
   bool Clamp(Cell3& low, Cell3& high) const;
   // The cells from `low` to `high` (0 when empty; saturating at 2^63).
   static uint64_t Count(const Cell3& low, const Cell3& high);
-  // For a walk of `slots`, at its kth: asks the memory for what Place
-  // will read some moves ahead.
-  void ReadAhead(absl::Span<const Slot> slots, size_t k) const;
 
   const float cell_size_;
   const float inverse_cell_size_;

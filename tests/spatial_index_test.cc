@@ -122,7 +122,11 @@ TEST(SpatialIndexTest, AFramesMovesAreFoundByTheCellsTheyLeftAndEntered) {
       }
     }
     index.PlaceMoves(slots, to);
-    placed_one_by_one.PlaceAll(slots, to);
+    for (size_t k = 0; k < slots.size(); ++k) {
+      if (slots[k] != PublishedState::kNoSlot) {
+        placed_one_by_one.Place(slots[k], to[k]);
+      }
+    }
     for (int query = 0; query < 10; ++query) {
       glm::vec3 a(coordinate(random), coordinate(random), coordinate(random));
       glm::vec3 b =
