@@ -947,7 +947,7 @@ void BM_RegionSubscribers(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_RegionSubscribers)
-    ->Args({0, 10, 16})
+    ->Args({0, 10, 32})
     ->ArgsProduct({{64}, {0, 10, 100, 1000}, {4, 8, 16, 32, 64}})
     ->Unit(benchmark::kMillisecond)
     ->Iterations(120);
