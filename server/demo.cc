@@ -276,6 +276,71 @@ std::vector<Flight> CityFlights(EntityId drones) {
   return flights;
 }
 
+// The city at rest: the blocks (roots at their centres), each with its
+// buildings as children, then `drones` drones, the first flights.size()
+// where their flights start, the others hovering.
+std::vector<Command> CityScene(EntityId drones,
+                               const std::vector<Flight>& flights) {
+  std::vector<Command> scene;
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(0, 1);
+  const auto create = [&](EntityId e, EntityId parent, glm::vec3 position,
+                          glm::vec3 scale) {
+    CreateOp op;
+    op.entity = e;
+    op.parent = parent;
+    op.local.position = position;
+    op.local.scale = scale;
+    scene.emplace_back(op);
+  };
+  for (int bx = 0; bx < kBlocksPerSide; ++bx) {
+    for (int bz = 0; bz < kBlocksPerSide; ++bz) {
+      const EntityId block = static_cast<EntityId>(bx) * kBlocksPerSide +
+                             static_cast<EntityId>(bz) + 1;
+      create(block, kNoEntity,
+             {(static_cast<float>(bx) + 0.5f) * kBlock - kHalfCity, 0,
+              (static_cast<float>(bz) + 0.5f) * kBlock - kHalfCity},
+             glm::vec3(1));
+      for (int lot = 0; lot < kBuildingsPerBlock; ++lot) {
+        const float height = 8 + 52 * u(rng) * u(rng);
+        const float width = 8 + 3 * u(rng);
+        const int column = lot % 3 - 1;
+        const int row = lot / 3 - 1;
+        create(kFirstBuilding + (block - 1) * kBuildingsPerBlock +
+                   static_cast<EntityId>(lot),
+               block,
+               {12.0f * static_cast<float>(column), height / 2,
+                12.0f * static_cast<float>(row)},
+               {width, height, width});
+      }
+    }
+  }
+  for (EntityId d = 0; d < drones; ++d) {
+    const glm::vec3 at =
+        d < flights.size()
+            ? flights[d].At(0)
+            : glm::vec3((u(rng) - 0.5f) * 2 * kHalfCity, 3 + 117 * u(rng),
+                        (u(rng) - 0.5f) * 2 * kHalfCity);
+    create(kFirstDrone + d, kNoEntity, at, {1.2f, 0.4f, 1.2f});
+  }
+  return scene;
+}
+
+// Tick `tick`'s moves: every flying drone where its flight has it.
+void CityStep(const std::vector<Flight>& flights, uint64_t tick,
+              std::vector<Command>* move) {
+  const float t = static_cast<float>(tick) / 30;
+  for (size_t d = 0; d < flights.size(); ++d) {
+    const Flight& flight = flights[d];
+    SetLocalOp op;
+    op.entity = kFirstDrone + d;
+    op.local.position = flight.At(t);
+    op.local.rotation = flight.Heading(t);
+    op.local.scale = {1.2f, 0.4f, 1.2f};
+    move->emplace_back(op);
+  }
+}
+
 // `entities` in all: 400 blocks (roots at their centres), each with 9
 // buildings as children, and drones (roots) for the rest: a fiftieth of
 // them, up to 10,000, fly the streets' corridors at 5-20 m/s; the others
@@ -290,57 +355,9 @@ DemoWorld CityDemo(EntityId entities) {
       absl::StrCat(kFirstDrone - 1, " blocks and buildings and ", drones,
                    " drones over ", 2 * kHalfCity, " m x ", 2 * kHalfCity,
                    " m; ", flights->size(), " drones fly, 30 Hz");
-  demo.build = [drones, flights] {
-    std::vector<Command> scene;
-    std::mt19937 rng(5);
-    std::uniform_real_distribution<float> u(0, 1);
-    const auto create = [&](EntityId e, EntityId parent, glm::vec3 position,
-                            glm::vec3 scale) {
-      CreateOp op;
-      op.entity = e;
-      op.parent = parent;
-      op.local.position = position;
-      op.local.scale = scale;
-      scene.emplace_back(op);
-    };
-    for (int bx = 0; bx < kBlocksPerSide; ++bx) {
-      for (int bz = 0; bz < kBlocksPerSide; ++bz) {
-        const auto block = static_cast<EntityId>(bx * kBlocksPerSide + bz + 1);
-        create(block, kNoEntity,
-               {(static_cast<float>(bx) + 0.5f) * kBlock - kHalfCity, 0,
-                (static_cast<float>(bz) + 0.5f) * kBlock - kHalfCity},
-               glm::vec3(1));
-        for (int lot = 0; lot < kBuildingsPerBlock; ++lot) {
-          const float height = 8 + 52 * u(rng) * u(rng);
-          const float width = 8 + 3 * u(rng);
-          create(kFirstBuilding + (block - 1) * kBuildingsPerBlock + lot, block,
-                 {12.0f * static_cast<float>(lot % 3 - 1), height / 2,
-                  12.0f * static_cast<float>(lot / 3 - 1)},
-                 {width, height, width});
-        }
-      }
-    }
-    for (EntityId d = 0; d < drones; ++d) {
-      const glm::vec3 at =
-          d < flights->size()
-              ? (*flights)[d].At(0)
-              : glm::vec3((u(rng) - 0.5f) * 2 * kHalfCity, 3 + 117 * u(rng),
-                          (u(rng) - 0.5f) * 2 * kHalfCity);
-      create(kFirstDrone + d, kNoEntity, at, {1.2f, 0.4f, 1.2f});
-    }
-    return scene;
-  };
+  demo.build = [drones, flights] { return CityScene(drones, *flights); };
   demo.step = [flights](uint64_t tick, std::vector<Command>* move) {
-    const float t = static_cast<float>(tick) / 30;
-    for (size_t d = 0; d < flights->size(); ++d) {
-      const Flight& flight = (*flights)[d];
-      SetLocalOp op;
-      op.entity = kFirstDrone + d;
-      op.local.position = flight.At(t);
-      op.local.rotation = flight.Heading(t);
-      op.local.scale = {1.2f, 0.4f, 1.2f};
-      move->emplace_back(op);
-    }
+    CityStep(*flights, tick, move);
   };
   return demo;
 }

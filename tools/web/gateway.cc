@@ -480,7 +480,7 @@ class Tab : public std::enable_shared_from_this<Tab> {
     return mirror_->SetRegion(region);
   }
   // On the tab's strand: what became of its latest region move.
-  void RegionMoved(absl::Status status) {
+  void RegionMoved(const absl::Status& status) {
     region_error_ =
         status.ok() ? "" : absl::StrCat("region: ", status.ToString());
     CheckStatus(/*again=*/false);
