@@ -41,13 +41,7 @@ void SpatialIndex::Move(Slot slot, CellKey key, glm::vec3 position) {
   }
   const auto [it, added] = cells_.try_emplace(key);
   Cell& cell = it->second;
-  if (added) {
-    const Cell3 c = CellOfKey(key);
-    seen_low_ = {std::min(seen_low_.x, c.x), std::min(seen_low_.y, c.y),
-                 std::min(seen_low_.z, c.z)};
-    seen_high_ = {std::max(seen_high_.x, c.x), std::max(seen_high_.y, c.y),
-                  std::max(seen_high_.z, c.z)};
-  }
+  if (added) Grow(CellOfKey(key), seen_low_, seen_high_);
   where_[slot] = {key, &cell, static_cast<uint32_t>(cell.slots.size())};
   cell.slots.push_back(slot);
   cell.positions.push_back(position);
@@ -95,17 +89,16 @@ void SpatialIndex::PlaceMoves(absl::Span<const Slot> slots,
   for (uint32_t begin = 0, end = 0; begin < moves_.size(); begin = end) {
     while (end < moves_.size() && moves_[end].key == moves_[begin].key) ++end;
     moves_by_cell_.emplace(moves_[begin].key, std::pair{begin, end});
-    const Cell3 c = CellOfKey(moves_[begin].key);
-    moves_low_ = {std::min(moves_low_.x, c.x), std::min(moves_low_.y, c.y),
-                  std::min(moves_low_.z, c.z)};
-    moves_high_ = {std::max(moves_high_.x, c.x), std::max(moves_high_.y, c.y),
-                   std::max(moves_high_.z, c.z)};
+    Grow(CellOfKey(moves_[begin].key), moves_low_, moves_high_);
   }
 }
 
-bool SpatialIndex::InCells(CellKey key, const Cell3& low,
-                           const Cell3& high) const {
-  const Cell3 c = CellOfKey(key);
+void SpatialIndex::Grow(const Cell3& c, Cell3& low, Cell3& high) {
+  low = {std::min(low.x, c.x), std::min(low.y, c.y), std::min(low.z, c.z)};
+  high = {std::max(high.x, c.x), std::max(high.y, c.y), std::max(high.z, c.z)};
+}
+
+bool SpatialIndex::Within(const Cell3& c, const Cell3& low, const Cell3& high) {
   return c.x >= low.x && c.x <= high.x && c.y >= low.y && c.y <= high.y &&
          c.z >= low.z && c.z <= high.z;
 }
@@ -119,24 +112,15 @@ void SpatialIndex::ForEachMoveInBox(glm::vec3 min, glm::vec3 max,
   const auto visit = [&](std::pair<uint32_t, uint32_t> range) {
     for (uint32_t i = range.first; i < range.second; ++i) {
       const MoveInCell& move = moves_[i];
-      if (move.left && InCells(move.other, low, high)) continue;
+      if (move.left && Within(CellOfKey(move.other), low, high)) continue;
       f(move.k);
     }
   };
-  const Cell3 from{std::max(low.x, moves_low_.x), std::max(low.y, moves_low_.y),
-                   std::max(low.z, moves_low_.z)};
-  const Cell3 to{std::min(high.x, moves_high_.x),
-                 std::min(high.y, moves_high_.y),
-                 std::min(high.z, moves_high_.z)};
-  if (from.x > to.x || from.y > to.y || from.z > to.z) return;
-  const auto extent = [](int64_t a, int64_t b) {
-    return static_cast<uint64_t>(b - a + 1);
-  };
-  const uint64_t covered = extent(from.x, to.x) * extent(from.y, to.y) *
-                           std::min<uint64_t>(extent(from.z, to.z), 1 << 21);
-  if (covered > moves_by_cell_.size()) {
+  Cell3 from = low, to = high;
+  if (!Clamp(moves_low_, moves_high_, from, to)) return;
+  if (Count(from, to) > moves_by_cell_.size()) {
     for (const auto& [key, range] : moves_by_cell_) {
-      if (InCells(key, low, high)) visit(range);
+      if (Within(CellOfKey(key), low, high)) visit(range);
     }
     return;
   }
@@ -154,11 +138,12 @@ uint64_t SpatialIndex::CellsCovering(glm::vec3 min, glm::vec3 max) const {
   return Count(CellOf(min), CellOf(max));
 }
 
-bool SpatialIndex::Clamp(Cell3& low, Cell3& high) const {
-  low = {std::max(low.x, seen_low_.x), std::max(low.y, seen_low_.y),
-         std::max(low.z, seen_low_.z)};
-  high = {std::min(high.x, seen_high_.x), std::min(high.y, seen_high_.y),
-          std::min(high.z, seen_high_.z)};
+bool SpatialIndex::Clamp(const Cell3& bound_low, const Cell3& bound_high,
+                         Cell3& low, Cell3& high) {
+  low = {std::max(low.x, bound_low.x), std::max(low.y, bound_low.y),
+         std::max(low.z, bound_low.z)};
+  high = {std::min(high.x, bound_high.x), std::min(high.y, bound_high.y),
+          std::min(high.z, bound_high.z)};
   return low.x <= high.x && low.y <= high.y && low.z <= high.z;
 }
 
@@ -179,15 +164,11 @@ void SpatialIndex::ForEachInBox(glm::vec3 min, glm::vec3 max,
                                 absl::FunctionRef<void(Slot)> f) const {
   Cell3 low = CellOf(min);
   Cell3 high = CellOf(max);
-  if (!Clamp(low, high)) return;
+  if (!Clamp(seen_low_, seen_high_, low, high)) return;
   if (Count(low, high) > cells_.size()) {
     // Fewer cells are occupied than covered: walk those.
     for (const auto& [key, cell] : cells_) {
-      const Cell3 c = CellOfKey(key);
-      if (c.x < low.x || c.x > high.x || c.y < low.y || c.y > high.y ||
-          c.z < low.z || c.z > high.z) {
-        continue;
-      }
+      if (!Within(CellOfKey(key), low, high)) continue;
       for (Slot slot : cell.slots) f(slot);
     }
     return;
@@ -234,18 +215,14 @@ void SpatialIndex::ForEachCellInBoxes(
   // height, say) are not looked up. An empty box ends with low > high.
   Cell3 low_a = CellOf(min_a), high_a = CellOf(max_a);
   Cell3 low_b = CellOf(min_b), high_b = CellOf(max_b);
-  Clamp(low_a, high_a);
-  Clamp(low_b, high_b);
-  const auto in = [](const Cell3& c, const Cell3& low, const Cell3& high) {
-    return c.x >= low.x && c.x <= high.x && c.y >= low.y && c.y <= high.y &&
-           c.z >= low.z && c.z <= high.z;
-  };
+  Clamp(seen_low_, seen_high_, low_a, high_a);
+  Clamp(seen_low_, seen_high_, low_b, high_b);
   const uint64_t covered = Count(low_a, high_a);
   if (covered > cells_.size() ||
       Count(low_b, high_b) > cells_.size() - covered) {
     for (const auto& [key, cell] : cells_) {
       const Cell3 c = CellOfKey(key);
-      if (in(c, low_a, high_a) || in(c, low_b, high_b)) {
+      if (Within(c, low_a, high_a) || Within(c, low_b, high_b)) {
         visit_if_wanted(ViewOf(c, &cell));
       }
     }
@@ -256,7 +233,7 @@ void SpatialIndex::ForEachCellInBoxes(
       for (int64_t y = low.y; y <= high.y; ++y) {
         for (int64_t x = low.x; x <= high.x; ++x) {
           const Cell3 c{x, y, z};
-          if (skip_a && in(c, low_a, high_a)) continue;
+          if (skip_a && Within(c, low_a, high_a)) continue;
           const CellView box = ViewOf(c, nullptr);
           if (!box.clamped && !wanted(box.min, box.max)) continue;
           auto it = cells_.find(KeyOfCell(c));

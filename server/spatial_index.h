@@ -164,10 +164,14 @@ class SpatialIndex {
     uint32_t k;
     bool left;
   };
-  bool InCells(CellKey key, const Cell3& low, const Cell3& high) const;
-  // Narrows the cells from `low` to `high` to the box of every cell ever
-  // occupied; false when none is left.
-  bool Clamp(Cell3& low, Cell3& high) const;
+  // Widens the cells from `low` to `high` to hold `c`.
+  static void Grow(const Cell3& c, Cell3& low, Cell3& high);
+  // Whether cell `c` is one of those from `low` to `high`.
+  static bool Within(const Cell3& c, const Cell3& low, const Cell3& high);
+  // Narrows the cells from `low` to `high` to those from `bound_low` to
+  // `bound_high` (seen_low_/seen_high_, say); false when none is left.
+  static bool Clamp(const Cell3& bound_low, const Cell3& bound_high, Cell3& low,
+                    Cell3& high);
   // The cells from `low` to `high` (0 when empty; saturating at 2^63).
   static uint64_t Count(const Cell3& low, const Cell3& high);
 
