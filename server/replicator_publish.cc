@@ -420,10 +420,14 @@ void Replicator::Impl::UpdateFilteredViews(const FrameContext& frame,
 void Replicator::Impl::NoteMovesInViews(
     const FrameContext& frame, const std::vector<Subscription*>& filtered) {
   const std::vector<EntityId>& moved = frame.changes.moved;
-  std::vector<Slot> slots(moved.size());
-  for (size_t k = 0; k < moved.size(); ++k) slots[k] = state_.Find(moved[k]);
+  // Where the index is kept, PlaceMoved found the slots and positions.
+  std::vector<Slot> found(index_ == nullptr ? moved.size() : 0);
+  for (size_t k = 0; k < found.size(); ++k) found[k] = state_.Find(moved[k]);
+  const absl::Span<const Slot> slots = index_ != nullptr
+                                           ? absl::MakeConstSpan(frame_slots_)
+                                           : absl::MakeConstSpan(found);
   ViewFilter::FrameMoves moves(moved, slots);
-  if (index_ != nullptr) {  // PlaceMoved read them.
+  if (index_ != nullptr) {
     moves.set_positions(moved_positions_);
     moves.set_by_cell(moves_by_cell_);
   }
