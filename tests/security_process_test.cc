@@ -444,8 +444,14 @@ TEST_F(SecurityProcessTest,
   ASSERT_TRUE(xformd.WaitForLog("at the connection limit", absl::Seconds(10)))
       << xformd.Log();
   for (int fd : flood) close(fd);
+  // Until xformd has seen the closes it may still be at its ceiling and
+  // refuse a connection (a loaded CI machine reset the first one): served
+  // within 5 s, where before it was deaf for good.
   const absl::Time start = absl::Now();
-  const grpc::Status status = ListWorlds(Channel(xformd.address(), "ca", ""));
+  grpc::Status status;
+  do {
+    status = ListWorlds(Channel(xformd.address(), "ca", ""));
+  } while (!status.ok() && absl::Now() - start < absl::Seconds(5));
   EXPECT_TRUE(status.ok()) << status.error_message() << xformd.Log();
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
 }
