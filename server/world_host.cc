@@ -105,7 +105,11 @@ absl::StatusOr<uint64_t> HostedWorld::Apply(const v1::ApplyRequest& request,
     {
       absl::MutexLock lock(&mu_);
       ApplyHeld(request, *commands, creates, journaled, limits, applied);
-      if (applied.frame.ok()) closed = CloseFrameLocked(frame_end).ok();
+      // Logged even with nothing in it: its client ended a frame, so every
+      // node numbers it.
+      if (applied.frame.ok()) {
+        closed = CloseFrameLocked(frame_end, /*ended_by_client=*/true).ok();
+      }
     }
     if (closed) PublishClosed(std::move(frame_end));
   } else {
@@ -287,10 +291,20 @@ std::shared_ptr<WorldLog> HostedWorld::StopWriting(absl::Status why) {
 }
 
 void HostedWorld::StartWriting(std::shared_ptr<WorldLog> log) {
-  absl::MutexLock lock(&mu_);
-  log_ = std::move(log);
-  logged_.store(log_ != nullptr, std::memory_order_release);
-  refusal_ = absl::OkStatus();
+  absl::MutexLock publishing(&publish_mu_);
+  std::optional<WorldLog::Acknowledgement> end;
+  bool closed = false;
+  {
+    absl::MutexLock lock(&mu_);
+    log_ = std::move(log);
+    logged_.store(log_ != nullptr, std::memory_order_release);
+    refusal_ = absl::OkStatus();
+    // The frame its last writer left open (lost before it logged the end)
+    // ends here, before a batch is taken: its batches were acknowledged in
+    // it, so it must be published, and the next batch is in a later frame.
+    if (open_frame_logged_) closed = CloseFrameLocked(end).ok();
+  }
+  if (closed) PublishClosed(std::move(end));
 }
 
 void HostedWorld::OpenLoggedFrame(uint64_t frame) {
@@ -391,6 +405,15 @@ void HostedWorld::Publish() {
   std::optional<WorldLog::Acknowledgement> acknowledgement;
   {
     absl::MutexLock lock(&mu_);
+    // A world not written here closes its frames where its log says: one
+    // whose writes stopped since its tick began must not close a frame
+    // whose end the next writer logs (it would be a frame ahead of it).
+    if (!refusal_.ok()) return;
+    // A frame with nothing in it is numbered only where a client ends it:
+    // its end is not logged, so a replica would not number it.
+    if (log_ != nullptr && log_->RecordsFrames() && !open_frame_logged_) {
+      return;
+    }
     if (!CloseFrameLocked(acknowledgement).ok()) return;
   }
   PublishClosed(std::move(acknowledgement));
@@ -401,7 +424,8 @@ void HostedWorld::Tick() {
 }
 
 absl::Status HostedWorld::CloseFrameLocked(
-    std::optional<WorldLog::Acknowledgement>& acknowledgement) {
+    std::optional<WorldLog::Acknowledgement>& acknowledgement,
+    bool ended_by_client) {
   const bool partial = open_frame_partial_;
   const bool logged = open_frame_logged_;
   world_.EndFrame(&changes_);
@@ -409,7 +433,8 @@ absl::Status HostedWorld::CloseFrameLocked(
   closed_writers_.clear();
   closed_writers_.swap(writers_);
   open_frame_logged_ = open_frame_partial_ = false;
-  if (!logged || !refusal_.ok() || log_ == nullptr || !log_->RecordsFrames()) {
+  if (!(logged || ended_by_client) || !refusal_.ok() || log_ == nullptr ||
+      !log_->RecordsFrames()) {
     return absl::OkStatus();
   }
   absl::StatusOr<WorldLog::Acknowledgement> ended = log_->EndFrame(
@@ -582,7 +607,7 @@ absl::Status WorldHost::Recover() {
 }
 
 absl::StatusOr<std::shared_ptr<HostedWorld>> WorldHost::Add(
-    RecoveredWorld recovered) {
+    RecoveredWorld recovered, absl::Status replica_refusal) {
   const v1::CreateWorldRequest& create = recovered.stored.create();
   auto world = std::make_shared<HostedWorld>(
       create.name(), create.mode(), create.tick_hz(), limits_.max_pending,
@@ -603,8 +628,11 @@ absl::StatusOr<std::shared_ptr<HostedWorld>> WorldHost::Add(
     world->Persist(std::move(recovered.log));
   } else if (logs_ != nullptr) {
     // A cluster's replica: written at another node, until one takes it.
-    world->StopWriting(TryAgainShortly(absl::StrCat(
-        "world ", Quoted(create.name()), " has no writer at the moment")));
+    world->StopWriting(!replica_refusal.ok()
+                           ? std::move(replica_refusal)
+                           : TryAgainShortly(absl::StrCat(
+                                 "world ", Quoted(create.name()),
+                                 " has no writer at the moment")));
   }
   absl::MutexLock lock(&mu_);
   if (!worlds_.try_emplace(create.name(), world).second) {

@@ -113,7 +113,10 @@ class HostedWorld : public SnapshotSource {
                     v1::ReadResponse* response) const;
   // Closes the current frame and hands its changes to the replicator. The
   // world is locked only to close it (World::EndFrame): batches and reads
-  // do not wait for the frame's encoding or its subscribers.
+  // do not wait for the frame's encoding or its subscribers. Nothing where
+  // its writes are refused (a replica's frames close where its log says),
+  // nor, where its log records frames (a cluster's), for a frame that
+  // holds nothing: every node numbers the same frames.
   void Publish();
   // A tick: Publish(), where the world is written (a cluster's replica
   // closes frames where its log says).
@@ -147,7 +150,8 @@ class HostedWorld : public SnapshotSource {
   // returns the log it wrote to, if any.
   std::shared_ptr<WorldLog> StopWriting(absl::Status why);
   // Takes its writes from now on, into `log`, which follows the records
-  // the world holds.
+  // the world holds. A frame its last writer left open with batches in it
+  // is closed first (its end logged, and published).
   void StartWriting(std::shared_ptr<WorldLog> log);
   // A replica's steps, in the log's order. ApplyLogged: a batch the writer
   // applied in open frame `frame` (a later frame than the open one closes
@@ -226,11 +230,13 @@ class HostedWorld : public SnapshotSource {
       std::optional<WorldLog::Acknowledgement>& acknowledgement)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Closes the open frame into changes_ (and closed_writers_); if its
-  // log records frame ends and the frame holds logged batches, hands the
-  // log its end, whose acknowledgement the frame's publication waits for
-  // (an error: the log refused it, and the frame is not published).
+  // log records frame ends and the frame holds logged batches (or a
+  // client's end_frame closes it), hands the log its end, whose
+  // acknowledgement the frame's publication waits for (an error: the log
+  // refused it, and the frame is not published).
   absl::Status CloseFrameLocked(
-      std::optional<WorldLog::Acknowledgement>& acknowledgement)
+      std::optional<WorldLog::Acknowledgement>& acknowledgement,
+      bool ended_by_client = false)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(publish_mu_, mu_);
   // Waits for the acknowledgement a frame's close took, if any, then
   // hands the frame to the replicator. A frame whose end the log lost is
@@ -298,8 +304,12 @@ class WorldHost {
   // any call is served; then the store keeps their logs (syncs, snapshots).
   absl::Status Recover();
   // Serves a world as recovery (or a cluster, for a world created at
-  // another node) rebuilt it; ALREADY_EXISTS if one has its name.
-  absl::StatusOr<std::shared_ptr<HostedWorld>> Add(RecoveredWorld recovered);
+  // another node) rebuilt it; ALREADY_EXISTS if one has its name. A
+  // cluster's replica (no log) refuses writes with `replica_refusal` (a
+  // redirect to its writer) from its first call, or else is told to try
+  // again.
+  absl::StatusOr<std::shared_ptr<HostedWorld>> Add(
+      RecoveredWorld recovered, absl::Status replica_refusal = absl::OkStatus());
   // Removes a world its log is gone for (a cluster's world deleted at
   // another node): its streams end with `status`. False if none.
   bool Remove(absl::string_view name, const absl::Status& status);

@@ -5,6 +5,8 @@
 
 #include "server/world_host.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -318,6 +320,115 @@ TEST(HostedWorldTest, AReplicaWhoseFrameDiffersFromTheWritersSaysSo) {
   EXPECT_EQ(differs.code(), absl::StatusCode::kDataLoss) << differs;
   EXPECT_EQ(replica.replicator().frame(), log->records[1].frame)
       << "the frame that differs is not published";
+}
+
+// Applies `log`'s records from `from` on to `replica`, as its follower
+// would; the first that fails, or OK.
+absl::Status Follow(HostedWorld& replica, const MemoryLog& log,
+                    size_t from = 0, size_t to = SIZE_MAX) {
+  for (size_t k = from; k < std::min(to, log.records.size()); ++k) {
+    const LoggedRecord& r = log.records[k];
+    absl::Status s = r.end ? replica.EndLoggedFrame(r.frame, r.digest)
+                           : replica.ApplyLogged(r.batch, r.frame);
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+// A writer lost after it logged an end_frame batch but before it logged
+// the frame's end (issue 71: "acknowledged in frame 1931 after frame
+// 1931", and a frame acknowledged that no node ever published): the node
+// that takes the world ends that frame before it takes a batch.
+TEST(HostedWorldTest, ANewWriterEndsTheFrameItsLastWriterLeftOpen) {
+  const Limits limits;
+  HostedWorld lost("w", v1::FRAME_MODE_DRIVEN, 0);
+  auto lost_log = std::make_shared<MemoryLog>();
+  lost.Persist(lost_log);
+  ASSERT_TRUE(
+      lost.Apply(Batch({CreateOp{1, kNoEntity, At(0)}}, true), limits).ok());
+  v1::ApplyRequest moved = Batch({SetLocalOp{1, At(2)}}, true);
+  moved.set_write_id("client:2");
+  absl::StatusOr<uint64_t> acknowledged = lost.Apply(moved, limits);
+  ASSERT_TRUE(acknowledged.ok()) << acknowledged.status();
+  ASSERT_EQ(lost_log->records.size(), 4u);
+  ASSERT_TRUE(lost_log->records[3].end);
+  // The new writer read the log without that last end.
+  HostedWorld taker("w", v1::FRAME_MODE_DRIVEN, 0);
+  taker.StopWriting(absl::UnavailableError("no writer"));
+  ASSERT_TRUE(Follow(taker, *lost_log, 0, 3).ok());
+  EXPECT_EQ(taker.replicator().frame(), *acknowledged - 1);
+  auto log = std::make_shared<MemoryLog>();
+  taker.StartWriting(log);
+  // The open frame is ended, logged with the lost writer's digest, and
+  // published.
+  ASSERT_EQ(log->records.size(), 1u);
+  EXPECT_TRUE(log->records[0].end);
+  EXPECT_EQ(log->records[0].frame, *acknowledged);
+  EXPECT_EQ(log->records[0].digest, lost_log->records[3].digest);
+  EXPECT_EQ(taker.replicator().frame(), *acknowledged);
+  // The batch sent again is answered with its frame; the next batch ends a
+  // later one.
+  absl::StatusOr<uint64_t> again = taker.Apply(moved, limits);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, *acknowledged);
+  absl::StatusOr<uint64_t> next =
+      taker.Apply(Batch({SetLocalOp{1, At(3)}}, true), limits);
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_GT(*next, *acknowledged);
+  EXPECT_EQ(taker.replicator().frame(), *next);
+}
+
+// Frames that hold nothing are numbered alike on the writer and its
+// replicas (issue 71: GetWorld said 2, then 3, on the writer and 1 on the
+// replicas): a client's end_frame is logged even when nothing changed; a
+// tick with nothing in it closes no frame.
+TEST(HostedWorldTest, EveryNodeNumbersTheSameFrames) {
+  const Limits limits;
+  for (const v1::FrameMode mode :
+       {v1::FRAME_MODE_DRIVEN, v1::FRAME_MODE_TICK}) {
+    SCOPED_TRACE(v1::FrameMode_Name(mode));
+    const bool driven = mode == v1::FRAME_MODE_DRIVEN;
+    HostedWorld writer("w", mode, 60);
+    auto log = std::make_shared<MemoryLog>();
+    writer.Persist(log);
+    HostedWorld replica("w", mode, 60);
+    replica.StopWriting(absl::UnavailableError("no writer"));
+    size_t followed = 0;
+    for (int k = 0; k < 6; ++k) {
+      // A batch, then frames with nothing in them.
+      std::vector<Command> batch;
+      if (k % 3 == 0) batch.push_back(CreateOp{EntityId(k + 1), 0, At(k)});
+      if (driven || !batch.empty()) {
+        absl::StatusOr<uint64_t> applied =
+            writer.Apply(Batch(batch, driven), limits);
+        ASSERT_TRUE(applied.ok()) << applied.status();
+      }
+      if (!driven) writer.Tick();
+      ASSERT_TRUE(Follow(replica, *log, followed).ok());
+      followed = log->records.size();
+      EXPECT_EQ(replica.replicator().frame(), writer.replicator().frame())
+          << "after batch " << k;
+    }
+    if (driven) {
+      EXPECT_EQ(writer.replicator().frame(), 6u);
+    }
+  }
+}
+
+// A tick world whose writes stopped while its tick was under way (its
+// lease lost) closes no frame: the frame is the next writer's to end.
+TEST(HostedWorldTest, AWriterThatStoppedClosesNoFrame) {
+  const Limits limits;
+  HostedWorld writer("w", v1::FRAME_MODE_TICK, 60);
+  auto log = std::make_shared<MemoryLog>();
+  writer.Persist(log);
+  ASSERT_TRUE(writer.Apply(Batch({CreateOp{1, kNoEntity, At(0)}}), limits).ok());
+  writer.Tick();
+  const uint64_t published = writer.replicator().frame();
+  ASSERT_TRUE(writer.Apply(Batch({SetLocalOp{1, At(1)}}), limits).ok());
+  writer.StopWriting(absl::UnavailableError("its lease was lost"));
+  writer.Publish();  // The tick that had found it writable.
+  EXPECT_EQ(writer.replicator().frame(), published);
 }
 
 }  // namespace
