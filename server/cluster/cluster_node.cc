@@ -453,10 +453,14 @@ void ClusterNode::StepWorld(Held& held) {
   if (held.follower == nullptr || !held.follower->failed().ok()) {
     Reload(held);
   }
-  absl::StatusOr<std::optional<config::OwnerLease>> lease = ReadLease(held.key);
+  absl::StatusOr<std::optional<config::OwnerLease>> lease =
+      ReadLease(held.key, &held.lease_seen);
   if (!lease.ok()) return;  // Cut off: it serves what it has, unconfirmed.
   held.confirmed = now;
-  RefuseWrites(held, *lease);
+  // Writes are told to try again rather than sent to a writer likely lost.
+  RefuseWrites(held, Unrenewed(held.lease_seen)
+                         ? std::optional<config::OwnerLease>()
+                         : *lease);
   if (lease->has_value() || draining_ || leaving_) return;
   // No writer: this node takes the world, if it creates the key first.
   const uint64_t epoch =
@@ -510,17 +514,32 @@ void ClusterNode::RenewLease(Held& held, absl::Time now) {
 }
 
 absl::StatusOr<std::optional<config::OwnerLease>> ClusterNode::ReadLease(
-    const std::string& key) {
+    const std::string& key, LeaseSeen* seen) {
   kvEntry* entry = nullptr;
   const natsStatus s = kvStore_Get(&entry, link_->owners(), key.c_str());
-  if (s == NATS_NOT_FOUND) return std::nullopt;
+  if (s == NATS_NOT_FOUND) {
+    if (seen != nullptr) *seen = {};
+    return std::nullopt;
+  }
   if (s != NATS_OK) return NatsError("cannot read a lease", s);
   config::OwnerLease lease;
   const bool parsed =
       lease.ParseFromArray(kvEntry_Value(entry), kvEntry_ValueLen(entry));
+  const uint64_t revision = kvEntry_Revision(entry);
   kvEntry_Destroy(entry);
   if (!parsed) return absl::DataLossError("a lease that does not parse");
+  if (seen != nullptr && revision != seen->revision) {
+    *seen = {revision, clock_.Now()};
+  }
   return lease;
+}
+
+bool ClusterNode::Unrenewed(const LeaseSeen& seen) const {
+  // Its writer renews it every quarter lease: one unrenewed for half a
+  // lease names a writer that is likely lost (a node killed, cut off or
+  // paused). Counted on this node's clock alone, so the nodes' clocks need
+  // not agree.
+  return seen.revision != 0 && clock_.Now() - seen.changed > options_.lease / 2;
 }
 
 void ClusterNode::RefuseWrites(Held& held,
@@ -830,19 +849,35 @@ void ClusterNode::Learn(const std::string& key,
         loaded.status().message());
     return;
   }
+  // Its writer, known before it is served: a node that answers for the
+  // world names its writer from the first call (a world just created
+  // is written at once, by the node that created it).
+  LeaseSeen lease_seen;
+  absl::StatusOr<std::optional<config::OwnerLease>> lease =
+      ReadLease(key, &lease_seen);
+  Redirect writer;
+  if (lease.ok() && lease->has_value()) {
+    writer = {(*lease)->node(), (*lease)->address()};
+  }
   absl::MutexLock lock(&ops_mu_);
   if (held_.contains(name)) return;
   loaded->recovered.log = nullptr;
-  absl::StatusOr<std::shared_ptr<HostedWorld>> world =
-      host_->Add(std::move(loaded->recovered));
-  if (!world.ok()) return;
   auto held = std::make_unique<Held>();
   held->name = name;
   held->key = key;
   held->stored = stored_bytes;
-  held->world = *world;
   held->epoch = loaded->epoch;
   held->confirmed = clock_.Now();
+  held->lease_seen = lease_seen;
+  held->writer = writer;
+  Publish(*held);  // Its placement, before any call finds the world.
+  absl::StatusOr<std::shared_ptr<HostedWorld>> world = host_->Add(
+      std::move(loaded->recovered),
+      writer.node.empty() || writer.node == options_.node
+          ? NoWriter(name)
+          : RedirectTo(WritesOf(name), writer));
+  if (!world.ok()) return;
+  held->world = *world;
   Follow(*held, loaded->last_seq + 1);
   Publish(*held);
   held_[name] = std::move(held);

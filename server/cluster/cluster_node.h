@@ -103,6 +103,11 @@ class ClusterNode final : public WorldLogStore, public ClusterView {
   bool Writes(absl::string_view world) const;
 
  private:
+  // A lease's revision as this node last read it, and when it changed.
+  struct LeaseSeen {
+    uint64_t revision = 0;
+    absl::Time changed;
+  };
   // A world as this node holds it.
   struct Held {
     std::string name;
@@ -117,6 +122,7 @@ class ClusterNode final : public WorldLogStore, public ClusterView {
     Redirect writer;       // Who writes it, as last read.
     absl::Time confirmed;  // When its log or lease was last heard from.
     absl::Time checked;    // When its follower last looked for a gap.
+    LeaseSeen lease_seen;  // Its writer's renewals, as this node saw them.
   };
 
   ClusterNode(ClusterOptions options, const Clock& clock,
@@ -144,10 +150,13 @@ class ClusterNode final : public WorldLogStore, public ClusterView {
   void Reload(Held& held) ABSL_EXCLUSIVE_LOCKS_REQUIRED(ops_mu_);
   void Follow(Held& held, uint64_t next_seq)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(ops_mu_);
-  // The world's writer as its lease names it (nullopt: none); `confirmed`
-  // is set when the bucket answered.
+  // The world's writer as its lease names it (nullopt: none); notes its
+  // revision in `seen`.
   absl::StatusOr<std::optional<config::OwnerLease>> ReadLease(
-      const std::string& key);
+      const std::string& key, LeaseSeen* seen);
+  // Whether the lease went unrenewed for half a lease (its writer likely
+  // lost): writes are told to try again, not sent there.
+  bool Unrenewed(const LeaseSeen& seen) const;
   // Refuses writes to `held`'s world as written elsewhere (or, with no
   // lease, nowhere).
   void RefuseWrites(Held& held, const std::optional<config::OwnerLease>& lease)

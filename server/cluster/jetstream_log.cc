@@ -12,6 +12,7 @@
 #include "absl/synchronization/notification.h"
 #include "server/cluster/log_records.h"
 #include "server/log.h"
+#include "server/redirect.h"
 #include "server/snapshot_file.h"
 
 namespace xform::server {
@@ -176,7 +177,9 @@ void JetStreamWorldLog::TakeAck(uint64_t seq, absl::Status status) {
 
 void JetStreamWorldLog::Break(const absl::Status& why) {
   if (!broken_.ok()) return;
-  broken_ = absl::UnavailableError(absl::StrCat(
+  // Its writes are another node's in a moment (or this one's, reloaded):
+  // its clients are told to send them again, as in a failover.
+  broken_ = TryAgainShortly(absl::StrCat(
       "world '", EscapeForLog(name_), "': its log in JetStream is broken (",
       why.message(), "); its writes are refused until xformd recovers it"));
   Log('E', broken_.message());
