@@ -26,6 +26,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -147,6 +148,49 @@ TEST(ClusterFailoverTest, EveryNodeIsAnExactReplicaAndWritesGoToTheWriter) {
   EXPECT_EQ((*nodes)[2].worlds_served, 3u);
 }
 
+// A node that learns of a world created elsewhere names its writer from
+// its first answer; one whose writer's lease goes unrenewed (the writer
+// paused) says "try again" rather than sending writes there, until another
+// node writes the world (issue 71).
+TEST(ClusterFailoverTest, NodesNameALiveWriterOrNone) {
+  XformCluster cluster(1, 2);
+  std::unique_ptr<Client> first = cluster.ClientOf(0);
+  std::unique_ptr<Client> second = cluster.ClientOf(1);
+  ASSERT_NE(first, nullptr) << cluster.Logs();
+  ASSERT_NE(second, nullptr) << cluster.Logs();
+  ASSERT_TRUE(first->CreateWorld("fresh", {.mode = FrameMode::kDriven}).ok());
+  absl::StatusOr<WorldInfo> info = second->GetWorld("fresh");
+  for (const absl::Time deadline = absl::Now() + absl::Seconds(20);
+       absl::IsNotFound(info.status()) && absl::Now() < deadline;
+       absl::SleepFor(absl::Milliseconds(1))) {
+    info = second->GetWorld("fresh");
+  }
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->writer_node, "node0") << "its first answer";
+  ASSERT_TRUE(
+      second->Apply("fresh", {CreateOp{1, 0, {}}}, {.end_frame = true}).ok());
+  // The writer paused: node1 stops naming it before its lease (1 s)
+  // expires, then names itself once it took the world.
+  cluster.node(0).Signal(SIGSTOP);
+  const absl::Time paused = absl::Now();
+  std::vector<std::string> named;
+  for (const absl::Time deadline = absl::Now() + absl::Seconds(20);
+       absl::Now() < deadline; absl::SleepFor(absl::Milliseconds(10))) {
+    info = second->GetWorld("fresh");
+    if (!info.ok()) continue;
+    if (named.empty() || named.back() != info->writer_node) {
+      named.push_back(info->writer_node);
+      std::printf("%s after the pause: writer '%s'\n",
+                  absl::FormatDuration(absl::Now() - paused).c_str(),
+                  info->writer_node.c_str());
+    }
+    if (info->writer_node == "node1") break;
+  }
+  cluster.node(0).Signal(SIGCONT);
+  EXPECT_EQ(named, (std::vector<std::string>{"node0", "", "node1"}))
+      << cluster.Logs();
+}
+
 // Writes random batches to `w`'s world through `client` (which fails over
 // between the nodes) until `stop`, keeping its model; the longest any batch
 // took to be acknowledged goes to `longest`. A batch that fails after the
@@ -176,6 +220,12 @@ void WriteUntil(Client& client, Writer& w, const std::atomic<bool>& stop,
     }
     longest = std::max(longest, absl::Now() - sent);
     EXPECT_GE(*frame, w.last_frame) << w.world << ": frames went back";
+    // An end_frame batch ended its frame: the next is in a later one.
+    if (options.end_frame && w.last_frame != 0) {
+      EXPECT_GT(*frame, w.last_frame)
+          << w.world << ": batch acknowledged in frame " << *frame
+          << " after frame " << w.last_frame;
+    }
     w.last_frame = *frame;
     w.model = std::move(next);
     w.pending.reset();
@@ -231,14 +281,44 @@ struct Writing {
   std::vector<std::thread> threads;
 };
 
+// What a node's log says of a replica whose frame differed from its
+// writer's (it then reloads): never, for a replica applies the same records
+// to a deterministic core.
+// Likewise a client cut off for refusals: none of the writers', which
+// follow the retry pace.
+std::string DigestMismatches(const std::string& log) {
+  std::string found;
+  for (absl::string_view line : absl::StrSplit(log, '\n')) {
+    if (absl::StrContains(line, "differs from its writer's") ||
+        absl::StrContains(line, "--max_refused_mb_per_second")) {
+      absl::StrAppend(&found, line, "\n");
+    }
+  }
+  return found;
+}
+
 // Every live node holds each world as its writer's model, or the model and
-// the batch in flight, bit for bit (waiting for replicas to catch up).
+// the batch in flight, bit for bit (waiting for replicas to catch up), and
+// has published every frame a batch was acknowledged in.
 void ExpectEveryNodeHolds(XformCluster& cluster, std::vector<Writer>& writers) {
   for (Writer& w : writers) {
     for (int node = 0; node < cluster.size(); ++node) {
       if (!cluster.up(node)) continue;
       std::unique_ptr<Client> client = cluster.ClientOf(node);
       ASSERT_NE(client, nullptr) << "node " << node << "\n" << cluster.Logs();
+      EXPECT_EQ(DigestMismatches(cluster.node(node).Log()), "")
+          << "node " << node;
+      uint64_t published = 0;
+      for (const absl::Time deadline = absl::Now() + absl::Seconds(20);
+           published < w.last_frame && absl::Now() < deadline;
+           absl::SleepFor(absl::Milliseconds(20))) {
+        absl::StatusOr<WorldInfo> info = client->GetWorld(w.world);
+        if (info.ok()) published = info->frame;
+      }
+      EXPECT_GE(published, w.last_frame)
+          << "node " << node << ", world " << w.world
+          << ": a batch was acknowledged in a frame never published\n"
+          << cluster.Logs();
       const absl::Time deadline = absl::Now() + absl::Seconds(20);
       std::string differs;
       do {
@@ -578,7 +658,11 @@ TEST(ClusterFailoverTest, CrashLoop) {
   if (const char* env = std::getenv("XFORM_CLUSTER_CYCLES")) {
     cycles = std::max(1, std::atoi(env));
   }
-  XformCluster cluster(3, 3, {"--snapshot_every=16KiB"});
+  // Refusals held to 1 MiB a second (16 small calls): the writers follow
+  // the retry pace of docs/wire.md through every failover, and must never
+  // be cut off for it (issue 71).
+  XformCluster cluster(3, 3,
+                       {"--snapshot_every=16KiB", "--max_refused_mb_per_second=1"});
   std::unique_ptr<Client> client = cluster.ClientOfAll();
   ASSERT_NE(client, nullptr) << cluster.Logs();
   std::vector<Writer> writers = ThreeWriters();
@@ -612,7 +696,11 @@ TEST(ClusterFailoverTest, CrashLoop) {
                       ? absl::StrCat("NATS server n", server).c_str()
                       : absl::StrCat("node", node, " and NATS server n", server)
                             .c_str());
-      if (what != 1) cluster.Kill(node);
+      if (what != 1) {
+        EXPECT_EQ(DigestMismatches(cluster.node(node).Log()), "")
+            << "node " << node << ", before its kill";
+        cluster.Kill(node);
+      }
       if (what != 0) cluster.nats().Kill(server);
       ++killed[what];
       absl::SleepFor(absl::Milliseconds(1500 + random() % 1000));
