@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -146,14 +147,38 @@ size_t Nodes::FailOver(size_t index) {
   return next;
 }
 
-size_t Nodes::IndexOf(const std::string& address) {
-  absl::MutexLock lock(&mu_);
-  const auto it = std::find(addresses_.begin(), addresses_.end(), address);
-  if (it != addresses_.end())
+std::optional<size_t> Nodes::TrustedIndexOf(const std::string& address,
+                                            size_t asked) {
+  const auto known = [&]() -> std::optional<size_t> {
+    absl::MutexLock lock(&mu_);
+    const auto it = std::find(addresses_.begin(), addresses_.end(), address);
+    if (it == addresses_.end()) return std::nullopt;
     return static_cast<size_t>(it - addresses_.begin());
-  addresses_.push_back(address);
-  channels_.emplace_back();
-  return addresses_.size() - 1;
+  };
+  if (std::optional<size_t> index = known()) return index;
+  // A node this client trusts (every address it holds is one) is asked
+  // which nodes its cluster has; the redirect is followed only to one of
+  // them, so that a token is never sent to an address a redirect alone
+  // named.
+  grpc::ClientContext context;
+  Prepare(options_, /*with_deadline=*/true, &context);
+  v1::ListNodesResponse listed;
+  if (!At(asked).stub->ListNodes(&context, v1::ListNodesRequest(), &listed)
+           .ok()) {
+    return std::nullopt;
+  }
+  absl::MutexLock lock(&mu_);
+  for (const v1::NodeInfo& node : listed.nodes()) {
+    if (node.address() != address) continue;
+    const auto it = std::find(addresses_.begin(), addresses_.end(), address);
+    if (it != addresses_.end()) {
+      return static_cast<size_t>(it - addresses_.begin());
+    }
+    addresses_.push_back(address);
+    channels_.emplace_back();
+    return addresses_.size() - 1;
+  }
+  return std::nullopt;
 }
 
 size_t Nodes::WriterOf(absl::string_view world) const {
@@ -185,8 +210,18 @@ using client_internal::WorthRetrying;
 // Redirects followed at most for one call: more is a loop (nodes that
 // disagree on who writes a world, for a moment), tried again later.
 constexpr int kMaxRedirects = 4;
+// The retry pace docs/wire.md states ("The retry pace"): after a try-again
+// or a node that did not answer, the n-th wait is drawn from [b/2, b] with
+// b = min(25 ms x 2^(n-1), 1 s), as gRPC's retry policy jitters its
+// backoff, so that the clients of a failover do not come back in step.
 constexpr absl::Duration kFirstBackoff = absl::Milliseconds(25);
 constexpr absl::Duration kLastBackoff = absl::Seconds(1);
+
+absl::Duration Jittered(absl::Duration backoff) {
+  thread_local std::mt19937_64 random{std::random_device()()};
+  return backoff *
+         std::uniform_real_distribution<double>(0.5, 1.0)(random);
+}
 
 // How a call is tried, node after node, until it is answered, refused for
 // good, or its time is up.
@@ -207,8 +242,16 @@ class Attempts {
   bool Again(const grpc::ClientContext& context, const grpc::Status& status) {
     if (const std::string to = RedirectOf(context, status);
         !to.empty() && redirects_ < kMaxRedirects) {
+      const std::optional<size_t> trusted = nodes_.TrustedIndexOf(to, index_);
+      if (!trusted) {
+        refused_ = absl::FailedPreconditionError(absl::StrCat(
+            status.error_message(), " (not followed: ", to,
+            " is neither an address this client was given nor a node its "
+            "nodes list)"));
+        return false;
+      }
       ++redirects_;
-      index_ = nodes_.IndexOf(to);
+      index_ = *trusted;
       return true;
     }
     // A node that answered to wait (its world's writer is being replaced)
@@ -221,9 +264,15 @@ class Attempts {
     if (absl::Now() + backoff_ > give_up_) return false;
     if (!wait) index_ = nodes_.FailOver(index_);
     redirects_ = 0;
-    absl::SleepFor(backoff_);
+    absl::SleepFor(Jittered(backoff_));
     backoff_ = std::min(2 * backoff_, kLastBackoff);
     return true;
+  }
+
+  // What the call ends with after Again() said no: `status`, unless the
+  // client refused to follow it.
+  absl::Status Final(const grpc::Status& status) const {
+    return refused_.ok() ? FromGrpc(status) : refused_;
   }
 
  private:
@@ -233,6 +282,7 @@ class Attempts {
   const bool several_;
   absl::Duration backoff_ = kFirstBackoff;
   int redirects_ = 0;
+  absl::Status refused_;
 };
 
 // One unary call, dressed with the client's options, tried as Attempts
@@ -256,7 +306,7 @@ absl::Status Call(const ClientOptions& options, Nodes& nodes,
       if (world != nullptr) nodes.SetWriter(*world, attempts.index());
       return absl::OkStatus();
     }
-    if (!attempts.Again(context, status)) return FromGrpc(status);
+    if (!attempts.Again(context, status)) return attempts.Final(status);
   }
 }
 
@@ -354,7 +404,7 @@ class StreamBatchWriter final : public BatchWriter {
       stream_.reset();
       if (!attempts.Again(*context, ended)) {
         closed_ = true;
-        status_ = FromGrpc(ended);
+        status_ = attempts.Final(ended);
         return status_;
       }
     }

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,7 +41,8 @@ struct Channel {
 };
 
 // The nodes a Client talks to: a channel for each address (those it was
-// given, then those redirects named), made when first used; the one calls
+// given, then those redirects named that a node given lists), made when
+// first used; the one calls
 // go to now; the one each world's writes go to; and the write ids that
 // make each batch its own. Thread-safe.
 class Nodes {
@@ -54,8 +56,12 @@ class Nodes {
   // The node at `index` did not answer: calls go to the next address given
   // from now on; its index.
   size_t FailOver(size_t index);
-  // The index of `address` (a redirect's), added if new.
-  size_t IndexOf(const std::string& address);
+  // The index of `address` (a redirect's, sent by the node at `asked`):
+  // one of the addresses given or learned, or else a node that `asked`
+  // lists (ListNodes), added; nullopt for any other address, where the
+  // client's token must not be sent.
+  std::optional<size_t> TrustedIndexOf(const std::string& address,
+                                       size_t asked);
   // Where `world`'s writes go: where the last one went, or current().
   size_t WriterOf(absl::string_view world) const;
   void SetWriter(absl::string_view world, size_t index);

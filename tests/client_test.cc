@@ -21,6 +21,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "grpcpp/generic/async_generic_service.h"
@@ -968,6 +969,105 @@ TEST(MirrorPeerTest, BytesThatDoNotParseDropTheStreamWithDataLoss) {
   EXPECT_EQ((*mirror)->size(), 0u);
   mirror->reset();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+}
+
+// A node that redirects every write to `owner`, and lists `listed` as its
+// cluster's nodes; and counts what reached it, and with which token.
+class RedirectingPeer final : public v1::Xform::CallbackService {
+ public:
+  std::string owner;
+  std::vector<std::string> listed;
+  std::atomic<int> applies{0};
+  absl::Mutex mu;
+  std::vector<std::string> tokens ABSL_GUARDED_BY(mu);
+
+  grpc::ServerUnaryReactor* Apply(grpc::CallbackServerContext* context,
+                                  const v1::ApplyRequest*,
+                                  v1::ApplyResponse* response) override {
+    ++applies;
+    {
+      absl::MutexLock lock(&mu);
+      const auto& metadata = context->client_metadata();
+      const auto it = metadata.find("authorization");
+      tokens.emplace_back(it == metadata.end() ? ""
+                                               : std::string(it->second.data(),
+                                                             it->second.size()));
+    }
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    if (owner.empty()) {
+      response->set_frame(7);
+      reactor->Finish(grpc::Status::OK);
+    } else {
+      context->AddTrailingMetadata("xform-owner-node", "owner");
+      context->AddTrailingMetadata("xform-owner-address", owner);
+      reactor->Finish(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                                   "taken at node owner, not here"));
+    }
+    return reactor;
+  }
+  grpc::ServerUnaryReactor* ListNodes(grpc::CallbackServerContext* context,
+                                      const v1::ListNodesRequest*,
+                                      v1::ListNodesResponse* response) override {
+    for (const std::string& address : listed) {
+      v1::NodeInfo* node = response->add_nodes();
+      node->set_name(address);
+      node->set_address(address);
+    }
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+};
+
+struct PeerServer {
+  explicit PeerServer(RedirectingPeer& peer) {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                             &port);
+    builder.RegisterService(&peer);
+    server = builder.BuildAndStart();
+  }
+  ~PeerServer() {
+    server->Shutdown(std::chrono::system_clock::now() +
+                     std::chrono::seconds(5));
+  }
+  std::string address() const { return absl::StrCat("127.0.0.1:", port); }
+  int port = 0;
+  std::unique_ptr<grpc::Server> server;
+};
+
+// A redirect is followed only to a node the client trusts: an address it
+// was given, or one a node it trusts lists (issue 71: xformctl sent its
+// token to whatever address a redirect named).
+TEST(ClientPeerTest, ARedirectIsFollowedOnlyToANodeTheClientTrusts) {
+  RedirectingPeer elsewhere;  // Answers writes, and records tokens.
+  PeerServer elsewhere_server(elsewhere);
+  RedirectingPeer node;
+  node.owner = elsewhere_server.address();
+  PeerServer node_server(node);
+  ASSERT_NE(node_server.server, nullptr);
+  node.listed = {node_server.address()};
+  ClientOptions options;
+  options.address = node_server.address();
+  options.token = "secret";
+  options.own_connection = true;
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  absl::StatusOr<uint64_t> refused =
+      (*client)->Apply("w", {CreateOp{1, kNoEntity, {}}});
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition)
+      << refused.status();
+  EXPECT_THAT(refused.status().message(), HasSubstr("not followed"));
+  EXPECT_EQ(elsewhere.applies, 0) << "the token went to an address a "
+                                     "redirect alone named";
+  // Listed by the node it trusts: followed, token and all.
+  node.listed.push_back(elsewhere_server.address());
+  absl::StatusOr<uint64_t> applied =
+      (*client)->Apply("w", {CreateOp{1, kNoEntity, {}}});
+  ASSERT_TRUE(applied.ok()) << applied.status();
+  EXPECT_EQ(*applied, 7u);
+  absl::MutexLock lock(&elsewhere.mu);
+  EXPECT_EQ(elsewhere.tokens, std::vector<std::string>{"Bearer secret"});
 }
 
 }  // namespace
