@@ -184,7 +184,13 @@ Replicator::SubscriptionId Replicator::Impl::Subscribe(
   } else {
     BuildSnapshot(*s);
   }
-  const SubscriptionId id = next_id_++;
+  // Unguessable: the id names the stream to UpdateSubscription, which
+  // anyone of the same principal (every anonymous caller alike) may call.
+  // Under 2^53, so that a JavaScript number holds it exactly.
+  SubscriptionId id = 0;
+  while (id == 0 || subs_.contains(id)) {
+    id = ids_() & ((uint64_t{1} << 53) - 1);
+  }
   if (s->echo) ++echo_filtered;
   subs_.emplace(id, std::move(s));
   return id;

@@ -19,6 +19,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -405,7 +406,7 @@ class Replicator::Impl {
   // nothing of the frames before it.
   uint64_t whole_frame_ = 0;
   absl::Time frame_time_;
-  SubscriptionId next_id_ = 1;
+  std::mt19937_64 ids_{std::random_device()()};  // Subscriptions' ids.
   absl::flat_hash_map<SubscriptionId, std::unique_ptr<Subscription>> subs_;
   // The folds of kept frames made since the last frame was published, for
   // the subscribers that keep the same frames (rate-limited ones, mostly:

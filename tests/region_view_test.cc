@@ -359,14 +359,30 @@ TEST_F(RegionViewTest, RegionMovesAreRefusedPreciselyAndChangeNothing) {
     return stub->UpdateSubscription(&context, request, &response).error_code();
   };
   const Region far = *Region::Sphere({10, 10, 0}, 5);
-  // Ids are 1 (the region mirror) and 2 (the whole world).
+  // The ids are random: the region mirror's (subscribed first) and the
+  // whole world's, as the admin's list names them.
+  absl::StatusOr<std::vector<SubscriberInfo>> listed =
+      client_->ListSubscribers("w");
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_EQ(listed->size(), 2u);
+  const bool first_is_region = (*listed)[0].subscribed < (*listed)[1].subscribed;
+  const uint64_t region_id = (*listed)[first_is_region ? 0 : 1].id;
+  const uint64_t whole_id = (*listed)[first_is_region ? 1 : 0].id;
+  ASSERT_NE(region_id, 0u);
+  ASSERT_NE(whole_id, 0u);
+  // Neither is a small number another anonymous caller would guess.
+  for (uint64_t guess = 1; guess <= 16; ++guess) {
+    if (guess == region_id || guess == whole_id) continue;
+    EXPECT_EQ(update(guess, far), grpc::StatusCode::NOT_FOUND) << guess;
+  }
   EXPECT_EQ(update(99, far), grpc::StatusCode::NOT_FOUND);
-  EXPECT_EQ(update(2, far), grpc::StatusCode::FAILED_PRECONDITION);
-  EXPECT_EQ(update(1, std::nullopt), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(update(whole_id, far), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(update(region_id, std::nullopt),
+            grpc::StatusCode::INVALID_ARGUMENT);
   {
     v1::UpdateSubscriptionRequest request;
     request.set_world("w");
-    request.set_subscription_id(1);
+    request.set_subscription_id(region_id);
     for (float v : {0.f, 0.f, 0.f, -1.f})
       request.mutable_region()->add_sphere(v);
     grpc::ClientContext context;
@@ -377,7 +393,7 @@ TEST_F(RegionViewTest, RegionMovesAreRefusedPreciselyAndChangeNothing) {
   }
   // Past --max_region_cells (2^40 cells of 32 units: a box of 1e8 a side
   // covers 3e19).
-  EXPECT_EQ(update(1, *Region::Box({-5e7f, -5e7f, -5e7f}, {5e7f, 5e7f, 5e7f})),
+  EXPECT_EQ(update(region_id, *Region::Box({-5e7f, -5e7f, -5e7f}, {5e7f, 5e7f, 5e7f})),
             grpc::StatusCode::RESOURCE_EXHAUSTED);
   // Faster than --max_region_moves_hz (240 a second, a burst of 240): some
   // of 1,000 at once are refused, the view left where the last taken put
@@ -386,7 +402,8 @@ TEST_F(RegionViewTest, RegionMovesAreRefusedPreciselyAndChangeNothing) {
   const Region back = *Region::Sphere({50, 50, 0}, 5);
   for (int k = 0; k < 1000; ++k) {
     refused +=
-        update(1, k % 2 ? far : back) == grpc::StatusCode::RESOURCE_EXHAUSTED;
+        update(region_id, k % 2 ? far : back) ==
+        grpc::StatusCode::RESOURCE_EXHAUSTED;
   }
   EXPECT_GT(refused, 0);
   EXPECT_LT(refused, 1000);
