@@ -217,6 +217,18 @@ TEST(XformdProcessTest, BadFlagsAreAUsageError) {
   }
 }
 
+// A demo's flags are checked only when the demo runs (issue 71: a low
+// --max_entities refused to start, naming a demo flag nobody had set).
+TEST(XformdProcessTest, ADemosFlagsMatterOnlyWithTheDemo) {
+  Xformd small({"--max_entities=1000"});
+  EXPECT_EQ(Health(small.Connect(), ""), HealthCheckResponse::SERVING)
+      << small.Log();
+  Xformd demo({"--max_entities=1000", "--demo"});
+  EXPECT_EQ(demo.WaitForExit(absl::Seconds(10)), 2) << demo.Log();
+  EXPECT_NE(demo.Log().find("--demo_city_entities"), std::string::npos)
+      << demo.Log();
+}
+
 // gRPC 1.51's own listener stops accepting for good after one EMFILE; the
 // server must stay reachable after a flood of connections uses its limit.
 TEST(XformdProcessTest, ServesAgainAfterAFloodOfConnectionsAtTheFileLimit) {
