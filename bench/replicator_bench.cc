@@ -908,7 +908,10 @@ void BM_RegionSubscribers(benchmark::State& state) {
       if (eye[c].x < 60 || eye[c].x > 940 || eye[c].y < 60 || eye[c].y > 940) {
         heading[c] = -heading[c];
       }
-      if (!replicator.MoveRegion(ids[c], "", sphere(eye[c]), 0, now).ok()) {
+      if (!replicator
+               .MoveRegion(ids[c], "", sphere(eye[c]), 0, now,
+                           [](size_t) { return absl::OkStatus(); })
+               .ok()) {
         state.SkipWithError("MoveRegion");
       }
     }

@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "glm/common.hpp"
 #include "server/view_filter.h"
 
 namespace xform::server {
@@ -139,7 +141,7 @@ class RegionFilter final : public ViewFilter {
     const absl::Span<const Slot> slots = moves.slots();
     const absl::Span<const glm::vec3> positions = moves.positions();
     glm::vec3 min, max;
-    CullBounds(region_, &min, &max);
+    Bounds(&min, &max);
     const auto follow = [&](size_t k) {
       const Slot slot = slots[k];
       if (slot == PublishedState::kNoSlot) return;
@@ -177,7 +179,7 @@ class RegionFilter final : public ViewFilter {
       search->inner = inner_->StartSnapshot(search->inner_found);
     }
     glm::vec3 min, max;
-    CullBounds(region_, &min, &max);
+    Bounds(&min, &max);
     index_.ForEachInBox(min, max,
                         [&](Slot slot) { search->candidates.push_back(slot); });
     return search;
@@ -207,22 +209,50 @@ class RegionFilter final : public ViewFilter {
     if (search.inner != nullptr) inner_->Interrupt(*search.inner, changes);
   }
 
-  void SetRegion(const Region& region,
-                 absl::FunctionRef<void(Slot, Moved)> f) override {
+  size_t StartRegionMove(const Region& region) override {
     // What it holds is inside the old region grown; what may enter is
     // inside the new one: the cells of both whose slots may change.
-    glm::vec3 old_min, old_max, new_min, new_max;
-    const Region old = region_;
-    CullBounds(old, &old_min, &old_max);
+    glm::vec3 new_min, new_max;
+    move_ = RegionMove{.from = region_};
+    CullBounds(region_, &move_->from_min, &move_->from_max);
     region_ = region;
     CullBounds(region_, &new_min, &new_max);
+    size_t slots = 0;
     index_.ForEachCellInBoxes(
-        old_min, old_max, new_min, new_max,
+        move_->from_min, move_->from_max, new_min, new_max,
         [&](glm::vec3 min, glm::vec3 max) {
-          return MayChange(old, region_, min, max);
+          return MayChange(move_->from, region_, min, max);
         },
-        [&](const SpatialIndex::CellView& cell) { JudgeCell(cell, f); });
+        [&](const SpatialIndex::CellView& cell) {
+          move_->cells.push_back(cell.key);
+          slots += cell.slots.size();
+        });
+    return slots;
   }
+
+  void AbandonRegionMove() override {
+    if (!move_) return;
+    region_ = move_->from;
+    move_.reset();
+  }
+
+  bool MoveRegionMore(size_t slots,
+                      absl::FunctionRef<void(Slot, Moved)> f) override {
+    if (!move_) return true;
+    size_t judged = 0;
+    while (move_->next < move_->cells.size() && (judged == 0 || judged < slots)) {
+      index_.CellAt(move_->cells[move_->next++],
+                    [&](const SpatialIndex::CellView& cell) {
+                      JudgeCell(cell, f);
+                      judged += std::max<size_t>(cell.slots.size(), 1);
+                    });
+    }
+    if (move_->next < move_->cells.size()) return false;
+    move_.reset();
+    return true;
+  }
+
+  bool RegionMoveUnderWay() const override { return move_.has_value(); }
 
  private:
   // After a move of the region, the slots of `cell`: one wholly inside the
@@ -259,6 +289,17 @@ class RegionFilter final : public ViewFilter {
     }
   }
 
+  // Every position the view may hold: inside the region grown, or, while
+  // a move is under way, inside the old one's too (its cells not yet
+  // judged still hold members of the old region).
+  void Bounds(glm::vec3* min, glm::vec3* max) const {
+    CullBounds(region_, min, max);
+    if (move_) {
+      *min = glm::min(*min, move_->from_min);
+      *max = glm::max(*max, move_->from_max);
+    }
+  }
+
   bool InInner(Slot slot) const {
     return inner_ == nullptr || inner_->Contains(slot);
   }
@@ -278,8 +319,18 @@ class RegionFilter final : public ViewFilter {
     return is;
   }
 
+  // A move of the region under way: where it came from, and the cells
+  // still to judge (by key: a cell may empty, or fill, between parts).
+  struct RegionMove {
+    Region from;
+    glm::vec3 from_min, from_max;
+    std::vector<uint64_t> cells;
+    size_t next = 0;
+  };
+
   const SpatialIndex& index_;
   Region region_;
+  std::optional<RegionMove> move_;
   const std::unique_ptr<ViewFilter> inner_;  // Null: the whole world.
   const size_t walk_chunk_;
   // The slots in the view. Bits up to the highest member's slot.

@@ -92,8 +92,8 @@ uint64_t Replicator::history() const { return impl_->history; }
 
 absl::Status Replicator::MoveRegion(SubscriptionId id, absl::string_view owner,
                                     const Region& region, double max_per_second,
-                                    absl::Time now) {
-  return impl_->MoveRegion(id, owner, region, max_per_second, now);
+                                    absl::Time now, AffordRegionMove afford) {
+  return impl_->MoveRegion(id, owner, region, max_per_second, now, afford);
 }
 
 void Replicator::set_region_cell_size(float size) {
@@ -333,41 +333,83 @@ absl::Status Replicator::Impl::MoveRegion(SubscriptionId id,
                                           absl::string_view owner,
                                           const Region& region,
                                           double max_per_second,
-                                          absl::Time now) {
-  std::shared_ptr<UpdateSink> wake;
+                                          absl::Time now,
+                                          AffordRegionMove afford) {
+  std::vector<std::shared_ptr<UpdateSink>> wake;
+  absl::Status status;
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = subs_.find(id);
-    if (it == subs_.end() || it->second->options.owner != owner) {
+    std::unique_lock<std::mutex> lock(mu_);
+    Subscription* s = Find(id);
+    if (s == nullptr || s->options.owner != owner) {
       return absl::NotFoundError(
           absl::StrCat("no subscription ", id, " of yours"));
     }
-    Subscription& s = *it->second;
-    if (!s.options.region) {
+    if (!s->options.region) {
       return absl::FailedPreconditionError(absl::StrCat(
           "subscription ", id,
           " has no region to move: subscribe with one (SubscribeRequest."
           "region)"));
     }
-    if (max_per_second > 0 && !s.region_moves.TryTake(max_per_second, 1, now)) {
+    if (max_per_second > 0 &&
+        !s->region_moves.TryTake(max_per_second, 1, now)) {
       return absl::ResourceExhaustedError(
           absl::StrCat("a subscription's region moves at most ", max_per_second,
                        " times a second (--max_region_moves_hz)"));
     }
-    if (*s.options.region == region) return absl::OkStatus();
-    s.options.region = region;
-    bool noted = false;
-    s.view->SetRegion(region, [&](Slot slot, ViewFilter::Moved how) {
-      Note(s, state_.entity(slot),
-           how == ViewFilter::Moved::kEntered ? kCreated : kDestroyed, slot);
-      noted = true;
-    });
-    // Nothing entered or left: nothing to send before the next frame.
-    if (!noted) return absl::OkStatus();
-    wake = s.sink;
+    // Another call's move of this view, still under way: finished first.
+    while (s != nullptr && s->view->RegionMoveUnderWay() &&
+           MoveRegionPart(lock, id, s, wake)) {
+    }
+    if (s == nullptr) {
+      status = absl::NotFoundError(
+          absl::StrCat("subscription ", id, " ended while it moved"));
+    } else if (*s->options.region != region) {
+      const size_t work = s->view->StartRegionMove(region);
+      status = afford(work);
+      if (!status.ok()) {
+        s->view->AbandonRegionMove();
+      } else {
+        s->options.region = region;
+        while (MoveRegionPart(lock, id, s, wake)) {
+        }
+      }
+    }
   }
-  wake->Wake();
-  return absl::OkStatus();
+  // Nothing entered or left: nothing to send before the next frame.
+  WakeAll(std::move(wake));
+  return status;
+}
+
+bool Replicator::Impl::MoveRegionPart(
+    std::unique_lock<std::mutex>& lock, SubscriptionId id, Subscription*& s,
+    std::vector<std::shared_ptr<UpdateSink>>& wake) {
+  ViewFilter* const view = s->view.get();
+  bool noted = false;
+  const bool done = view->MoveRegionMore(
+      membership_walk_chunk, [&](Slot slot, ViewFilter::Moved how) {
+        Note(*s, state_.entity(slot),
+             how == ViewFilter::Moved::kEntered ? kCreated : kDestroyed, slot);
+        noted = true;
+        // Past what a laggard may be owed, its view is sent whole (as a
+        // frame would decide), not noted entity by entity: a move onto a
+        // whole world costs its bits, not a table of its entities.
+        if (const Noting* noting = s->as<Noting>();
+            noting != nullptr && noting->pending.size() > max_pending_ &&
+            !StopNoting(*s)) {
+          s->ToResyncing();
+        }
+      });
+  if (noted) wake.push_back(s->sink);
+  if (done) return false;
+  // Frames, readers and other calls go on between the parts; what this
+  // one noted is sent meanwhile.
+  lock.unlock();
+  WakeAll(std::exchange(wake, {}));
+  if (unlocked_for_testing) unlocked_for_testing();
+  lock.lock();
+  s = Find(id);
+  // A view made anew since (a reset) was judged whole by the new region.
+  return s != nullptr && s->view.get() == view && view->RegionMoveUnderWay();
 }
 
 void Replicator::Impl::Flush(absl::Time now) {

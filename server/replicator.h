@@ -245,17 +245,24 @@ class Replicator {
   void set_history(uint64_t history);
   uint64_t history() const;
 
+  // What a region move's work (the slots it will judge) may cost its
+  // caller: OK to go ahead (charged), or the status it is refused with.
+  using AffordRegionMove = absl::FunctionRef<absl::Status(size_t slots)>;
   // Moves the region of subscription `id`, which `owner` made (Subscription
   // Options::owner), to `region`: what enters its view is noted to it as
   // created, what leaves as destroyed, judged on the state as last
-  // published, and its next message carries them (the sink is woken).
+  // published, and its next messages carry them (the sink is woken).
   // NOT_FOUND for no such subscription of `owner`'s; FAILED_PRECONDITION
   // for one without a region; RESOURCE_EXHAUSTED past `max_per_second`
-  // moves of it a second (0: no limit), with nothing changed. O(cells the
-  // old and new regions cover + the entities in them), under the lock.
+  // moves of it a second (0: no limit), or as `afford` says, with nothing
+  // changed. O(cells the old and new regions cover + the entities in
+  // them), in parts of the membership walk's chunk (32,768 slots), the
+  // lock released between them: frames and other subscribers go on. A
+  // move of the same view still under way (another call's) is finished
+  // first.
   absl::Status MoveRegion(SubscriptionId id, absl::string_view owner,
                           const Region& region, double max_per_second,
-                          absl::Time now);
+                          absl::Time now, AffordRegionMove afford);
 
   // The edge of the cells region views are found by (SpatialIndex), in
   // world units: 32 unless set. Before the first Subscribe.
@@ -275,7 +282,8 @@ class Replicator {
   void set_membership_walk_chunk_for_testing(size_t slots);
   // Called where Next() releases the lock partway (between the chunks of
   // a kept view's scan or a membership walk, and while a burst's copy is
-  // made), and Subscribe between the parts of a spatial index's build:
+  // made), Subscribe between the parts of a spatial index's build, and
+  // MoveRegion between a move's parts:
   // tests change the subscription or publish frames there. Set while no
   // other thread uses the replicator.
   void set_unlocked_for_testing(std::function<void()> call);

@@ -58,7 +58,15 @@ class Replicator::Impl {
   void Unsubscribe(SubscriptionId id);
   absl::Status MoveRegion(SubscriptionId id, absl::string_view owner,
                           const Region& region, double max_per_second,
-                          absl::Time now);
+                          absl::Time now, AffordRegionMove afford);
+  // One part of the region move under way in subscription `id`'s view
+  // (`*s`), noting what entered and left and keeping the sinks to wake in
+  // `wake`; if more is left, releases the lock (waking them), takes it
+  // again and finds the subscription anew. Whether the same move is still
+  // under way in it then (`*s` null if it is gone).
+  bool MoveRegionPart(std::unique_lock<std::mutex>& lock, SubscriptionId id,
+                      Subscription*& s,
+                      std::vector<std::shared_ptr<UpdateSink>>& wake);
   // Next() (`make`) and NextIfMade().
   std::shared_ptr<const Outgoing> Take(SubscriptionId id, absl::Time now,
                                        bool make, bool* must_make);

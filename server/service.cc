@@ -839,6 +839,9 @@ XformService::XformService(WorldHost& host, ServiceOptions options)
               ? options_.gatekeeper
               : std::make_shared<Gatekeeper>(AccessPolicy::OpenToAll())),
       refusals_(options_.refusal_guard.get()),
+      region_move_work_(host_.limits().max_region_move_entities_per_second,
+                        "region moves' entities judged",
+                        "--max_region_move_entities_per_second"),
       writers_(std::make_unique<WriterRegistry>()),
       watchdog_(std::make_unique<WriteWatchdog>(options_.write_timeout)),
       build_pool_(std::make_unique<BuildPool>(options_.build_threads)) {}
@@ -1152,9 +1155,16 @@ grpc::ServerUnaryReactor* XformService::UpdateSubscription(
             !cells.ok()) {
           return cells;
         }
+        const absl::Time now = caller.usage->clock().Now();
+        const bool credited =
+            caller.credential->kind != Credential::Kind::kNone;
         return (*world)->replicator().MoveRegion(
             update.subscription_id(), caller.name(), *region,
-            limits.max_region_moves_hz, caller.usage->clock().Now());
+            limits.max_region_moves_hz, now, [&](size_t entities) {
+              return region_move_work_.Take(
+                  credited ? absl::string_view(caller.name()) : "",
+                  context->peer(), static_cast<double>(entities), now);
+            });
       });
 }
 

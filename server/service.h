@@ -18,6 +18,7 @@
 #include "absl/time/time.h"
 #include "server/build_pool.h"
 #include "server/gatekeeper.h"
+#include "server/caller_budget.h"
 #include "server/refusal_guard.h"
 #include "server/world_host.h"
 #include "server/write_watchdog.h"
@@ -109,6 +110,8 @@ class XformService final : public RawXformService {
   const ServiceOptions options_;
   const std::shared_ptr<Gatekeeper> gatekeeper_;
   RefusalGuard* const refusals_;  // options_.refusal_guard's, or null.
+  // The entities each caller's region moves judge, paced.
+  CallerBudget region_move_work_;
   // Counting a principal's worlds and creating one, as one step.
   absl::Mutex create_mu_;
   std::unique_ptr<WriterRegistry> writers_;

@@ -201,7 +201,16 @@ SpatialIndex::CellView SpatialIndex::ViewOf(Cell3 cell,
       .slots = slots != nullptr ? absl::MakeConstSpan(slots->slots)
                                 : absl::Span<const Slot>(),
       .positions = slots != nullptr ? absl::MakeConstSpan(slots->positions)
-                                    : absl::Span<const glm::vec3>()};
+                                    : absl::Span<const glm::vec3>(),
+      .key = KeyOfCell(cell)};
+}
+
+bool SpatialIndex::CellAt(uint64_t key,
+                          absl::FunctionRef<void(const CellView&)> f) const {
+  const auto it = cells_.find(key);
+  if (it == cells_.end()) return false;
+  f(ViewOf(CellOfKey(key), &it->second));
+  return true;
 }
 
 void SpatialIndex::ForEachCellInBoxes(

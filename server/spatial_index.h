@@ -21,6 +21,7 @@
 //   ForEachInBox  O(min(cells the box covers, occupied cells) + slots in
 //            the cells visited).
 //   CellsCovering O(1).
+//   CellAt   O(1): a hash lookup.
 //   PlaceMoves    O(moves log moves): Place for each, and the frame's moves
 //            by cell.
 //   ForEachMoveInBox  O(min(cells the box covers, cells with moves) + the
@@ -105,7 +106,11 @@ class SpatialIndex {
     bool clamped;
     absl::Span<const Slot> slots;
     absl::Span<const glm::vec3> positions;
+    uint64_t key = 0;  // What CellAt() finds it by again.
   };
+  // The occupied cell keyed `key` as it is now; false (and nothing called)
+  // if it holds no slot any more. O(1).
+  bool CellAt(uint64_t key, absl::FunctionRef<void(const CellView&)> f) const;
   // Calls `f` once for each occupied cell that box a or box b covers and
   // `wanted` wants (asked of a cell's box, before it is looked up).
   // O(min(cells covered, occupied cells)), and `f`'s.

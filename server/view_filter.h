@@ -123,11 +123,25 @@ class ViewFilter {
                            absl::FunctionRef<void(size_t k, Moved how)> /*f*/) {
   }
 
-  // Moves a region view to `region`, and calls f(slot, how) for each live
-  // slot that entered or left the view (kEntered, kLeft) by the new
-  // region's rule. Others: never asked.
-  virtual void SetRegion(const Region& /*region*/,
-                         absl::FunctionRef<void(Slot, Moved)> /*f*/) {}
+  // Moves a region view, in parts (others: never asked). StartRegionMove
+  // takes `region` as the view's rule from now on (a frame judges what it
+  // moves or touches by it) and lists the occupied cells whose slots may
+  // enter or leave; returns the slots in them, the move's work. Called
+  // only with no move under way. AbandonRegionMove undoes a move no part
+  // of which was made. MoveRegionMore judges the next listed cells, about
+  // `slots` slots of them (a cell at least), calling f(slot, how) for each
+  // live slot that entered or left the view (kEntered, kLeft); true once
+  // none is left. Between parts frames may come: judging a cell is
+  // idempotent, and until the move is done frames judge the moves from the
+  // old region's bounds too, so the view is right for every slot once it
+  // ends.
+  virtual size_t StartRegionMove(const Region& /*region*/) { return 0; }
+  virtual void AbandonRegionMove() {}
+  virtual bool MoveRegionMore(size_t /*slots*/,
+                              absl::FunctionRef<void(Slot, Moved)> /*f*/) {
+    return true;
+  }
+  virtual bool RegionMoveUnderWay() const { return false; }
 
   // The view is being sent whole. Sets in `stale` what it holds that is
   // found at once, and returns what finding the rest needs (null: nothing
@@ -167,9 +181,11 @@ std::unique_ptr<ViewFilter> MakeEntityFilter(const PublishedState& state,
 // and, for each moved entity in or near the region, a test of its
 // position (with the moves by cell, FrameMoves::by_cell: O(cells the
 // region grown covers where moves are + the moves from and to them));
-// SetRegion and the snapshot's search O(cells the old and new
-// regions grown cover, at most the occupied ones, + the slots in them),
-// the search judging `walk_chunk` of them at a time (after `inner`'s own).
+// StartRegionMove O(cells the old and new regions grown cover, at most
+// the occupied ones), MoveRegionMore O(its slots); the snapshot's search
+// O(cells the region grown covers, at most the occupied ones, + the
+// slots in them), judging `walk_chunk` of them at a time (after `inner`'s
+// own).
 // The cells of `cell_size` that a region view's searches cover: those of
 // the box around `region` grown by its margin. O(1).
 uint64_t CellsOfRegion(const Region& region, float cell_size);

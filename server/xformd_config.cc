@@ -55,6 +55,11 @@ ABSL_FLAG(uint64_t, max_region_cells, uint64_t{1} << 40,
 ABSL_FLAG(double, max_region_moves_hz, 240,
           "How often a subscription's region may move (UpdateSubscription), "
           "a second; 0: no limit");
+ABSL_FLAG(double, max_region_move_entities_per_second, 8e6,
+          "The entities a caller's region moves (UpdateSubscription) may "
+          "judge a second, all its subscriptions together: a move is "
+          "refused while its caller is in debt, else charged what it "
+          "judged; 0: no limit");
 ABSL_FLAG(uint64_t, resume_frames, 600,
           "Frames a subscriber whose stream broke may resume from, sent only "
           "what changed since (its view whole past them): 10 s at 60 Hz. "
@@ -251,12 +256,17 @@ Limits LimitsFromFlags(Problems& problems) {
   const double moves_hz = absl::GetFlag(FLAGS_max_region_moves_hz);
   problems.Unless(moves_hz >= 0 && moves_hz <= 1e6,
                   "--max_region_moves_hz must be in [0, 1e6]");
+  const double move_entities =
+      absl::GetFlag(FLAGS_max_region_move_entities_per_second);
+  problems.Unless(move_entities >= 0 && move_entities <= 1e12,
+                  "--max_region_move_entities_per_second must be in [0, 1e12]");
   problems.Unless(absl::GetFlag(FLAGS_max_region_cells) > 0,
                   "--max_region_cells must be at least 1");
   Limits limits;
   limits.region_cell_size = static_cast<float>(cell);
   limits.max_region_cells = absl::GetFlag(FLAGS_max_region_cells);
   limits.max_region_moves_hz = moves_hz;
+  limits.max_region_move_entities_per_second = move_entities;
   limits.max_worlds = absl::GetFlag(FLAGS_max_worlds);
   limits.max_entities_per_world = absl::GetFlag(FLAGS_max_entities);
   limits.max_batch = absl::GetFlag(FLAGS_max_batch);

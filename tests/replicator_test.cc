@@ -18,6 +18,7 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "glm/gtc/quaternion.hpp"
 #include "gtest/gtest.h"
 #include "tests/seeds.h"
@@ -209,6 +210,132 @@ TEST_F(ReplicatorTest, AnIndexBuiltInPartsWhileFramesGoOnIsExact) {
     Publish();
     Drain(replicator_, region, &state);
     EXPECT_EQ(state, expected()) << "frame " << frame;
+  }
+}
+
+// A region moved far, in parts (a chunk of 1,000 slots), with frames that
+// move, destroy and create between the parts, and the subscriber reading
+// between them too; once, a second move of the same view comes between
+// two parts (another call's, which finishes the first). The view ends
+// exact by the last region's rule, with or without the frame's moves kept
+// by cell, and stays exact after. Issue 71: a whole-world move was one
+// hold of the world's lock (3.4 s on a 1M-entity world).
+TEST(ReplicatorMoveTest, ARegionMovedInPartsWhileFramesGoOnIsExact) {
+  for (const size_t sort_moves : {size_t{1}, size_t{8}}) {
+    SCOPED_TRACE(absl::StrCat("moves by cell from ", sort_moves, " views"));
+    World world;
+    FrameChanges changes;
+    Replicator replicator;
+    replicator.set_membership_walk_chunk_for_testing(1'000);
+    replicator.set_region_views_to_sort_moves(sort_moves);
+    const auto publish = [&] {
+      world.EndFrame(&changes);
+      replicator.Publish(changes, absl::Now());
+    };
+    constexpr EntityId kEntities = 50'000;
+    std::mt19937 random(11);
+    std::uniform_real_distribution<float> x(0, 1000);
+    std::vector<CreateOp> creates;
+    for (EntityId e = 1; e <= kEntities; ++e) {
+      creates.push_back({e, kNoEntity, At(x(random))});
+    }
+    ASSERT_TRUE(world.CreateMany(creates).ok());
+    publish();
+    SubscriptionOptions options;
+    options.owner = "reader";
+    // Far apart, the old region large: its cells are judged over many
+    // parts, while frames move its members away from both regions.
+    options.region = *Region::Box({0, -1, -1}, {400, 1, 1});
+    const Replicator::SubscriptionId id =
+        replicator.Subscribe(options, std::make_shared<CountingSink>());
+    State state;
+    Drain(replicator, id, &state);
+    const auto afford = [](size_t) { return absl::OkStatus(); };
+    EntityId next = kEntities + 1;
+    int parts = 0;
+    bool moved_again = false;
+    bool in_hook = false;
+    const Region last = *Region::Box({600, -1, -1}, {990, 1, 1});
+    int unlocked = 0;  // Parts of both moves.
+    replicator.set_unlocked_for_testing([&] {
+      ++unlocked;
+      if (in_hook) return;
+      in_hook = true;
+      ++parts;
+      std::vector<Command> batch;
+      for (int k = 0; k < 200; ++k) {
+        const EntityId e = 1 + random() % (next - 1);
+        if (world.Has(e)) batch.push_back(SetLocalOp{e, At(x(random))});
+      }
+      std::sort(batch.begin(), batch.end(), [](auto& a, auto& b) {
+        return std::get<SetLocalOp>(a).entity < std::get<SetLocalOp>(b).entity;
+      });
+      batch.erase(std::unique(batch.begin(), batch.end(),
+                              [](auto& a, auto& b) {
+                                return std::get<SetLocalOp>(a).entity ==
+                                       std::get<SetLocalOp>(b).entity;
+                              }),
+                  batch.end());
+      std::set<EntityId> touched;
+      for (const Command& c : batch) {
+        touched.insert(std::get<SetLocalOp>(c).entity);
+      }
+      // Every other frame moves alone (FollowMoves), the others also
+      // destroy and create (Follow).
+      for (int k = 0; k < (parts % 2 ? 20 : 0); ++k) {
+        const EntityId gone = 1 + random() % (next - 1);
+        if (world.Has(gone) && touched.insert(gone).second) {
+          batch.push_back(DestroyOp{gone});
+        }
+        batch.push_back(CreateOp{next++, kNoEntity, At(x(random))});
+      }
+      ASSERT_TRUE(world.Apply(batch).ok());
+      publish();
+      if (parts % 3 == 0) Drain(replicator, id, &state);
+      if (parts == 8 && !moved_again) {
+        moved_again = true;
+        EXPECT_TRUE(replicator
+                        .MoveRegion(id, "reader", last, 0, absl::Now(), afford)
+                        .ok());
+      }
+      in_hook = false;
+    });
+    ASSERT_TRUE(replicator
+                    .MoveRegion(id, "reader",
+                                *Region::Box({500, -1, -1}, {1000, 1, 1}), 0,
+                                absl::Now(), afford)
+                    .ok());
+    replicator.set_unlocked_for_testing(nullptr);
+    EXPECT_TRUE(moved_again);
+    EXPECT_GE(unlocked, 20);  // A cell a part: 32 units, about 1,600 slots.
+    const auto expected = [&] {
+      State inside;
+      world.ForEach([&](EntityId e, EntityId p, const Matrix3x4& m) {
+        if (last.Inside(m.translation())) inside[e] = {p, m};
+      });
+      return inside;
+    };
+    Drain(replicator, id, &state);
+    EXPECT_EQ(state.size(), expected().size());
+    EXPECT_TRUE(state == expected());
+    for (int frame = 0; frame < 5; ++frame) {
+      std::vector<SetLocalOp> moves;
+      for (EntityId e = 1; e < next; e += 97) {
+        if (world.Has(e)) moves.push_back({e, At(x(random))});
+      }
+      ASSERT_TRUE(world.SetLocals(moves).ok());
+      publish();
+      Drain(replicator, id, &state);
+      EXPECT_TRUE(state == expected()) << "frame " << frame;
+    }
+    // A move its caller cannot afford changes nothing.
+    const absl::Status refused = replicator.MoveRegion(
+        id, "reader", *Region::Box({0, -1, -1}, {50, 1, 1}), 0, absl::Now(),
+        [](size_t) { return absl::ResourceExhaustedError("in debt"); });
+    EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+    publish();
+    Drain(replicator, id, &state);
+    EXPECT_TRUE(state == expected());
   }
 }
 
