@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -480,7 +481,11 @@ TEST(RegionMoveAttackTest, AReaderMovingHugeRegionsDoesNotSlowAnotherWorld) {
   absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
   ASSERT_TRUE(client.ok());
   ASSERT_TRUE((*client)->CreateWorld("big", {.mode = FrameMode::kDriven}).ok());
-  constexpr int kSide = 500;  // 250,000 entities, 2 m apart.
+  // 250,000 entities, 2 m apart (XFORM_ATTACK_SIDE=1000: the probe's 1M).
+  int kSide = 500;
+  if (const char* side = std::getenv("XFORM_ATTACK_SIDE")) {
+    kSide = std::max(100, std::atoi(side) / 100 * 100);
+  }
   for (int row = 0; row < kSide; row += 100) {
     std::vector<Command> creates;
     for (int z = row; z < row + 100; ++z) {
@@ -522,7 +527,8 @@ TEST(RegionMoveAttackTest, AReaderMovingHugeRegionsDoesNotSlowAnotherWorld) {
   auto channel = grpc::CreateChannel(server.address(),
                                      grpc::InsecureChannelCredentials());
   auto stub = v1::Xform::NewStub(channel);
-  const Region whole = *Region::Box({-10, -10, -10}, {1010, 10, 1010});
+  const float reach = 2.f * static_cast<float>(kSide) + 10;
+  const Region whole = *Region::Box({-10, -10, -10}, {reach, 10, reach});
   const Region far = *Region::Box({5000, -10, 5000}, {5010, 10, 5010});
   struct Stream {
     grpc::ClientContext context;

@@ -12,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "server/journal.h"
+#include "server/log.h"
 #include "server/snapshot_file.h"
 #include "xform/v1/xform.pb.h"
 
@@ -50,10 +51,17 @@ std::optional<uint64_t> HexHeader(natsMsg* msg, const char* key) {
   return value;
 }
 
-absl::Status ForeignRecord(uint64_t seq, absl::string_view cluster) {
-  return absl::DataLossError(
-      absl::StrCat("record ", seq, " is another cluster's (", cluster,
-                   "): refused, not mixed with this one's"));
+// A message in a world's stream that is not this cluster's (another
+// deployment's, or anything published there by a holder of the NATS
+// credentials): never one of its records, so passed over, and said so.
+void SkipForeign(absl::string_view stream, uint64_t seq,
+                 absl::string_view cluster) {
+  static LogThrottle throttle;
+  throttle.Log('W', "message ", seq, " of ", stream, " is not this cluster's (",
+               cluster.empty()
+                   ? std::string("no Xform-Cluster header")
+                   : absl::StrCat("cluster ", EscapeForLog(cluster)),
+               "): passed over, as no record of its worlds");
 }
 
 }  // namespace
@@ -62,7 +70,9 @@ absl::StatusOr<std::optional<LogRecord>> RecordAssembler::Take(natsMsg* msg,
                                                                uint64_t seq) {
   if (const absl::string_view cluster = Header(msg, kClusterHeader);
       cluster != cluster_) {
-    return ForeignRecord(seq, cluster);
+    SkipForeign(stream_, seq, cluster);
+    ++skipped_;
+    return std::nullopt;
   }
   LogRecord record;
   record.seq = seq;
@@ -194,7 +204,8 @@ absl::StatusOr<std::vector<SnapshotChunks>> ReadNewestSnapshots(
   absl::Status read = link.ReadFromLeader(SnapStream(key), [&](natsMsg* msg) {
     if (const absl::string_view cluster = Header(msg, kClusterHeader);
         cluster != link.cluster()) {
-      return ForeignRecord(natsMsg_GetSequence(msg), cluster);
+      SkipForeign(SnapStream(key), natsMsg_GetSequence(msg), cluster);
+      return absl::OkStatus();
     }
     // A writer's mark (JetStreamWorldLog::FenceSnapshots): no chunk.
     if (!Header(msg, "Xform-Marker").empty()) return absl::OkStatus();
@@ -270,7 +281,7 @@ absl::StatusOr<LoadedWorld> LoadFrom(NatsLink& link, const std::string& key,
     recovered.write_ids.emplace_back(write.id(), write.frame());
   }
   recovered.stored.clear_recent_writes();
-  RecordAssembler assembler(link.cluster());
+  RecordAssembler assembler(link.cluster(), LogStream(key));
   RecordReplay replay(recovered, recovered.world.frame());
   recovered.snapshot_time = clock.Now() - phase;
   phase = clock.Now();

@@ -76,15 +76,20 @@ struct LogRecord {
 // Puts a log's messages together into records, in order.
 class RecordAssembler {
  public:
-  explicit RecordAssembler(std::string cluster)
-      : cluster_(std::move(cluster)) {}
+  RecordAssembler(std::string cluster, std::string stream)
+      : cluster_(std::move(cluster)), stream_(std::move(stream)) {}
   // Takes the next message (sequence `seq`): a record once it is whole,
-  // nullopt while a batch's parts come in. DATA_LOSS for a message of
-  // another cluster, or a part out of order.
+  // nullopt while a batch's parts come in, or for a message not this
+  // cluster's (no record of it: passed over, and logged). DATA_LOSS for a
+  // part out of order, or a message of this cluster's that is no record.
   absl::StatusOr<std::optional<LogRecord>> Take(natsMsg* msg, uint64_t seq);
+  // Messages passed over as not this cluster's.
+  uint64_t skipped() const { return skipped_; }
 
  private:
   std::string cluster_;
+  std::string stream_;  // Its log's, for the log line.
+  uint64_t skipped_ = 0;
   std::string parts_;
   uint64_t next_part_ = 0;
 };

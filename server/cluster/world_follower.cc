@@ -15,7 +15,7 @@ WorldFollower::WorldFollower(std::shared_ptr<NatsLink> link,
     : link_(std::move(link)),
       world_(std::move(world)),
       key_(std::move(key)),
-      assembler_(link_->cluster()) {}
+      assembler_(link_->cluster(), LogStream(key_)) {}
 
 WorldFollower::~WorldFollower() { Stop(); }
 
@@ -39,7 +39,7 @@ absl::Status WorldFollower::Start(uint64_t next_seq, uint64_t epoch) {
   options.Config.OptStartSeq = next_seq;
   jsErrCode code = static_cast<jsErrCode>(0);
   natsSubscription* sub = nullptr;
-  assembler_ = RecordAssembler(link_->cluster());
+  assembler_ = RecordAssembler(link_->cluster(), LogStream(key_));
   expected_seq_ = next_seq;
   applied_seq_ = next_seq - 1;
   epoch_ = epoch;
