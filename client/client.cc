@@ -350,6 +350,8 @@ WorldInfo FromWire(const v1::WorldInfo& info) {
                              placement.serving_nodes().end());
     out.answered_by = placement.answered_by();
     out.unconfirmed = absl::Milliseconds(placement.unconfirmed_ms());
+    out.wedged = placement.wedged();
+    out.wedged_record = placement.wedged_record();
   }
   return out;
 }
@@ -615,6 +617,15 @@ absl::StatusOr<uint32_t> Client::DrainNode(absl::string_view node, bool drain) {
     return s;
   }
   return response.worlds_moved();
+}
+
+absl::Status Client::SkipRecord(absl::string_view world, uint64_t record) {
+  v1::SkipRecordRequest request;
+  request.set_world(std::string(world));
+  request.set_record(record);
+  v1::SkipRecordResponse response;
+  return Call(options_, *nodes_, &v1::Xform::Stub::SkipRecord, request,
+              &response);
 }
 
 }  // namespace xform

@@ -37,6 +37,10 @@ struct PlacementView {
   std::vector<std::string> serving_nodes;
   // Since this node last heard from the world's log (zero: in touch).
   absl::Duration unconfirmed;
+  // Why this node cannot load it from its log, and the record (empty, 0:
+  // it can).
+  std::string wedged;
+  uint64_t wedged_record = 0;
 };
 
 class ClusterView {
@@ -54,6 +58,11 @@ class ClusterView {
   // there (redirect.h); an unknown one: NOT_FOUND.
   virtual absl::StatusOr<uint32_t> Drain(absl::string_view node,
                                          bool drain) = 0;
+  // Deletes record `record` from a wedged world's log, which this node
+  // then loads again (the others within a few seconds). NOT_FOUND for no
+  // such world; FAILED_PRECONDITION unless it is wedged on that record.
+  virtual absl::Status SkipRecord(absl::string_view world,
+                                  uint64_t record) = 0;
 };
 
 }  // namespace xform::server

@@ -102,6 +102,8 @@ v1::WorldInfo InfoOf(const WorldHost& host, const HostedWorld& world) {
     out.set_answered_by(cluster->node_name());
     out.set_unconfirmed_ms(static_cast<uint64_t>(
         absl::ToInt64Milliseconds(placement.unconfirmed)));
+    out.set_wedged(placement.wedged);
+    out.set_wedged_record(placement.wedged_record);
   }
   return info;
 }
@@ -1230,6 +1232,35 @@ grpc::ServerUnaryReactor* XformService::DrainNode(
             drain.undrain() ? "undrained" : "drained", " by principal '",
             caller.name(), "'");
         return absl::OkStatus();
+      });
+}
+
+grpc::ServerUnaryReactor* XformService::SkipRecord(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  return Serve<v1::SkipRecordRequest, v1::SkipRecordResponse>(
+      active_calls_, host_, *gatekeeper_, refusals_, "SkipRecord", context,
+      request, response,
+      [&](const Caller& caller, const v1::SkipRecordRequest& skip,
+          v1::SkipRecordResponse*) {
+        if (absl::Status allowed =
+                caller.Require(kAdmin, skip.world(), "SkipRecord");
+            !allowed.ok()) {
+          return allowed;
+        }
+        ClusterView* cluster = host_.cluster();
+        if (cluster == nullptr) {
+          return absl::FailedPreconditionError(
+              "this xformd is no node of a cluster (--cluster): its worlds' "
+              "journals are recovered with --recover=truncate");
+        }
+        absl::Status skipped = cluster->SkipRecord(skip.world(), skip.record());
+        if (skipped.ok()) {
+          Log('W', "world '", EscapeForLog(skip.world()), "': record ",
+              skip.record(), " of its log skipped by principal '",
+              caller.name(), "'");
+        }
+        return skipped;
       });
 }
 

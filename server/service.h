@@ -62,7 +62,9 @@ using RawXformService = v1::Xform::WithRawCallbackMethod_CreateWorld<
                                             v1::Xform::
                                                 WithRawCallbackMethod_DrainNode<
                                                     v1::Xform::
-                                                        Service>>>>>>>>>>>>;
+                                                        WithRawCallbackMethod_SkipRecord<
+                                                            v1::Xform::
+                                                                Service>>>>>>>>>>>>>;
 
 class XformService final : public RawXformService {
  public:
@@ -95,6 +97,8 @@ class XformService final : public RawXformService {
                    Bytes* response) override;
   Unary* DrainNode(grpc::CallbackServerContext* context, const Bytes* request,
                    Bytes* response) override;
+  Unary* SkipRecord(grpc::CallbackServerContext* context, const Bytes* request,
+                    Bytes* response) override;
 
   // Shutdown: ends every stream with `status`. Subscribers finish after their
   // write in flight; writers after their batch in flight, at once when they

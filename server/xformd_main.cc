@@ -301,6 +301,18 @@ int Main(const XformdConfig& config) {
   Log('I', "xformd listening on ", config.listen, " (port ", (*edge)->port(),
       ")");
   services.SetServing(false);
+  if (cluster != nullptr) {
+    // A node's worlds, as a health of their own: NOT_SERVING while any is
+    // wedged (its log holds a record no node can load past), which the
+    // log and GetWorld name.
+    const std::string worlds =
+        absl::StrCat(v1::Xform::service_full_name(), ".worlds");
+    services.health.SetServingStatus(worlds, true);
+    cluster->set_on_wedged([&health = services.health,
+                            worlds](std::vector<std::string> wedged) {
+      health.SetServingStatus(worlds, wedged.empty());
+    });
+  }
   if (absl::Status recovered =
           RecoverWorlds(config, (*edge)->port(), host, cluster);
       !recovered.ok()) {

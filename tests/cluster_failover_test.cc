@@ -30,6 +30,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tests/acknowledged_writes.h"
 #include "tests/xform_cluster.h"
@@ -701,7 +703,8 @@ TEST(ClusterFailoverTest, CrashLoop) {
                             .c_str());
       if (what != 1) {
         EXPECT_EQ(DigestMismatches(cluster.node(node).Log()), "")
-            << "node " << node << ", before its kill";
+            << "node " << node << ", before its kill:\n"
+            << cluster.node(node).Log();
         cluster.Kill(node);
       }
       if (what != 0) cluster.nats().Kill(server);
@@ -905,6 +908,119 @@ TEST(ClusterFaultTest, AMessageNotOursInAWorldsLogIsPassedOver) {
   ASSERT_NE(restarted, nullptr);
   EXPECT_EQ(WaitUntilSame(*restarted, w.world, w.model), "")
       << cluster.node(1).Log();
+}
+
+// Publishes into `world`'s log a record of this cluster's (its identity
+// copied from the log's first record) that no node can apply: a batch that
+// does not parse. Its sequence, or 0.
+uint64_t PublishBadRecord(const std::string& nats_url,
+                          const std::string& world) {
+  natsConnection* nc = nullptr;
+  jsCtx* js = nullptr;
+  if (natsConnection_ConnectTo(&nc, nats_url.c_str()) != NATS_OK) return 0;
+  natsConnection_JetStream(&js, nc, nullptr);
+  const std::string hex = absl::BytesToHexString(world);
+  const std::string stream = absl::StrCat("XFORM_LOG_", hex);
+  const std::string subject = absl::StrCat("xform.log.", hex);
+  std::string cluster;
+  natsMsg* first = nullptr;
+  if (js_GetMsg(&first, js, stream.c_str(), 1, nullptr, nullptr) == NATS_OK) {
+    const char* value = nullptr;
+    if (natsMsgHeader_Get(first, "Xform-Cluster", &value) == NATS_OK) {
+      cluster = value;
+    }
+    natsMsg_Destroy(first);
+  }
+  uint64_t seq = 0;
+  natsMsg* msg = nullptr;
+  if (!cluster.empty() &&
+      natsMsg_Create(&msg, subject.c_str(), nullptr, "\xff\xff\xff", 3) ==
+          NATS_OK) {
+    natsMsgHeader_Set(msg, "Xform-Cluster", cluster.c_str());
+    natsMsgHeader_Set(msg, "Xform-Frame", "1");
+    jsPubAck* ack = nullptr;
+    if (js_PublishMsg(&ack, js, msg, nullptr, nullptr) == NATS_OK) {
+      seq = ack->Sequence;
+    }
+    jsPubAck_Destroy(ack);
+    natsMsg_Destroy(msg);
+  }
+  jsCtx_Destroy(js);
+  natsConnection_Destroy(nc);
+  return seq;
+}
+
+grpc::health::v1::HealthCheckResponse::ServingStatus WorldsHealth(
+    const std::string& address) {
+  auto health = grpc::health::v1::Health::NewStub(
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service("xform.v1.Xform.worlds");
+  grpc::health::v1::HealthCheckResponse response;
+  if (!health->Check(&context, request, &response).ok()) {
+    return grpc::health::v1::HealthCheckResponse::UNKNOWN;
+  }
+  return response.status();
+}
+
+// A record of this cluster's that no node can apply (forged by a holder of
+// the NATS credentials, or a defect) wedges the world: its writes are
+// refused DATA_LOSS at once rather than timing out, GetWorld names the
+// record, and the node's worlds' health is NOT_SERVING; an operator's
+// SkipRecord deletes it, and the world is written on, every node exact
+// (issue 71, item 13).
+TEST(ClusterFaultTest, AWorldWedgedOnABadRecordSaysSoUntilItIsSkipped) {
+  XformCluster cluster(1, 2);
+  std::unique_ptr<Client> client = cluster.ClientOfAll();
+  ASSERT_NE(client, nullptr) << cluster.Logs();
+  Writer w = DrivenWorld(29);
+  ASSERT_TRUE(client->CreateWorld(w.world, w.options).ok());
+  ASSERT_NO_FATAL_FAILURE(WriteBatches(*client, w, 20));
+  EXPECT_EQ(WorldsHealth(cluster.Address(1)),
+            grpc::health::v1::HealthCheckResponse::SERVING);
+  const uint64_t bad = PublishBadRecord(cluster.nats().Url(0), w.world);
+  ASSERT_NE(bad, 0u);
+  // Writes: DATA_LOSS, naming the record, within a failover's time.
+  absl::Status refused;
+  for (const absl::Time deadline = absl::Now() + absl::Seconds(30);
+       absl::Now() < deadline; absl::SleepFor(absl::Milliseconds(50))) {
+    World next = w.model;
+    refused = client->Apply(w.world, w.random.Next(next, 4), {.end_frame = true})
+                  .status();
+    if (absl::IsDataLoss(refused)) break;
+    ASSERT_FALSE(refused.ok()) << "a batch applied past the bad record";
+  }
+  ASSERT_TRUE(absl::IsDataLoss(refused)) << refused << "\n" << cluster.Logs();
+  EXPECT_TRUE(absl::StrContains(refused.message(), absl::StrCat(bad)))
+      << refused;
+  for (int node = 0; node < cluster.size(); ++node) {
+    std::unique_ptr<Client> each = cluster.ClientOf(node);
+    absl::StatusOr<WorldInfo> info = each->GetWorld(w.world);
+    for (const absl::Time deadline = absl::Now() + absl::Seconds(20);
+         info.ok() && info->wedged.empty() && absl::Now() < deadline;
+         absl::SleepFor(absl::Milliseconds(50))) {
+      info = each->GetWorld(w.world);
+    }
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_EQ(info->wedged_record, bad) << "node " << node;
+    EXPECT_EQ(WorldsHealth(cluster.Address(node)),
+              grpc::health::v1::HealthCheckResponse::NOT_SERVING);
+  }
+  // Only the record it is wedged on may be skipped.
+  EXPECT_EQ(client->SkipRecord(w.world, bad + 1).code(),
+            absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(client->SkipRecord(w.world, bad).ok()) << cluster.Logs();
+  // Written on, exact everywhere, healthy again.
+  ASSERT_NO_FATAL_FAILURE(WriteBatches(*client, w, 20)) << cluster.Logs();
+  for (int node = 0; node < cluster.size(); ++node) {
+    std::unique_ptr<Client> each = cluster.ClientOf(node);
+    EXPECT_EQ(WaitUntilSame(*each, w.world, w.model), "")
+        << "node " << node << "\n" << cluster.Logs();
+    EXPECT_EQ(WorldsHealth(cluster.Address(node)),
+              grpc::health::v1::HealthCheckResponse::SERVING);
+  }
 }
 
 TEST(ClusterFaultTest, AnotherClustersServersAreRefusedNotMixed) {

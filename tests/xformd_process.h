@@ -40,7 +40,11 @@ class Xformd {
  public:
   explicit Xformd(std::vector<std::string> flags,
                   const std::string& shell_prefix = "") {
-    std::string command = absl::StrCat(shell_prefix, " exec ", XFORMD_PATH);
+    // XFORM_XFORMD: another binary (a long run's own copy, which a
+    // rebuild meanwhile leaves alone).
+    const char* binary = std::getenv("XFORM_XFORMD");
+    std::string command = absl::StrCat(shell_prefix, " exec ",
+                                       binary != nullptr ? binary : XFORMD_PATH);
     bool listen_given = false;
     for (const std::string& flag : flags) {
       listen_given |= flag.rfind("--listen=", 0) == 0;

@@ -16,12 +16,14 @@ cycles=${2:-100}
 runs=${3:-1}
 dir=${4:-$(mktemp -d /tmp/xform-crash-loop.XXXXXX)}
 mkdir -p "$dir"
+# Copies of the binaries: a rebuild meanwhile does not change the run.
+cp "$build/tests/xform_cluster_failover_test" "$build/server/xformd" "$dir/"
 failed=0
 for ((run = 1; run <= runs; run++)); do
   log="$dir/run$run.log"
   echo "run $run of $runs: $cycles cycles, output in $log"
   if XFORM_CLUSTER_CYCLES=$cycles XFORM_CLUSTER_SEED=${XFORM_CLUSTER_SEED:-$run} \
-      "$build/tests/xform_cluster_failover_test" \
+      XFORM_XFORMD="$dir/xformd" "$dir/xform_cluster_failover_test" \
       --gtest_filter='ClusterFailoverTest.CrashLoop' > "$log" 2>&1; then
     grep -E '^crash loop:' "$log" || true
   else

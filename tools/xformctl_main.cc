@@ -181,6 +181,10 @@ Json ToJson(const WorldInfo& w) {
         {"serving_nodes", w.serving_nodes},
         {"answered_by", w.answered_by},
         {"unconfirmed_ms", absl::ToInt64Milliseconds(w.unconfirmed)}};
+    if (!w.wedged.empty()) {
+      json["cluster"]["wedged"] = w.wedged;
+      json["cluster"]["wedged_record"] = w.wedged_record;
+    }
   }
   return json;
 }
@@ -269,6 +273,11 @@ std::string ToText(const WorldInfo& w) {
       absl::StrAppend(&text, "  (", w.answered_by, " unconfirmed for ",
                       absl::FormatDuration(w.unconfirmed), ")");
     }
+    if (!w.wedged.empty()) {
+      absl::StrAppend(&text, "\nWEDGED at record ", w.wedged_record, ": ",
+                      w.wedged, "\n(xformctl worlds skip-record ", w.name,
+                      " ", w.wedged_record, " skips it, losing what it held)");
+    }
   }
   return text;
 }
@@ -336,6 +345,20 @@ class Ctl {
     }
     Print({{"subscribers", all}},
           subscribers->empty() ? "(no subscribers)" : text);
+    return 0;
+  }
+
+  int WorldsSkipRecord(const std::vector<std::string>& args) {
+    uint64_t record = 0;
+    if (!absl::SimpleAtoi(args[1], &record) || record == 0) {
+      return UsageError(absl::StrCat("not a record number: ", args[1]),
+                        "worlds skip-record");
+    }
+    if (absl::Status s = client_.SkipRecord(args[0], record); !s.ok()) {
+      return Fail(s);
+    }
+    Print({{"world", args[0]}, {"skipped_record", record}},
+          absl::StrCat("skipped record ", record, " of ", args[0]));
     return 0;
   }
 
@@ -486,6 +509,11 @@ const Command kCommands[] = {
      "Creates a world. A tick world publishes frames at its rate; a driven "
      "world when a write says --end_frame.",
      1, false, &Ctl::WorldsCreate},
+    {"worlds skip-record", "xformctl worlds skip-record NAME RECORD",
+     "Skips the record a cluster's wedged world cannot be loaded past (as "
+     "worlds info names it), losing what it held; every node loads the "
+     "world again without it. Needs the admin role on the world.",
+     2, false, &Ctl::WorldsSkipRecord},
     {"worlds info", "xformctl worlds info NAME",
      "A world's mode, rate, size, last frame and subscribers, and what its "
      "streams were sent (since xformd made or loaded it).",

@@ -125,6 +125,11 @@ struct WorldInfo {
   std::vector<std::string> serving_nodes;
   std::string answered_by;
   absl::Duration unconfirmed;
+  // Why the answering node cannot load it from its log, and the record
+  // (empty, 0: it can): its writes are refused DATA_LOSS until an operator
+  // skips that record (Client::SkipRecord).
+  std::string wedged;
+  uint64_t wedged_record = 0;
 };
 
 // A node of a cluster (Client::ListNodes).
@@ -205,6 +210,10 @@ class Client {
   // taking any (or, with `drain` false, lets it again): the worlds it
   // handed over. Needs the admin role on every world.
   absl::StatusOr<uint32_t> DrainNode(absl::string_view node, bool drain = true);
+  // Skips the record a cluster's wedged world cannot be loaded past
+  // (WorldInfo::wedged_record), losing what it held: the world is loaded
+  // again without it and written on. Needs the admin role on the world.
+  absl::Status SkipRecord(absl::string_view world, uint64_t record);
 
   const ClientOptions& options() const { return options_; }
 

@@ -450,9 +450,13 @@ void ClusterNode::StepWorld(Held& held) {
     held.checked = now;
     held.follower->CheckFallenBehind(options_.lease).IgnoreError();
   }
-  if (held.follower == nullptr || !held.follower->failed().ok()) {
+  if ((held.follower == nullptr || !held.follower->failed().ok()) &&
+      now >= held.reload_after) {
     Reload(held);
   }
+  // Its writes stay refused, saying why, until an operator skips the
+  // record (SkipRecord): no node can take a world it cannot load.
+  if (!held.wedged.ok()) return;
   absl::StatusOr<std::optional<config::OwnerLease>> lease =
       ReadLease(held.key, &held.lease_seen);
   if (!lease.ok()) return;  // Cut off: it serves what it has, unconfirmed.
@@ -659,10 +663,38 @@ void ClusterNode::Reload(Held& held) {
   held.follower.reset();
   absl::StatusOr<LoadedWorld> loaded = LoadWorld(*link_, held.key, clock_);
   if (!loaded.ok()) {
+    if (const std::optional<uint64_t> record = BadRecordOf(loaded.status())) {
+      // Wedged: every load stops at this record. Said to its writers
+      // (DATA_LOSS, not "try again"), in GetWorld, and in the node's
+      // health, and tried again every few seconds (an operator may have
+      // skipped it at another node).
+      if (held.wedged.ok()) {
+        Log('E', "world '", EscapeForLog(held.name), "' is wedged: ",
+            loaded.status().message(), "; serving what it holds. To skip "
+            "the record (losing what it held): xformctl worlds skip-record ",
+            EscapeForLog(held.name), " ", *record);
+      }
+      held.wedged = loaded.status();
+      held.reload_after = clock_.Now() + 4 * options_.lease;
+      held.writer = {};
+      held.world->StopWriting(absl::DataLossError(absl::StrCat(
+          "world ", Quoted(held.name), " is wedged: ",
+          loaded.status().message(), "; its writes are refused until an "
+          "operator skips record ", *record, " (docs/cluster.md, \"A wedged "
+          "world\")")));
+      TellWedged();
+      return;
+    }
     Log('W', "world '", EscapeForLog(held.name),
         "': cannot reload it: ", loaded.status().message(),
         "; serving what it holds");
     return;  // Tried again at the next step.
+  }
+  if (!held.wedged.ok()) {
+    Log('I', "world '", EscapeForLog(held.name), "' is no longer wedged");
+    held.wedged = absl::OkStatus();
+    held.world->StopWriting(NoWriter(held.name));  // Until its lease is read.
+    TellWedged();
   }
   held.world->Reset(loaded->recovered);
   held.epoch = loaded->epoch;
@@ -758,10 +790,70 @@ void ClusterNode::KeepEntry() {
 void ClusterNode::Publish(const Held& held) {
   absl::MutexLock lock(&view_mu_);
   placements_[held.name] = {
-      held.writer.node, held.writer.address,
-      std::max(held.confirmed, held.follower != nullptr
-                                   ? held.follower->last_record()
-                                   : absl::InfinitePast())};
+      .writer_node = held.writer.node,
+      .writer_address = held.writer.address,
+      .confirmed = std::max(held.confirmed, held.follower != nullptr
+                                                ? held.follower->last_record()
+                                                : absl::InfinitePast()),
+      .wedged = std::string(held.wedged.message()),
+      .wedged_record = BadRecordOf(held.wedged).value_or(0)};
+}
+
+void ClusterNode::TellWedged() {
+  std::vector<std::string> wedged;
+  for (const auto& [name, held] : held_) {
+    if (!held->wedged.ok()) wedged.push_back(name);
+  }
+  std::sort(wedged.begin(), wedged.end());
+  if (wedged == told_wedged_) return;
+  told_wedged_ = wedged;
+  if (on_wedged_) on_wedged_(std::move(wedged));
+}
+
+absl::Status ClusterNode::SkipRecord(absl::string_view world,
+                                     uint64_t record) {
+  absl::MutexLock lock(&ops_mu_);
+  Held* held = Find(world);
+  if (held == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no world ", Quoted(world)));
+  }
+  const std::optional<uint64_t> bad = BadRecordOf(held->wedged);
+  if (!bad) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "world ", Quoted(world), " is not wedged here: no record to skip"));
+  }
+  if (*bad != record) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("world ", Quoted(world), " is wedged on record ", *bad,
+                     ", not ", record));
+  }
+  const std::string stream = LogStream(held->key);
+  jsErrCode code = static_cast<jsErrCode>(0);
+  if (natsStatus s =
+          js_DeleteMsg(link_->js(), stream.c_str(), record, nullptr, &code);
+      s != NATS_OK) {
+    return NatsError(absl::StrCat("cannot delete record ", record, " of ",
+                                  stream),
+                     s, code);
+  }
+  // A record after the hole, so that the log never ends in one (a node
+  // taking the world reads to the log's last sequence).
+  absl::StatusOr<uint64_t> marked = link_->PublishSync(
+      MakeMessage(LogSubject(held->key), "",
+                  {{kClusterHeader, link_->cluster()},
+                   {"Xform-Skipped", absl::StrCat(record)},
+                   {"Xform-Node", options_.node}}),
+      absl::StrCat("skipped:", record, ":", RandomId()),
+      "cannot mark the skipped record");
+  if (!marked.ok()) return marked.status();
+  held->reload_after = absl::InfinitePast();
+  Reload(*held);
+  Publish(*held);
+  return held->wedged.ok()
+             ? absl::OkStatus()
+             : absl::FailedPreconditionError(absl::StrCat(
+                   "record ", record, " skipped, but the world is still "
+                   "wedged: ", held->wedged.message()));
 }
 
 absl::StatusOr<std::vector<NodeView>> ClusterNode::Nodes() const {
@@ -780,6 +872,8 @@ PlacementView ClusterNode::Placement(absl::string_view world) const {
   // Heard from within a step or two: in touch.
   const absl::Duration since = clock_.Now() - it->second.confirmed;
   view.unconfirmed = since <= options_.lease / 2 ? absl::ZeroDuration() : since;
+  view.wedged = it->second.wedged;
+  view.wedged_record = it->second.wedged_record;
   return view;
 }
 

@@ -37,6 +37,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -98,6 +99,15 @@ class ClusterNode final : public WorldLogStore, public ClusterView {
   absl::StatusOr<std::vector<NodeView>> Nodes() const override;
   PlacementView Placement(absl::string_view world) const override;
   absl::StatusOr<uint32_t> Drain(absl::string_view node, bool drain) override;
+  absl::Status SkipRecord(absl::string_view world, uint64_t record) override;
+
+  // Called with the worlds this node cannot load from their logs (wedged:
+  // a record no node can read or apply) whenever they change: for the
+  // node's health (xformd sets "xform.v1.Xform.worlds" NOT_SERVING while
+  // any is). Set before Serve.
+  void set_on_wedged(std::function<void(std::vector<std::string>)> f) {
+    on_wedged_ = std::move(f);
+  }
 
   // Whether this node writes `world` now (for tests and the log).
   bool Writes(absl::string_view world) const;
@@ -123,6 +133,10 @@ class ClusterNode final : public WorldLogStore, public ClusterView {
     absl::Time confirmed;  // When its log or lease was last heard from.
     absl::Time checked;    // When its follower last looked for a gap.
     LeaseSeen lease_seen;  // Its writer's renewals, as this node saw them.
+    // Why its log cannot be loaded (a bad record, BadRecordOf), or OK; and
+    // when to try again.
+    absl::Status wedged;
+    absl::Time reload_after;
   };
 
   ClusterNode(ClusterOptions options, const Clock& clock,
@@ -146,8 +160,12 @@ class ClusterNode final : public WorldLogStore, public ClusterView {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(ops_mu_);
   // Gives up `held`'s lease, if still this node's (its revision unchanged).
   void ReleaseLease(const Held& held);
-  // Loads `held`'s world from its streams again (Reset) and follows it.
+  // Loads `held`'s world from its streams again (Reset) and follows it;
+  // one whose log holds a bad record is wedged, tried again every few
+  // seconds.
   void Reload(Held& held) ABSL_EXCLUSIVE_LOCKS_REQUIRED(ops_mu_);
+  // Tells on_wedged_ the wedged worlds, if they changed.
+  void TellWedged() ABSL_EXCLUSIVE_LOCKS_REQUIRED(ops_mu_);
   void Follow(Held& held, uint64_t next_seq)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(ops_mu_);
   // The world's writer as its lease names it (nullopt: none); notes its
@@ -211,6 +229,8 @@ class ClusterNode final : public WorldLogStore, public ClusterView {
     std::string writer_node;
     std::string writer_address;
     absl::Time confirmed;
+    std::string wedged;
+    uint64_t wedged_record = 0;
   };
   absl::flat_hash_map<std::string, Placed> placements_
       ABSL_GUARDED_BY(view_mu_);
@@ -223,6 +243,9 @@ class ClusterNode final : public WorldLogStore, public ClusterView {
       ABSL_GUARDED_BY(keep_mu_);
   WorldOf world_of_ ABSL_GUARDED_BY(keep_mu_);
   std::unique_ptr<PeriodicThread> keeper_;
+
+  std::function<void(std::vector<std::string>)> on_wedged_;
+  std::vector<std::string> told_wedged_ ABSL_GUARDED_BY(ops_mu_);
 
   std::atomic<bool> stopping_{false};
   std::unique_ptr<PeriodicThread> loop_;

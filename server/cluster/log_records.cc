@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -88,6 +89,10 @@ absl::StatusOr<std::optional<LogRecord>> RecordAssembler::Take(natsMsg* msg,
     record.kind = LogRecord::Kind::kCreated;
     return record;
   }
+  if (!Header(msg, "Xform-Skipped").empty()) {
+    record.kind = LogRecord::Kind::kSkipped;
+    return record;
+  }
   if (const uint64_t epoch = HeaderNumber(msg, "Xform-Epoch", 0); epoch != 0) {
     record.kind = LogRecord::Kind::kEpoch;
     record.epoch = epoch;
@@ -136,6 +141,7 @@ absl::Status RecordReplay::Apply(const LogRecord& record) {
   World& world = world_.world;
   switch (record.kind) {
     case LogRecord::Kind::kCreated:
+    case LogRecord::Kind::kSkipped:
       return absl::OkStatus();
     case LogRecord::Kind::kEpoch:
       epoch_ = record.epoch;
@@ -263,6 +269,23 @@ absl::Status FromSnapshot(const std::string& key,
 
 }  // namespace
 
+absl::Status BadRecord(uint64_t seq, absl::string_view stream,
+                       const absl::Status& why) {
+  absl::Status status = absl::DataLossError(absl::StrCat(
+      stream, ": record ", seq, " cannot be read or applied: ", why.message()));
+  status.SetPayload(kBadRecordPayload, absl::Cord(absl::StrCat(seq)));
+  return status;
+}
+
+std::optional<uint64_t> BadRecordOf(const absl::Status& status) {
+  const auto payload = status.GetPayload(kBadRecordPayload);
+  uint64_t seq = 0;
+  if (!payload || !absl::SimpleAtoi(std::string(*payload), &seq)) {
+    return std::nullopt;
+  }
+  return seq;
+}
+
 namespace {
 
 // The world as `snapshot` and the log after it make it; ABORTED where the
@@ -292,18 +315,26 @@ absl::StatusOr<LoadedWorld> LoadFrom(NatsLink& link, const std::string& key,
                 [&](natsMsg* msg) -> absl::Status {
                   const uint64_t seq = StreamSequence(msg);
                   if (seq != next) {
-                    // Purged behind a snapshot newer than the one read.
-                    return absl::AbortedError(absl::StrCat(
-                        LogStream(key), " starts at ", seq, ", past ", next));
+                    // Purged behind a snapshot newer than the one read, or
+                    // a record an operator skipped (deleted: the stream
+                    // still starts before it).
+                    absl::StatusOr<StreamExtent> extent =
+                        link.Extent(LogStream(key));
+                    if (!extent.ok() || extent->first > next) {
+                      return absl::AbortedError(absl::StrCat(
+                          LogStream(key), " starts at ", seq, ", past ", next));
+                    }
+                    next = seq;
                   }
                   ++next;
                   absl::StatusOr<std::optional<LogRecord>> record =
                       assembler.Take(msg, seq);
-                  if (!record.ok()) return record.status();
+                  if (!record.ok()) {
+                    return BadRecord(seq, LogStream(key), record.status());
+                  }
                   if (!record->has_value()) return absl::OkStatus();
                   if (absl::Status s = replay.Apply(**record); !s.ok()) {
-                    return absl::DataLossError(
-                        absl::StrCat(LogStream(key), ": ", s.message()));
+                    return BadRecord(seq, LogStream(key), s);
                   }
                   whole = seq;
                   return absl::OkStatus();

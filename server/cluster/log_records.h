@@ -28,6 +28,9 @@
 //                (frame_digest.h; absent where the writer held the frame in
 //                part).
 //   epoch        Xform-Epoch: a new writer took the world (Xform-Node).
+//   skipped      Xform-Skipped: an operator skipped (deleted) the record
+//                it names, which no node could read or apply (SkipRecord);
+//                nothing else, so that the log never ends in a hole.
 //
 // A world is its newest whole snapshot with the log after its Xform-After
 // replayed (LoadWorld).
@@ -62,7 +65,7 @@ inline constexpr char kClusterHeader[] = "Xform-Cluster";
 
 // One record of a world's log, put together from its messages.
 struct LogRecord {
-  enum class Kind { kCreated, kBatch, kFrameEnd, kEpoch };
+  enum class Kind { kCreated, kBatch, kFrameEnd, kEpoch, kSkipped };
   Kind kind = Kind::kBatch;
   uint64_t seq = 0;    // Its last message's stream sequence.
   uint64_t frame = 0;  // A batch's open frame; the frame an end closes.
@@ -110,6 +113,16 @@ class RecordReplay {
   bool open_logged_ = true;  // The snapshot may hold part of its frame.
   uint64_t epoch_ = 1;       // Its creator's.
 };
+
+// A log record no node can read or apply (one of this cluster's that is no
+// record, or a batch that does not parse or apply): DATA_LOSS naming it,
+// with its sequence as a payload (BadRecordOf), so that the world can be
+// shown wedged and an operator can skip it.
+inline constexpr absl::string_view kBadRecordPayload =
+    "type.xform.dev/xform.BadRecord";
+absl::Status BadRecord(uint64_t seq, absl::string_view stream,
+                       const absl::Status& why);
+std::optional<uint64_t> BadRecordOf(const absl::Status& status);
 
 // A world as its streams hold it, and where its log stands.
 struct LoadedWorld {

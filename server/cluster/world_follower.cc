@@ -121,6 +121,7 @@ void WorldFollower::Take(natsMsg* msg) {
 absl::Status WorldFollower::Apply(const LogRecord& record) {
   switch (record.kind) {
     case LogRecord::Kind::kCreated:
+    case LogRecord::Kind::kSkipped:
       return absl::OkStatus();
     case LogRecord::Kind::kEpoch:
       epoch_ = record.epoch;
