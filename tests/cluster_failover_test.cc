@@ -497,7 +497,7 @@ TEST(ClusterFailoverTest, ADrainedNodeHandsItsWorldsOverWithoutLosingAWrite) {
     const absl::Time asked = absl::Now();
     absl::StatusOr<uint32_t> moved = third->DrainNode("node0");
     ASSERT_TRUE(moved.ok()) << moved.status() << cluster.Logs();
-    EXPECT_EQ(*moved, 3u);
+    EXPECT_EQ(*moved, 3u) << cluster.Logs();
     const absl::Duration drain = absl::Now() - asked;
     ASSERT_TRUE(writing.EachWrites(20, absl::Seconds(20))) << cluster.Logs();
     writing.Stop();

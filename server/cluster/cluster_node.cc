@@ -405,6 +405,15 @@ absl::Time ClusterNode::Step() {
   if (entry_due) KeepEntry();
   absl::MutexLock lock(&ops_mu_);
   if (host_ == nullptr) return next;
+  TakeInCreated();
+  for (auto& [name, held] : held_) {
+    StepWorld(*held);
+    Publish(*held);
+  }
+  return next;
+}
+
+void ClusterNode::TakeInCreated() {
   // Worlds this node created since the last step: written here.
   for (auto it = pending_.begin(); it != pending_.end();) {
     absl::StatusOr<std::shared_ptr<HostedWorld>> world = host_->Get(it->first);
@@ -425,11 +434,6 @@ absl::Time ClusterNode::Step() {
     held_[it->first] = std::move(held);
     pending_.erase(it++);
   }
-  for (auto& [name, held] : held_) {
-    StepWorld(*held);
-    Publish(*held);
-  }
-  return next;
 }
 
 void ClusterNode::StepWorld(Held& held) {
@@ -704,6 +708,9 @@ void ClusterNode::Reload(Held& held) {
 }
 
 uint32_t ClusterNode::HandOffAll() {
+  // Those created here since the last step too (a drain right after a
+  // create handed over all but the newest).
+  TakeInCreated();
   uint32_t moved = 0;
   for (auto& [name, held] : held_) {
     if (held->log == nullptr) continue;

@@ -144,6 +144,8 @@ class ClusterNode final : public WorldLogStore, public ClusterView {
 
   // The lease loop's step; when to run it again.
   absl::Time Step();
+  // Worlds created here (pending_) that the host now serves, into held_.
+  void TakeInCreated() ABSL_EXCLUSIVE_LOCKS_REQUIRED(ops_mu_);
   void StepWorld(Held& held) ABSL_EXCLUSIVE_LOCKS_REQUIRED(ops_mu_);
   // The writer renews its lease; one expired that no other node took it
   // takes again; one another took, it steps down.
