@@ -2,6 +2,8 @@
 
 #include "server/frame_digest.h"
 
+#include "absl/strings/str_cat.h"
+
 #include <cstring>
 
 namespace xform::server {
@@ -26,6 +28,13 @@ uint64_t Entry(uint64_t kind, EntityId entity, const uint64_t* words,
 }
 
 }  // namespace
+
+std::string FrameCounts(const FrameChanges& changes) {
+  return absl::StrCat("moved ", changes.moved.size(), ", created ",
+                      changes.created.size(), ", destroyed ",
+                      changes.destroyed.size(), ", re-parented ",
+                      changes.reparented.size());
+}
 
 uint64_t FrameDigest(const FrameChanges& changes) {
   uint64_t sum = Mix(changes.frame);

@@ -16,12 +16,18 @@
 #define XFORM_SERVER_FRAME_DIGEST_H_
 
 #include <cstdint>
+#include <string>
 
 #include "xform/world.h"
 
 namespace xform::server {
 
 uint64_t FrameDigest(const FrameChanges& changes);
+
+// What a frame changed, counted ("moved 12, created 3, destroyed 0,
+// re-parented 1"): logged beside its digest, so that a replica whose
+// digest differs says in what.
+std::string FrameCounts(const FrameChanges& changes);
 
 }  // namespace xform::server
 

@@ -345,7 +345,8 @@ absl::Status HostedWorld::ApplyLogged(absl::string_view batch, uint64_t frame) {
 
 absl::Status HostedWorld::EndLoggedFrame(uint64_t frame,
                                          std::optional<uint64_t> digest,
-                                         absl::Time closed) {
+                                         absl::Time closed,
+                                         absl::string_view writers_counts) {
   absl::MutexLock publishing(&publish_mu_);
   OpenLoggedFrame(frame);
   {
@@ -362,7 +363,8 @@ absl::Status HostedWorld::EndLoggedFrame(uint64_t frame,
       own != expected) {
     return absl::DataLossError(absl::StrCat(
         "frame ", frame, " differs from its writer's (digest ", absl::Hex(own),
-        ", the writer's ", absl::Hex(expected), ")"));
+        ": ", FrameCounts(changes_), "; the writer's ", absl::Hex(expected),
+        ": ", writers_counts, ")"));
   }
   PublishClosed();
   return absl::OkStatus();
@@ -440,7 +442,7 @@ absl::Status HostedWorld::CloseFrameLocked(
   absl::StatusOr<WorldLog::Acknowledgement> ended = log_->EndFrame(
       changes_.frame,
       partial ? std::nullopt : std::optional<uint64_t>(FrameDigest(changes_)),
-      closed_at_);
+      closed_at_, FrameCounts(changes_));
   if (!ended.ok()) {
     refusal_ = ended.status();
     return ended.status();

@@ -166,7 +166,8 @@ class HostedWorld : public SnapshotSource {
   // DATA_LOSS: the replica is out of step and must reload (Reset).
   absl::Status ApplyLogged(absl::string_view batch, uint64_t frame);
   absl::Status EndLoggedFrame(uint64_t frame, std::optional<uint64_t> digest,
-                              absl::Time closed = absl::Now());
+                              absl::Time closed = absl::Now(),
+                              absl::string_view writers_counts = "");
   // Takes `reloaded` as its state in place of what it held, resending every
   // subscriber its view (Replicator::Reset). O(world + subscribers).
   void Reset(RecoveredWorld& reloaded);

@@ -88,11 +88,12 @@ class WorldLog {
   // Takes the end of the world's open `frame`, whose batches it took, with
   // the frame's digest (frame_digest.h; none where this node holds the
   // frame only in part, having loaded the world partway through it) and
-  // when it closed (every node publishes the frame with that time). Under
-  // the world's writer lock, as Append.
+  // when it closed (every node publishes the frame with that time), and
+  // what it changed, counted (FrameCounts: told by a replica whose frame
+  // differs). Under the world's writer lock, as Append.
   virtual absl::StatusOr<Acknowledgement> EndFrame(
       uint64_t /*frame*/, std::optional<uint64_t> /*digest*/,
-      absl::Time /*closed*/) {
+      absl::Time /*closed*/, absl::string_view /*counts*/) {
     return absl::UnimplementedError("this log records no frame ends");
   }
 };

@@ -309,7 +309,7 @@ void ExpectEveryNodeHolds(XformCluster& cluster, std::vector<Writer>& writers) {
       std::unique_ptr<Client> client = cluster.ClientOf(node);
       ASSERT_NE(client, nullptr) << "node " << node << "\n" << cluster.Logs();
       EXPECT_EQ(DigestMismatches(cluster.node(node).Log()), "")
-          << "node " << node;
+          << "node " << node << "\n" << cluster.Logs();
       uint64_t published = 0;
       for (const absl::Time deadline = absl::Now() + absl::Seconds(20);
            published < w.last_frame && absl::Now() < deadline;

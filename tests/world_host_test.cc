@@ -173,7 +173,8 @@ class MemoryLog final : public WorldLog {
   bool RecordsFrames() const override { return true; }
   absl::StatusOr<Acknowledgement> EndFrame(uint64_t frame,
                                            std::optional<uint64_t> digest,
-                                           absl::Time) override {
+                                           absl::Time,
+                                           absl::string_view) override {
     records.push_back({.end = true, .frame = frame, .digest = digest});
     return Acknowledgement([] { return absl::OkStatus(); });
   }

@@ -59,6 +59,11 @@ absl::Status Moving(absl::string_view world) {
       absl::StrCat("world ", Quoted(world), " is moving to another node"));
 }
 
+// The MsgId of a world's first record (its creation).
+std::string CreatedId(absl::string_view key) {
+  return absl::StrCat("created:", key);
+}
+
 std::string WritesOf(absl::string_view world) {
   return absl::StrCat("world ", Quoted(world), "'s writes");
 }
@@ -98,9 +103,11 @@ ClusterNode::~ClusterNode() {
 }
 
 std::shared_ptr<JetStreamWorldLog> ClusterNode::MakeLog(
-    const std::string& name, std::string stored_world, uint64_t last_seq) {
+    const std::string& name, std::string stored_world, uint64_t last_seq,
+    std::string last_msg_id) {
   auto log = std::make_shared<JetStreamWorldLog>(
-      link_, name, std::move(stored_world), last_seq, options_, clock_);
+      link_, name, std::move(stored_world), last_seq, std::move(last_msg_id),
+      options_, clock_);
   absl::MutexLock lock(&keep_mu_);
   logs_[name] = log;
   return log;
@@ -182,7 +189,7 @@ absl::StatusOr<uint64_t> ClusterNode::StartStreams(
       MakeMessage(
           LogSubject(key), "",
           {{kClusterHeader, link_->cluster()}, {"Xform-World", "created"}}),
-      absl::StrCat("created:", key), "cannot log the world's creation");
+      CreatedId(key), "cannot log the world's creation");
   if (!created.ok()) return undo(created.status());
   // The empty world's snapshot, which loading requires.
   WorldImage empty;
@@ -240,7 +247,7 @@ absl::StatusOr<std::shared_ptr<WorldLog>> ClusterNode::CreateWorld(
     return undo(NatsError("cannot enter the world in XFORM_WORLDS", s));
   }
   std::shared_ptr<JetStreamWorldLog> log =
-      MakeLog(name, stored_bytes, *created);
+      MakeLog(name, stored_bytes, *created, CreatedId(key));
   if (absl::Status s = log->FenceSnapshots(); !s.ok()) {
     kvStore_Delete(link_->worlds(), key.c_str());
     kvStore_Delete(link_->owners(), key.c_str());
@@ -599,15 +606,16 @@ bool ClusterNode::Promote(Held& held) {
   held.epoch = std::max(held.epoch, held.follower->epoch() + 1);
   // The epoch expects the log's end: a writer that appended since (one
   // thought lost, but paused) fences this node instead.
+  // An id of its own: epochs are numbered from what a node read, and a
+  // number seen twice must not be taken as a duplicate.
+  const std::string epoch_id =
+      absl::StrCat("epoch:", options_.node, ":", RandomId());
   absl::StatusOr<uint64_t> epoch_seq = link_->PublishSync(
       MakeMessage(LogSubject(held.key), "",
                   {{kClusterHeader, link_->cluster()},
                    {"Xform-Epoch", absl::StrCat(held.epoch)},
                    {"Xform-Node", options_.node}}),
-      // An id of its own: epochs are numbered from what a node read, and a
-      // number seen twice must not be taken as a duplicate.
-      absl::StrCat("epoch:", options_.node, ":", RandomId()),
-      "cannot begin an epoch", extent->last);
+      epoch_id, "cannot begin an epoch", extent->last);
   if (!epoch_seq.ok()) {
     Log('W', "world '", EscapeForLog(held.name),
         "': cannot take it: ", epoch_seq.status().message());
@@ -615,7 +623,12 @@ bool ClusterNode::Promote(Held& held) {
     return false;
   }
   held.follower.reset();
-  held.log = MakeLog(held.name, held.stored, *epoch_seq);
+  // Its snapshots say in which epoch they were taken.
+  config::StoredWorld stored;
+  stored.ParseFromString(held.stored);
+  stored.set_epoch(held.epoch);
+  held.log =
+      MakeLog(held.name, stored.SerializeAsString(), *epoch_seq, epoch_id);
   if (absl::Status s = held.log->FenceSnapshots(); !s.ok()) {
     // Its snapshots could be another's: not written here until they are
     // its own (the next step tries again).

@@ -192,9 +192,12 @@ class ClusterNode final : public WorldLogStore, public ClusterView {
   absl::StatusOr<uint64_t> StartStreams(const std::string& key,
                                         const std::string& stored_bytes);
   void DropStreams(const std::string& key);
+  // The writer's log of a world whose stream ends at `last_seq`, the
+  // record with MsgId `last_msg_id`.
   std::shared_ptr<JetStreamWorldLog> MakeLog(const std::string& name,
                                              std::string stored_world,
-                                             uint64_t last_seq);
+                                             uint64_t last_seq,
+                                             std::string last_msg_id);
   Held* Find(absl::string_view name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(ops_mu_);
   // Keeps `held`'s placement for Placement(), which reads it without
   // waiting for a step.

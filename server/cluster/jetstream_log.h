@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -56,9 +57,13 @@ class JetStreamWorldLog final : public WorldLog {
  public:
   // The log of the world `name` (its StoredWorld's bytes, for snapshots),
   // whose stream's last sequence is `last_seq`: the next append expects it.
+  // A log whose stream ends at `last_seq`, the record with MsgId
+  // `last_msg_id` ("" if unknown): each record it appends expects the one
+  // before it by both.
   JetStreamWorldLog(std::shared_ptr<NatsLink> link, std::string name,
                     std::string stored_world, uint64_t last_seq,
-                    const ClusterOptions& options, const Clock& clock);
+                    std::string last_msg_id, const ClusterOptions& options,
+                    const Clock& clock);
   ~JetStreamWorldLog() override;
 
   absl::StatusOr<Acknowledgement> Append(uint64_t frame,
@@ -70,7 +75,8 @@ class JetStreamWorldLog final : public WorldLog {
   bool RecordsFrames() const override { return true; }
   absl::StatusOr<Acknowledgement> EndFrame(uint64_t frame,
                                            std::optional<uint64_t> digest,
-                                           absl::Time closed) override;
+                                           absl::Time closed,
+                                           absl::string_view counts) override;
 
   // Whether --snapshot_every's bytes were logged since the last snapshot;
   // whether anything was.
@@ -116,11 +122,16 @@ class JetStreamWorldLog final : public WorldLog {
   const ClusterOptions options_;
   const Clock& clock_;
   const std::string incarnation_;  // Makes this log's MsgIds its own.
+  const uint64_t first_seq_;        // Its first part's sequence.
+  const std::string last_msg_id_;   // The id of the record before it.
   void* js_ = nullptr;             // The jsCtx, whose handler calls TakeAck.
 
   mutable absl::Mutex mu_;
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_);    // The next part's sequence.
   uint64_t stored_seq_ ABSL_GUARDED_BY(mu_);  // Acknowledged up to here.
+  // Parts sent again expecting the sequence alone (the sender's thread):
+  // their predecessor's id unknown to the server.
+  absl::flat_hash_set<uint64_t> unchecked_;
   std::deque<std::shared_ptr<Record>> queue_ ABSL_GUARDED_BY(mu_);
   absl::Status broken_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -105,6 +105,8 @@ absl::StatusOr<std::optional<LogRecord>> RecordAssembler::Take(natsMsg* msg,
     record.digest = HexHeader(msg, "Xform-Digest");
     record.closed = absl::FromUnixNanos(
         static_cast<int64_t>(HeaderNumber(msg, "Xform-Time", 0)));
+    record.counts = std::string(Header(msg, "Xform-Counts"));
+    record.node = std::string(Header(msg, "Xform-Node"));
     return record;
   }
   if (!batch_part) {
@@ -135,7 +137,8 @@ absl::StatusOr<std::optional<LogRecord>> RecordAssembler::Take(natsMsg* msg,
 
 RecordReplay::RecordReplay(RecoveredWorld& world, uint64_t snapshot_frame)
     : world_(world),
-      last_closed_(snapshot_frame == 0 ? 0 : snapshot_frame - 1) {}
+      last_closed_(snapshot_frame == 0 ? 0 : snapshot_frame - 1),
+      epoch_(std::max<uint64_t>(1, world.stored.epoch())) {}
 
 absl::Status RecordReplay::Apply(const LogRecord& record) {
   World& world = world_.world;

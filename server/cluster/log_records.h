@@ -71,8 +71,9 @@ struct LogRecord {
   uint64_t frame = 0;  // A batch's open frame; the frame an end closes.
   std::optional<uint64_t> digest;  // A frame end's.
   absl::Time closed;               // A frame end's: when it closed.
+  std::string counts;              // A frame end's: FrameCounts.
   uint64_t epoch = 0;              // An epoch's.
-  std::string node;                // An epoch's writer.
+  std::string node;                // The node that wrote it.
   std::string batch;               // A batch's bytes.
 };
 
@@ -111,7 +112,7 @@ class RecordReplay {
   RecoveredWorld& world_;
   uint64_t last_closed_;
   bool open_logged_ = true;  // The snapshot may hold part of its frame.
-  uint64_t epoch_ = 1;       // Its creator's.
+  uint64_t epoch_ = 1;  // The snapshot's writer's, or its creator's.
 };
 
 // A log record no node can read or apply (one of this cluster's that is no

@@ -127,7 +127,15 @@ absl::Status WorldFollower::Apply(const LogRecord& record) {
       epoch_ = record.epoch;
       return absl::OkStatus();
     case LogRecord::Kind::kFrameEnd:
-      return world_->EndLoggedFrame(record.frame, record.digest, record.closed);
+      if (absl::Status ended = world_->EndLoggedFrame(
+              record.frame, record.digest, record.closed, record.counts);
+          !ended.ok()) {
+        return absl::Status(ended.code(),
+                            absl::StrCat(ended.message(), " (record ",
+                                         record.seq, ", by node '",
+                                         EscapeForLog(record.node), "')"));
+      }
+      return absl::OkStatus();
     case LogRecord::Kind::kBatch:
       return world_->ApplyLogged(record.batch, record.frame);
   }
