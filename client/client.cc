@@ -163,7 +163,8 @@ std::optional<size_t> Nodes::TrustedIndexOf(const std::string& address,
   grpc::ClientContext context;
   Prepare(options_, /*with_deadline=*/true, &context);
   v1::ListNodesResponse listed;
-  if (!At(asked).stub->ListNodes(&context, v1::ListNodesRequest(), &listed)
+  if (!At(asked)
+           .stub->ListNodes(&context, v1::ListNodesRequest(), &listed)
            .ok()) {
     return std::nullopt;
   }
@@ -219,8 +220,7 @@ constexpr absl::Duration kLastBackoff = absl::Seconds(1);
 
 absl::Duration Jittered(absl::Duration backoff) {
   thread_local std::mt19937_64 random{std::random_device()()};
-  return backoff *
-         std::uniform_real_distribution<double>(0.5, 1.0)(random);
+  return backoff * std::uniform_real_distribution<double>(0.5, 1.0)(random);
 }
 
 // How a call is tried, node after node, until it is answered, refused for

@@ -31,9 +31,9 @@ absl::Status CallerBudget::Take(absl::string_view principal,
   Caller& caller = callers_[key];
   caller.last = now;
   if (caller.bucket.Tokens(per_second_, now) < 0) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "a caller's ", what_, " are at most ", per_second_, " a second (",
-        flag_, "); try again in a moment"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("a caller's ", what_, " are at most ", per_second_,
+                     " a second (", flag_, "); try again in a moment"));
   }
   caller.bucket.Charge(per_second_, amount, now);
   return absl::OkStatus();

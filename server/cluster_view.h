@@ -61,8 +61,7 @@ class ClusterView {
   // Deletes record `record` from a wedged world's log, which this node
   // then loads again (the others within a few seconds). NOT_FOUND for no
   // such world; FAILED_PRECONDITION unless it is wedged on that record.
-  virtual absl::Status SkipRecord(absl::string_view world,
-                                  uint64_t record) = 0;
+  virtual absl::Status SkipRecord(absl::string_view world, uint64_t record) = 0;
 };
 
 }  // namespace xform::server

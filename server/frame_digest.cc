@@ -2,9 +2,9 @@
 
 #include "server/frame_digest.h"
 
-#include "absl/strings/str_cat.h"
-
 #include <cstring>
+
+#include "absl/strings/str_cat.h"
 
 namespace xform::server {
 namespace {

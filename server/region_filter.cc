@@ -240,7 +240,8 @@ class RegionFilter final : public ViewFilter {
                       absl::FunctionRef<void(Slot, Moved)> f) override {
     if (!move_) return true;
     size_t judged = 0;
-    while (move_->next < move_->cells.size() && (judged == 0 || judged < slots)) {
+    while (move_->next < move_->cells.size() &&
+           (judged == 0 || judged < slots)) {
       index_.CellAt(move_->cells[move_->next++],
                     [&](const SpatialIndex::CellView& cell) {
                       JudgeCell(cell, f);

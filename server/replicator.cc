@@ -332,8 +332,7 @@ void Replicator::Impl::PlaceMoved(const FrameChanges& changes) {
 absl::Status Replicator::Impl::MoveRegion(SubscriptionId id,
                                           absl::string_view owner,
                                           const Region& region,
-                                          double max_per_second,
-                                          absl::Time now,
+                                          double max_per_second, absl::Time now,
                                           AffordRegionMove afford) {
   std::vector<std::shared_ptr<UpdateSink>> wake;
   absl::Status status;

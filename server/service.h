@@ -17,8 +17,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/build_pool.h"
-#include "server/gatekeeper.h"
 #include "server/caller_budget.h"
+#include "server/gatekeeper.h"
 #include "server/refusal_guard.h"
 #include "server/world_host.h"
 #include "server/write_watchdog.h"
@@ -49,22 +49,20 @@ class WriterRegistry;
 // INVALID_ARGUMENT and hostile shapes before they are parsed, and streams
 // that send the same frame share one encoding of it.
 using RawXformService = v1::Xform::WithRawCallbackMethod_CreateWorld<
-    v1::Xform::WithRawCallbackMethod_ListWorlds<
-        v1::Xform::WithRawCallbackMethod_GetWorld<
-            v1::Xform::WithRawCallbackMethod_DeleteWorld<
-                v1::Xform::WithRawCallbackMethod_ListSubscribers<
-                    v1::Xform::WithRawCallbackMethod_Apply<
-                        v1::Xform::WithRawCallbackMethod_ApplyStream<
-                            v1::Xform::WithRawCallbackMethod_Read<
-                                v1::Xform::WithRawCallbackMethod_Subscribe<
-                                    v1::Xform::WithRawCallbackMethod_UpdateSubscription<
-                                        v1::Xform::WithRawCallbackMethod_ListNodes<
+    v1::Xform::WithRawCallbackMethod_ListWorlds<v1::Xform::WithRawCallbackMethod_GetWorld<
+        v1::Xform::WithRawCallbackMethod_DeleteWorld<
+            v1::Xform::WithRawCallbackMethod_ListSubscribers<
+                v1::Xform::WithRawCallbackMethod_Apply<
+                    v1::Xform::WithRawCallbackMethod_ApplyStream<
+                        v1::Xform::WithRawCallbackMethod_Read<
+                            v1::Xform::WithRawCallbackMethod_Subscribe<
+                                v1::Xform::WithRawCallbackMethod_UpdateSubscription<
+                                    v1::Xform::WithRawCallbackMethod_ListNodes<
+                                        v1::Xform::WithRawCallbackMethod_DrainNode<
                                             v1::Xform::
-                                                WithRawCallbackMethod_DrainNode<
+                                                WithRawCallbackMethod_SkipRecord<
                                                     v1::Xform::
-                                                        WithRawCallbackMethod_SkipRecord<
-                                                            v1::Xform::
-                                                                Service>>>>>>>>>>>>>;
+                                                        Service>>>>>>>>>>>>>;
 
 class XformService final : public RawXformService {
  public:

@@ -630,11 +630,11 @@ absl::StatusOr<std::shared_ptr<HostedWorld>> WorldHost::Add(
     world->Persist(std::move(recovered.log));
   } else if (logs_ != nullptr) {
     // A cluster's replica: written at another node, until one takes it.
-    world->StopWriting(!replica_refusal.ok()
-                           ? std::move(replica_refusal)
-                           : TryAgainShortly(absl::StrCat(
-                                 "world ", Quoted(create.name()),
-                                 " has no writer at the moment")));
+    world->StopWriting(
+        !replica_refusal.ok()
+            ? std::move(replica_refusal)
+            : TryAgainShortly(absl::StrCat("world ", Quoted(create.name()),
+                                           " has no writer at the moment")));
   }
   absl::MutexLock lock(&mu_);
   if (!worlds_.try_emplace(create.name(), world).second) {

@@ -315,7 +315,8 @@ class WorldHost {
   // redirect to its writer) from its first call, or else is told to try
   // again.
   absl::StatusOr<std::shared_ptr<HostedWorld>> Add(
-      RecoveredWorld recovered, absl::Status replica_refusal = absl::OkStatus());
+      RecoveredWorld recovered,
+      absl::Status replica_refusal = absl::OkStatus());
   // Removes a world its log is gone for (a cluster's world deleted at
   // another node): its streams end with `status`. False if none.
   bool Remove(absl::string_view name, const absl::Status& status);

@@ -494,10 +494,9 @@ absl::StatusOr<XformdConfig> XformdConfig::FromFlags() {
   config.demo = absl::GetFlag(FLAGS_demo);
   config.demo_city_entities = absl::GetFlag(FLAGS_demo_city_entities);
   // A demo's flags matter only where the demo runs.
-  problems.Unless(
-      !config.demo ||
-          config.demo_city_entities <= config.limits.max_entities_per_world,
-      "--demo_city_entities must be at most --max_entities");
+  problems.Unless(!config.demo || config.demo_city_entities <=
+                                      config.limits.max_entities_per_world,
+                  "--demo_city_entities must be at most --max_entities");
   if (absl::Status status = problems.status(); !status.ok()) return status;
   return config;
 }

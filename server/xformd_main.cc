@@ -308,10 +308,10 @@ int Main(const XformdConfig& config) {
     const std::string worlds =
         absl::StrCat(v1::Xform::service_full_name(), ".worlds");
     services.health.SetServingStatus(worlds, true);
-    cluster->set_on_wedged([&health = services.health,
-                            worlds](std::vector<std::string> wedged) {
-      health.SetServingStatus(worlds, wedged.empty());
-    });
+    cluster->set_on_wedged(
+        [&health = services.health, worlds](std::vector<std::string> wedged) {
+          health.SetServingStatus(worlds, wedged.empty());
+        });
   }
   if (absl::Status recovered =
           RecoverWorlds(config, (*edge)->port(), host, cluster);

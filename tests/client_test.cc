@@ -989,9 +989,10 @@ class RedirectingPeer final : public v1::Xform::CallbackService {
       absl::MutexLock lock(&mu);
       const auto& metadata = context->client_metadata();
       const auto it = metadata.find("authorization");
-      tokens.emplace_back(it == metadata.end() ? ""
-                                               : std::string(it->second.data(),
-                                                             it->second.size()));
+      tokens.emplace_back(
+          it == metadata.end()
+              ? ""
+              : std::string(it->second.data(), it->second.size()));
     }
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
     if (owner.empty()) {
@@ -1005,9 +1006,9 @@ class RedirectingPeer final : public v1::Xform::CallbackService {
     }
     return reactor;
   }
-  grpc::ServerUnaryReactor* ListNodes(grpc::CallbackServerContext* context,
-                                      const v1::ListNodesRequest*,
-                                      v1::ListNodesResponse* response) override {
+  grpc::ServerUnaryReactor* ListNodes(
+      grpc::CallbackServerContext* context, const v1::ListNodesRequest*,
+      v1::ListNodesResponse* response) override {
     for (const std::string& address : listed) {
       v1::NodeInfo* node = response->add_nodes();
       node->set_name(address);

@@ -309,7 +309,8 @@ void ExpectEveryNodeHolds(XformCluster& cluster, std::vector<Writer>& writers) {
       std::unique_ptr<Client> client = cluster.ClientOf(node);
       ASSERT_NE(client, nullptr) << "node " << node << "\n" << cluster.Logs();
       EXPECT_EQ(DigestMismatches(cluster.node(node).Log()), "")
-          << "node " << node << "\n" << cluster.Logs();
+          << "node " << node << "\n"
+          << cluster.Logs();
       uint64_t published = 0;
       for (const absl::Time deadline = absl::Now() + absl::Seconds(20);
            published < w.last_frame && absl::Now() < deadline;
@@ -663,8 +664,8 @@ TEST(ClusterFailoverTest, CrashLoop) {
   // Refusals held to 1 MiB a second (16 small calls): the writers follow
   // the retry pace of docs/wire.md through every failover, and must never
   // be cut off for it (issue 71).
-  XformCluster cluster(3, 3,
-                       {"--snapshot_every=16KiB", "--max_refused_mb_per_second=1"});
+  XformCluster cluster(
+      3, 3, {"--snapshot_every=16KiB", "--max_refused_mb_per_second=1"});
   std::unique_ptr<Client> client = cluster.ClientOfAll();
   ASSERT_NE(client, nullptr) << cluster.Logs();
   std::vector<Writer> writers = ThreeWriters();
@@ -895,7 +896,8 @@ TEST(ClusterFaultTest, AMessageNotOursInAWorldsLogIsPassedOver) {
   for (int node = 0; node < cluster.size(); ++node) {
     std::unique_ptr<Client> each = cluster.ClientOf(node);
     EXPECT_EQ(WaitUntilSame(*each, w.world, w.model), "")
-        << "node " << node << "\n" << cluster.Logs();
+        << "node " << node << "\n"
+        << cluster.Logs();
   }
   EXPECT_TRUE(absl::StrContains(cluster.Logs(), "is not this cluster's"))
       << cluster.Logs();
@@ -933,9 +935,8 @@ uint64_t PublishBadRecord(const std::string& nats_url,
   }
   uint64_t seq = 0;
   natsMsg* msg = nullptr;
-  if (!cluster.empty() &&
-      natsMsg_Create(&msg, subject.c_str(), nullptr, "\xff\xff\xff", 3) ==
-          NATS_OK) {
+  if (!cluster.empty() && natsMsg_Create(&msg, subject.c_str(), nullptr,
+                                         "\xff\xff\xff", 3) == NATS_OK) {
     natsMsgHeader_Set(msg, "Xform-Cluster", cluster.c_str());
     natsMsgHeader_Set(msg, "Xform-Frame", "1");
     jsPubAck* ack = nullptr;
@@ -987,8 +988,9 @@ TEST(ClusterFaultTest, AWorldWedgedOnABadRecordSaysSoUntilItIsSkipped) {
   for (const absl::Time deadline = absl::Now() + absl::Seconds(30);
        absl::Now() < deadline; absl::SleepFor(absl::Milliseconds(50))) {
     World next = w.model;
-    refused = client->Apply(w.world, w.random.Next(next, 4), {.end_frame = true})
-                  .status();
+    refused =
+        client->Apply(w.world, w.random.Next(next, 4), {.end_frame = true})
+            .status();
     if (absl::IsDataLoss(refused)) break;
     ASSERT_FALSE(refused.ok()) << "a batch applied past the bad record";
   }
@@ -1017,7 +1019,8 @@ TEST(ClusterFaultTest, AWorldWedgedOnABadRecordSaysSoUntilItIsSkipped) {
   for (int node = 0; node < cluster.size(); ++node) {
     std::unique_ptr<Client> each = cluster.ClientOf(node);
     EXPECT_EQ(WaitUntilSame(*each, w.world, w.model), "")
-        << "node " << node << "\n" << cluster.Logs();
+        << "node " << node << "\n"
+        << cluster.Logs();
     EXPECT_EQ(WorldsHealth(cluster.Address(node)),
               grpc::health::v1::HealthCheckResponse::SERVING);
   }

@@ -35,23 +35,22 @@ TEST(JetStreamWorldLogTest, AFencedWritersLaterPartsLandNowhere) {
   absl::StatusOr<std::shared_ptr<NatsLink>> link = NatsLink::Connect(options);
   ASSERT_TRUE(link.ok()) << link.status();
   const std::string key = StreamKey("w");
-  ASSERT_TRUE(
-      (*link)->AddStream(LogStream(key), LogSubject(key), 1).ok());
+  ASSERT_TRUE((*link)->AddStream(LogStream(key), LogSubject(key), 1).ok());
   absl::StatusOr<uint64_t> created = (*link)->PublishSync(
-      MakeMessage(LogSubject(key), "",
-                  {{kClusterHeader, (*link)->cluster()},
-                   {"Xform-World", "created"}}),
+      MakeMessage(
+          LogSubject(key), "",
+          {{kClusterHeader, (*link)->cluster()}, {"Xform-World", "created"}}),
       "created", "cannot create");
   ASSERT_TRUE(created.ok()) << created.status();
   JetStreamWorldLog log(*link, "w", "", *created, "created", options,
                         Clock::Real());
   // Another writer's record, appended after the creation.
-  absl::StatusOr<uint64_t> epoch = (*link)->PublishSync(
-      MakeMessage(LogSubject(key), "",
-                  {{kClusterHeader, (*link)->cluster()},
-                   {"Xform-Epoch", "2"},
-                   {"Xform-Node", "b"}}),
-      "epoch:b", "cannot begin an epoch", *created);
+  absl::StatusOr<uint64_t> epoch =
+      (*link)->PublishSync(MakeMessage(LogSubject(key), "",
+                                       {{kClusterHeader, (*link)->cluster()},
+                                        {"Xform-Epoch", "2"},
+                                        {"Xform-Node", "b"}}),
+                           "epoch:b", "cannot begin an epoch", *created);
   ASSERT_TRUE(epoch.ok()) << epoch.status();
   // Two parts: the first expects the creation (fenced), the second the
   // sequence the epoch took.

@@ -369,7 +369,8 @@ TEST_F(RegionViewTest, RegionMovesAreRefusedPreciselyAndChangeNothing) {
       client_->ListSubscribers("w");
   ASSERT_TRUE(listed.ok()) << listed.status();
   ASSERT_EQ(listed->size(), 2u);
-  const bool first_is_region = (*listed)[0].subscribed < (*listed)[1].subscribed;
+  const bool first_is_region =
+      (*listed)[0].subscribed < (*listed)[1].subscribed;
   const uint64_t region_id = (*listed)[first_is_region ? 0 : 1].id;
   const uint64_t whole_id = (*listed)[first_is_region ? 1 : 0].id;
   ASSERT_NE(region_id, 0u);
@@ -397,7 +398,8 @@ TEST_F(RegionViewTest, RegionMovesAreRefusedPreciselyAndChangeNothing) {
   }
   // Past --max_region_cells (2^40 cells of 32 units: a box of 1e8 a side
   // covers 3e19).
-  EXPECT_EQ(update(region_id, *Region::Box({-5e7f, -5e7f, -5e7f}, {5e7f, 5e7f, 5e7f})),
+  EXPECT_EQ(update(region_id,
+                   *Region::Box({-5e7f, -5e7f, -5e7f}, {5e7f, 5e7f, 5e7f})),
             grpc::StatusCode::RESOURCE_EXHAUSTED);
   // Faster than --max_region_moves_hz (240 a second, a burst of 240): some
   // of 1,000 at once are refused, the view left where the last taken put
@@ -405,9 +407,8 @@ TEST_F(RegionViewTest, RegionMovesAreRefusedPreciselyAndChangeNothing) {
   int refused = 0;
   const Region back = *Region::Sphere({50, 50, 0}, 5);
   for (int k = 0; k < 1000; ++k) {
-    refused +=
-        update(region_id, k % 2 ? far : back) ==
-        grpc::StatusCode::RESOURCE_EXHAUSTED;
+    refused += update(region_id, k % 2 ? far : back) ==
+               grpc::StatusCode::RESOURCE_EXHAUSTED;
   }
   EXPECT_GT(refused, 0);
   EXPECT_LT(refused, 1000);
@@ -492,8 +493,7 @@ TEST(RegionMoveAttackTest, AReaderMovingHugeRegionsDoesNotSlowAnotherWorld) {
       for (int x = 0; x < kSide; ++x) {
         Transform at;
         at.position = {2.f * x, 0, 2.f * z};
-        creates.push_back(
-            CreateOp{EntityId(1 + z * kSide + x), kNoEntity, at});
+        creates.push_back(CreateOp{EntityId(1 + z * kSide + x), kNoEntity, at});
       }
     }
     ASSERT_TRUE((*client)->Apply("big", creates, {.end_frame = true}).ok());
@@ -524,8 +524,8 @@ TEST(RegionMoveAttackTest, AReaderMovingHugeRegionsDoesNotSlowAnotherWorld) {
   };
   const absl::Duration quiet = P99(write_for(absl::Seconds(2)));
   // The attack: raw calls, as a hostile client makes them.
-  auto channel = grpc::CreateChannel(server.address(),
-                                     grpc::InsecureChannelCredentials());
+  auto channel =
+      grpc::CreateChannel(server.address(), grpc::InsecureChannelCredentials());
   auto stub = v1::Xform::NewStub(channel);
   const float reach = 2.f * static_cast<float>(kSide) + 10;
   const Region whole = *Region::Box({-10, -10, -10}, {reach, 10, reach});

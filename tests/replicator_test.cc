@@ -294,9 +294,9 @@ TEST(ReplicatorMoveTest, ARegionMovedInPartsWhileFramesGoOnIsExact) {
       if (parts % 3 == 0) Drain(replicator, id, &state);
       if (parts == 8 && !moved_again) {
         moved_again = true;
-        EXPECT_TRUE(replicator
-                        .MoveRegion(id, "reader", last, 0, absl::Now(), afford)
-                        .ok());
+        EXPECT_TRUE(
+            replicator.MoveRegion(id, "reader", last, 0, absl::Now(), afford)
+                .ok());
       }
       in_hook = false;
     });

@@ -718,8 +718,8 @@ TEST_F(ServerTest, ListSubscribersSaysWhoEachIsAndWhereItStands) {
   };
   const SubscriberInfo& compact_one = find(
       [](const SubscriberInfo& info) { return info.position_precision > 0; });
-  const SubscriberInfo& some = find(
-      [](const SubscriberInfo& info) { return info.subtrees_listed > 0; });
+  const SubscriberInfo& some =
+      find([](const SubscriberInfo& info) { return info.subtrees_listed > 0; });
   const SubscriberInfo& all = find([](const SubscriberInfo& info) {
     return info.position_precision == 0 && info.subtrees_listed == 0;
   });

@@ -325,8 +325,8 @@ TEST(HostedWorldTest, AReplicaWhoseFrameDiffersFromTheWritersSaysSo) {
 
 // Applies `log`'s records from `from` on to `replica`, as its follower
 // would; the first that fails, or OK.
-absl::Status Follow(HostedWorld& replica, const MemoryLog& log,
-                    size_t from = 0, size_t to = SIZE_MAX) {
+absl::Status Follow(HostedWorld& replica, const MemoryLog& log, size_t from = 0,
+                    size_t to = SIZE_MAX) {
   for (size_t k = from; k < std::min(to, log.records.size()); ++k) {
     const LoggedRecord& r = log.records[k];
     absl::Status s = r.end ? replica.EndLoggedFrame(r.frame, r.digest)
@@ -423,7 +423,8 @@ TEST(HostedWorldTest, AWriterThatStoppedClosesNoFrame) {
   HostedWorld writer("w", v1::FRAME_MODE_TICK, 60);
   auto log = std::make_shared<MemoryLog>();
   writer.Persist(log);
-  ASSERT_TRUE(writer.Apply(Batch({CreateOp{1, kNoEntity, At(0)}}), limits).ok());
+  ASSERT_TRUE(
+      writer.Apply(Batch({CreateOp{1, kNoEntity, At(0)}}), limits).ok());
   writer.Tick();
   const uint64_t published = writer.replicator().frame();
   ASSERT_TRUE(writer.Apply(Batch({SetLocalOp{1, At(1)}}), limits).ok());

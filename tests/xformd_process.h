@@ -43,8 +43,8 @@ class Xformd {
     // XFORM_XFORMD: another binary (a long run's own copy, which a
     // rebuild meanwhile leaves alone).
     const char* binary = std::getenv("XFORM_XFORMD");
-    std::string command = absl::StrCat(shell_prefix, " exec ",
-                                       binary != nullptr ? binary : XFORMD_PATH);
+    std::string command = absl::StrCat(
+        shell_prefix, " exec ", binary != nullptr ? binary : XFORMD_PATH);
     bool listen_given = false;
     for (const std::string& flag : flags) {
       listen_given |= flag.rfind("--listen=", 0) == 0;

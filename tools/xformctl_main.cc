@@ -275,8 +275,8 @@ std::string ToText(const WorldInfo& w) {
     }
     if (!w.wedged.empty()) {
       absl::StrAppend(&text, "\nWEDGED at record ", w.wedged_record, ": ",
-                      w.wedged, "\n(xformctl worlds skip-record ", w.name,
-                      " ", w.wedged_record, " skips it, losing what it held)");
+                      w.wedged, "\n(xformctl worlds skip-record ", w.name, " ",
+                      w.wedged_record, " skips it, losing what it held)");
     }
   }
   return text;

@@ -610,12 +610,12 @@ bool ClusterNode::Promote(Held& held) {
   // number seen twice must not be taken as a duplicate.
   const std::string epoch_id =
       absl::StrCat("epoch:", options_.node, ":", RandomId());
-  absl::StatusOr<uint64_t> epoch_seq = link_->PublishSync(
-      MakeMessage(LogSubject(held.key), "",
-                  {{kClusterHeader, link_->cluster()},
-                   {"Xform-Epoch", absl::StrCat(held.epoch)},
-                   {"Xform-Node", options_.node}}),
-      epoch_id, "cannot begin an epoch", extent->last);
+  absl::StatusOr<uint64_t> epoch_seq =
+      link_->PublishSync(MakeMessage(LogSubject(held.key), "",
+                                     {{kClusterHeader, link_->cluster()},
+                                      {"Xform-Epoch", absl::StrCat(held.epoch)},
+                                      {"Xform-Node", options_.node}}),
+                         epoch_id, "cannot begin an epoch", extent->last);
   if (!epoch_seq.ok()) {
     Log('W', "world '", EscapeForLog(held.name),
         "': cannot take it: ", epoch_seq.status().message());
@@ -686,19 +686,23 @@ void ClusterNode::Reload(Held& held) {
       // health, and tried again every few seconds (an operator may have
       // skipped it at another node).
       if (held.wedged.ok()) {
-        Log('E', "world '", EscapeForLog(held.name), "' is wedged: ",
-            loaded.status().message(), "; serving what it holds. To skip "
+        Log('E', "world '", EscapeForLog(held.name),
+            "' is wedged: ", loaded.status().message(),
+            "; serving what it holds. To skip "
             "the record (losing what it held): xformctl worlds skip-record ",
             EscapeForLog(held.name), " ", *record);
       }
       held.wedged = loaded.status();
       held.reload_after = clock_.Now() + 4 * options_.lease;
       held.writer = {};
-      held.world->StopWriting(absl::DataLossError(absl::StrCat(
-          "world ", Quoted(held.name), " is wedged: ",
-          loaded.status().message(), "; its writes are refused until an "
-          "operator skips record ", *record, " (docs/cluster.md, \"A wedged "
-          "world\")")));
+      held.world->StopWriting(absl::DataLossError(
+          absl::StrCat("world ", Quoted(held.name),
+                       " is wedged: ", loaded.status().message(),
+                       "; its writes are refused until an "
+                       "operator skips record ",
+                       *record,
+                       " (docs/cluster.md, \"A wedged "
+                       "world\")")));
       TellWedged();
       return;
     }
@@ -830,8 +834,7 @@ void ClusterNode::TellWedged() {
   if (on_wedged_) on_wedged_(std::move(wedged));
 }
 
-absl::Status ClusterNode::SkipRecord(absl::string_view world,
-                                     uint64_t record) {
+absl::Status ClusterNode::SkipRecord(absl::string_view world, uint64_t record) {
   absl::MutexLock lock(&ops_mu_);
   Held* held = Find(world);
   if (held == nullptr) {
@@ -843,37 +846,37 @@ absl::Status ClusterNode::SkipRecord(absl::string_view world,
         "world ", Quoted(world), " is not wedged here: no record to skip"));
   }
   if (*bad != record) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("world ", Quoted(world), " is wedged on record ", *bad,
-                     ", not ", record));
+    return absl::FailedPreconditionError(absl::StrCat("world ", Quoted(world),
+                                                      " is wedged on record ",
+                                                      *bad, ", not ", record));
   }
   const std::string stream = LogStream(held->key);
   jsErrCode code = static_cast<jsErrCode>(0);
   if (natsStatus s =
           js_DeleteMsg(link_->js(), stream.c_str(), record, nullptr, &code);
       s != NATS_OK) {
-    return NatsError(absl::StrCat("cannot delete record ", record, " of ",
-                                  stream),
-                     s, code);
+    return NatsError(
+        absl::StrCat("cannot delete record ", record, " of ", stream), s, code);
   }
   // A record after the hole, so that the log never ends in one (a node
   // taking the world reads to the log's last sequence).
-  absl::StatusOr<uint64_t> marked = link_->PublishSync(
-      MakeMessage(LogSubject(held->key), "",
-                  {{kClusterHeader, link_->cluster()},
-                   {"Xform-Skipped", absl::StrCat(record)},
-                   {"Xform-Node", options_.node}}),
-      absl::StrCat("skipped:", record, ":", RandomId()),
-      "cannot mark the skipped record");
+  absl::StatusOr<uint64_t> marked =
+      link_->PublishSync(MakeMessage(LogSubject(held->key), "",
+                                     {{kClusterHeader, link_->cluster()},
+                                      {"Xform-Skipped", absl::StrCat(record)},
+                                      {"Xform-Node", options_.node}}),
+                         absl::StrCat("skipped:", record, ":", RandomId()),
+                         "cannot mark the skipped record");
   if (!marked.ok()) return marked.status();
   held->reload_after = absl::InfinitePast();
   Reload(*held);
   Publish(*held);
-  return held->wedged.ok()
-             ? absl::OkStatus()
-             : absl::FailedPreconditionError(absl::StrCat(
-                   "record ", record, " skipped, but the world is still "
-                   "wedged: ", held->wedged.message()));
+  return held->wedged.ok() ? absl::OkStatus()
+                           : absl::FailedPreconditionError(absl::StrCat(
+                                 "record ", record,
+                                 " skipped, but the world is still "
+                                 "wedged: ",
+                                 held->wedged.message()));
 }
 
 absl::StatusOr<std::vector<NodeView>> ClusterNode::Nodes() const {
@@ -985,11 +988,11 @@ void ClusterNode::Learn(const std::string& key,
   held->lease_seen = lease_seen;
   held->writer = writer;
   Publish(*held);  // Its placement, before any call finds the world.
-  absl::StatusOr<std::shared_ptr<HostedWorld>> world = host_->Add(
-      std::move(loaded->recovered),
-      writer.node.empty() || writer.node == options_.node
-          ? NoWriter(name)
-          : RedirectTo(WritesOf(name), writer));
+  absl::StatusOr<std::shared_ptr<HostedWorld>> world =
+      host_->Add(std::move(loaded->recovered),
+                 writer.node.empty() || writer.node == options_.node
+                     ? NoWriter(name)
+                     : RedirectTo(WritesOf(name), writer));
   if (!world.ok()) return;
   held->world = *world;
   Follow(*held, loaded->last_seq + 1);

@@ -77,8 +77,9 @@ struct JetStreamAck {
       // started again with it older than the stream's duplicate window):
       // not another writer's, as the sequence held. Sent again unchecked.
       status = absl::EndsWith(text, ": ") || absl::EndsWith(text, ":")
-                   ? absl::AbortedError("the log's last record's id is not "
-                                        "known to its server")
+                   ? absl::AbortedError(
+                         "the log's last record's id is not "
+                         "known to its server")
                    : absl::FailedPreconditionError(absl::StrCat(
                          "another writer appended to the world's log in "
                          "this writer's window (JetStream error 10070: ",

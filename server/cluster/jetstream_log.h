@@ -40,8 +40,8 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -122,8 +122,8 @@ class JetStreamWorldLog final : public WorldLog {
   const ClusterOptions options_;
   const Clock& clock_;
   const std::string incarnation_;  // Makes this log's MsgIds its own.
-  const uint64_t first_seq_;        // Its first part's sequence.
-  const std::string last_msg_id_;   // The id of the record before it.
+  const uint64_t first_seq_;       // Its first part's sequence.
+  const std::string last_msg_id_;  // The id of the record before it.
   void* js_ = nullptr;             // The jsCtx, whose handler calls TakeAck.
 
   mutable absl::Mutex mu_;

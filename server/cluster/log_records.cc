@@ -313,35 +313,34 @@ absl::StatusOr<LoadedWorld> LoadFrom(NatsLink& link, const std::string& key,
   phase = clock.Now();
   uint64_t whole = snapshot->after;  // The last record read whole.
   uint64_t next = snapshot->after + 1;
-  absl::StatusOr<uint64_t> last =
-      link.Read(LogStream(key), LogSubject(key), snapshot->after + 1,
-                [&](natsMsg* msg) -> absl::Status {
-                  const uint64_t seq = StreamSequence(msg);
-                  if (seq != next) {
-                    // Purged behind a snapshot newer than the one read, or
-                    // a record an operator skipped (deleted: the stream
-                    // still starts before it).
-                    absl::StatusOr<StreamExtent> extent =
-                        link.Extent(LogStream(key));
-                    if (!extent.ok() || extent->first > next) {
-                      return absl::AbortedError(absl::StrCat(
-                          LogStream(key), " starts at ", seq, ", past ", next));
-                    }
-                    next = seq;
-                  }
-                  ++next;
-                  absl::StatusOr<std::optional<LogRecord>> record =
-                      assembler.Take(msg, seq);
-                  if (!record.ok()) {
-                    return BadRecord(seq, LogStream(key), record.status());
-                  }
-                  if (!record->has_value()) return absl::OkStatus();
-                  if (absl::Status s = replay.Apply(**record); !s.ok()) {
-                    return BadRecord(seq, LogStream(key), s);
-                  }
-                  whole = seq;
-                  return absl::OkStatus();
-                });
+  absl::StatusOr<uint64_t> last = link.Read(
+      LogStream(key), LogSubject(key), snapshot->after + 1,
+      [&](natsMsg* msg) -> absl::Status {
+        const uint64_t seq = StreamSequence(msg);
+        if (seq != next) {
+          // Purged behind a snapshot newer than the one read, or
+          // a record an operator skipped (deleted: the stream
+          // still starts before it).
+          absl::StatusOr<StreamExtent> extent = link.Extent(LogStream(key));
+          if (!extent.ok() || extent->first > next) {
+            return absl::AbortedError(absl::StrCat(
+                LogStream(key), " starts at ", seq, ", past ", next));
+          }
+          next = seq;
+        }
+        ++next;
+        absl::StatusOr<std::optional<LogRecord>> record =
+            assembler.Take(msg, seq);
+        if (!record.ok()) {
+          return BadRecord(seq, LogStream(key), record.status());
+        }
+        if (!record->has_value()) return absl::OkStatus();
+        if (absl::Status s = replay.Apply(**record); !s.ok()) {
+          return BadRecord(seq, LogStream(key), s);
+        }
+        whole = seq;
+        return absl::OkStatus();
+      });
   if (!last.ok()) return last.status();
   if (*last >= next) {  // Purged past the snapshot read: nothing visited.
     return absl::AbortedError(absl::StrCat(LogStream(key), " ends at ", *last,

@@ -112,7 +112,7 @@ class RecordReplay {
   RecoveredWorld& world_;
   uint64_t last_closed_;
   bool open_logged_ = true;  // The snapshot may hold part of its frame.
-  uint64_t epoch_ = 1;  // The snapshot's writer's, or its creator's.
+  uint64_t epoch_ = 1;       // The snapshot's writer's, or its creator's.
 };
 
 // A log record no node can read or apply (one of this cluster's that is no

@@ -130,10 +130,10 @@ absl::Status WorldFollower::Apply(const LogRecord& record) {
       if (absl::Status ended = world_->EndLoggedFrame(
               record.frame, record.digest, record.closed, record.counts);
           !ended.ok()) {
-        return absl::Status(ended.code(),
-                            absl::StrCat(ended.message(), " (record ",
-                                         record.seq, ", by node '",
-                                         EscapeForLog(record.node), "')"));
+        return absl::Status(
+            ended.code(),
+            absl::StrCat(ended.message(), " (record ", record.seq,
+                         ", by node '", EscapeForLog(record.node), "')"));
       }
       return absl::OkStatus();
     case LogRecord::Kind::kBatch:
