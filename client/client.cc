@@ -213,10 +213,10 @@ using client_internal::WorthRetrying;
 constexpr int kMaxRedirects = 4;
 // The retry pace docs/wire.md states ("The retry pace"): after a try-again
 // or a node that did not answer, the n-th wait is drawn from [b/2, b] with
-// b = min(25 ms x 2^(n-1), 1 s), as gRPC's retry policy jitters its
+// b = min(25 ms x 2^(n-1), 500 ms), as gRPC's retry policy jitters its
 // backoff, so that the clients of a failover do not come back in step.
 constexpr absl::Duration kFirstBackoff = absl::Milliseconds(25);
-constexpr absl::Duration kLastBackoff = absl::Seconds(1);
+constexpr absl::Duration kLastBackoff = absl::Milliseconds(500);
 
 absl::Duration Jittered(absl::Duration backoff) {
   thread_local std::mt19937_64 random{std::random_device()()};
