@@ -185,6 +185,19 @@ struct Services {
   std::unique_ptr<ReflectionService> reflection;
 };
 
+// A cluster node's worlds, as a health of their own
+// ("xform.v1.Xform.worlds"): NOT_SERVING while any is wedged (its log
+// holds a record no node can load past), which the log and GetWorld name.
+void WatchWedgedWorlds(ClusterNode& cluster, HealthService& health) {
+  const std::string worlds =
+      absl::StrCat(v1::Xform::service_full_name(), ".worlds");
+  health.SetServingStatus(worlds, true);
+  cluster.set_on_wedged(
+      [&health, worlds](const std::vector<std::string>& wedged) {
+        health.SetServingStatus(worlds, wedged.empty());
+      });
+}
+
 // Waits for a signal that stops the server; SIGHUP meanwhile reloads the
 // auth file (a file that does not parse keeps the policy in force).
 int ServeUntilStopped(const sigset_t& signals, const std::string& auth_file,
@@ -301,18 +314,7 @@ int Main(const XformdConfig& config) {
   Log('I', "xformd listening on ", config.listen, " (port ", (*edge)->port(),
       ")");
   services.SetServing(false);
-  if (cluster != nullptr) {
-    // A node's worlds, as a health of their own: NOT_SERVING while any is
-    // wedged (its log holds a record no node can load past), which the
-    // log and GetWorld name.
-    const std::string worlds =
-        absl::StrCat(v1::Xform::service_full_name(), ".worlds");
-    services.health.SetServingStatus(worlds, true);
-    cluster->set_on_wedged(
-        [&health = services.health, worlds](std::vector<std::string> wedged) {
-          health.SetServingStatus(worlds, wedged.empty());
-        });
-  }
+  if (cluster != nullptr) WatchWedgedWorlds(*cluster, services.health);
   if (absl::Status recovered =
           RecoverWorlds(config, (*edge)->port(), host, cluster);
       !recovered.ok()) {

@@ -581,13 +581,12 @@ void ClusterNode::Follow(Held& held, uint64_t next_seq) {
   }
 }
 
-bool ClusterNode::Promote(Held& held) {
-  // Everything up to the log's end, applied.
+std::optional<uint64_t> ClusterNode::ReadToEnd(Held& held) {
   absl::StatusOr<StreamExtent> extent = link_->Extent(LogStream(held.key));
   if (!extent.ok()) {
     Log('W', "world '", EscapeForLog(held.name),
         "': cannot take it: ", extent.status().message());
-    return false;
+    return std::nullopt;
   }
   const absl::Time deadline = clock_.Now() + kCatchUpWait;
   while (held.follower != nullptr && held.follower->failed().ok() &&
@@ -600,8 +599,15 @@ bool ClusterNode::Promote(Held& held) {
     Log('W', "world '", EscapeForLog(held.name),
         "': cannot take it: its log was not read to its end (", extent->last,
         ")");
-    return false;
+    return std::nullopt;
   }
+  return extent->last;
+}
+
+bool ClusterNode::Promote(Held& held) {
+  // Everything up to the log's end, applied.
+  const std::optional<uint64_t> end = ReadToEnd(held);
+  if (!end) return false;
   held.follower->Stop();
   held.epoch = std::max(held.epoch, held.follower->epoch() + 1);
   // The epoch expects the log's end: a writer that appended since (one
@@ -615,7 +621,7 @@ bool ClusterNode::Promote(Held& held) {
                                      {{kClusterHeader, link_->cluster()},
                                       {"Xform-Epoch", absl::StrCat(held.epoch)},
                                       {"Xform-Node", options_.node}}),
-                         epoch_id, "cannot begin an epoch", extent->last);
+                         epoch_id, "cannot begin an epoch", *end);
   if (!epoch_seq.ok()) {
     Log('W', "world '", EscapeForLog(held.name),
         "': cannot take it: ", epoch_seq.status().message());

@@ -152,6 +152,10 @@ class ClusterNode final : public WorldLogStore, public ClusterView {
   void RenewLease(Held& held, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(ops_mu_);
   void KeepEntry();
+  // Waits (up to 10 s) until `held`'s follower has read the log to its
+  // end: that end's sequence, or nullopt (logged) if it did not.
+  std::optional<uint64_t> ReadToEnd(Held& held)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(ops_mu_);
   // This node takes `held`'s world: reads its log to the end, appends an
   // epoch, writes it. False (following it again) if another appended.
   bool Promote(Held& held) ABSL_EXCLUSIVE_LOCKS_REQUIRED(ops_mu_);

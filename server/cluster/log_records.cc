@@ -65,6 +65,33 @@ void SkipForeign(absl::string_view stream, uint64_t seq,
                "): passed over, as no record of its worlds");
 }
 
+// A record its headers alone make (all but a batch): a world's creation,
+// a skipped record's marker, an epoch or a frame's end.
+std::optional<LogRecord> MarkerRecord(natsMsg* msg, uint64_t seq) {
+  LogRecord record;
+  record.seq = seq;
+  record.node = std::string(Header(msg, "Xform-Node"));
+  if (!Header(msg, "Xform-World").empty()) {
+    record.kind = LogRecord::Kind::kCreated;
+  } else if (!Header(msg, "Xform-Skipped").empty()) {
+    record.kind = LogRecord::Kind::kSkipped;
+  } else if (const uint64_t epoch = HeaderNumber(msg, "Xform-Epoch", 0);
+             epoch != 0) {
+    record.kind = LogRecord::Kind::kEpoch;
+    record.epoch = epoch;
+  } else if (const uint64_t end = HeaderNumber(msg, "Xform-End", 0); end != 0) {
+    record.kind = LogRecord::Kind::kFrameEnd;
+    record.frame = end;
+    record.digest = HexHeader(msg, "Xform-Digest");
+    record.closed = absl::FromUnixNanos(
+        static_cast<int64_t>(HeaderNumber(msg, "Xform-Time", 0)));
+    record.counts = std::string(Header(msg, "Xform-Counts"));
+  } else {
+    return std::nullopt;
+  }
+  return record;
+}
+
 }  // namespace
 
 absl::StatusOr<std::optional<LogRecord>> RecordAssembler::Take(natsMsg* msg,
@@ -85,29 +112,8 @@ absl::StatusOr<std::optional<LogRecord>> RecordAssembler::Take(natsMsg* msg,
     next_part_ = 0;
     parts_.clear();
   }
-  if (!Header(msg, "Xform-World").empty()) {
-    record.kind = LogRecord::Kind::kCreated;
-    return record;
-  }
-  if (!Header(msg, "Xform-Skipped").empty()) {
-    record.kind = LogRecord::Kind::kSkipped;
-    return record;
-  }
-  if (const uint64_t epoch = HeaderNumber(msg, "Xform-Epoch", 0); epoch != 0) {
-    record.kind = LogRecord::Kind::kEpoch;
-    record.epoch = epoch;
-    record.node = std::string(Header(msg, "Xform-Node"));
-    return record;
-  }
-  if (const uint64_t end = HeaderNumber(msg, "Xform-End", 0); end != 0) {
-    record.kind = LogRecord::Kind::kFrameEnd;
-    record.frame = end;
-    record.digest = HexHeader(msg, "Xform-Digest");
-    record.closed = absl::FromUnixNanos(
-        static_cast<int64_t>(HeaderNumber(msg, "Xform-Time", 0)));
-    record.counts = std::string(Header(msg, "Xform-Counts"));
-    record.node = std::string(Header(msg, "Xform-Node"));
-    return record;
+  if (std::optional<LogRecord> marked = MarkerRecord(msg, seq)) {
+    return marked;
   }
   if (!batch_part) {
     return absl::DataLossError(absl::StrCat("record ", seq, " is no record"));
