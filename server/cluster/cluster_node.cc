@@ -30,8 +30,6 @@ bool InBucket(kvStore* bucket, const std::string& key) {
 // How long a writer stepping down waits for its log to acknowledge what it
 // took before it reloads the world instead.
 constexpr absl::Duration kStepDownWait = absl::Seconds(5);
-// How long a node taking a world waits to read its log to the end.
-constexpr absl::Duration kCatchUpWait = absl::Seconds(10);
 
 std::string RandomId() {
   std::random_device random;
@@ -588,7 +586,10 @@ std::optional<uint64_t> ClusterNode::ReadToEnd(Held& held) {
         "': cannot take it: ", extent.status().message());
     return std::nullopt;
   }
-  const absl::Time deadline = clock_.Now() + kCatchUpWait;
+  // At most a lease: the wait holds ops_mu_, and a node that waited ten
+  // seconds let every other lease it held expire meanwhile (the crash loop
+  // saw it). One that cannot catch up by then gives the world up for now.
+  const absl::Time deadline = clock_.Now() + options_.lease;
   while (held.follower != nullptr && held.follower->failed().ok() &&
          held.follower->consumed_seq() < extent->last &&
          clock_.Now() < deadline) {

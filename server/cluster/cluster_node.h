@@ -152,7 +152,7 @@ class ClusterNode final : public WorldLogStore, public ClusterView {
   void RenewLease(Held& held, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(ops_mu_);
   void KeepEntry();
-  // Waits (up to 10 s) until `held`'s follower has read the log to its
+  // Waits (up to a lease) until `held`'s follower has read the log to its
   // end: that end's sequence, or nullopt (logged) if it did not.
   std::optional<uint64_t> ReadToEnd(Held& held)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(ops_mu_);

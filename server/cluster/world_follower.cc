@@ -23,7 +23,8 @@ absl::Status WorldFollower::Start(uint64_t next_seq, uint64_t epoch) {
   Stop();
   // A log purged past `next_seq` (a snapshot took in what it had not
   // read): nothing may come to show the gap, so it is looked for now.
-  if (absl::Status behind = CheckNotBehind(next_seq - 1); !behind.ok()) {
+  if (absl::Status behind = CheckNotBehind(next_seq - 1, /*quiet=*/false);
+      !behind.ok()) {
     absl::MutexLock lock(&mu_);
     failed_ = behind;
     return absl::OkStatus();
@@ -152,13 +153,20 @@ uint64_t WorldFollower::applied_seq() const {
   return applied_seq_;
 }
 
-absl::Status WorldFollower::CheckNotBehind(uint64_t consumed) {
+absl::Status WorldFollower::CheckNotBehind(uint64_t consumed, bool quiet) {
   absl::StatusOr<StreamExtent> extent = link_->Extent(LogStream(key_));
   if (!extent.ok()) return absl::OkStatus();  // Unknown: later.
   if (extent->first > consumed + 1) {
     return absl::DataLossError(absl::StrCat(
         "its log was purged to ", extent->first, " behind a snapshot, past ",
         consumed, ", the last record this node read"));
+  }
+  if (quiet && extent->last > consumed) {
+    // Records it was never sent: its consumer was lost with a NATS server
+    // (the crash loop saw a replica sit 65 frames behind for good).
+    return absl::UnavailableError(absl::StrCat(
+        "its log went on to ", extent->last, " while nothing came past ",
+        consumed, " (its consumer lost)"));
   }
   return absl::OkStatus();
 }
@@ -171,7 +179,7 @@ absl::Status WorldFollower::CheckFallenBehind(absl::Duration quiet) {
     if (absl::Now() - last_record_ < quiet) return absl::OkStatus();
     consumed = expected_seq_ - 1;
   }
-  absl::Status behind = CheckNotBehind(consumed);
+  absl::Status behind = CheckNotBehind(consumed, /*quiet=*/true);
   if (!behind.ok()) {
     absl::MutexLock lock(&mu_);
     if (expected_seq_ - 1 == consumed && failed_.ok()) failed_ = behind;

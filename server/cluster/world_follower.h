@@ -54,7 +54,8 @@ class WorldFollower {
 
   // A follower that heard nothing for `quiet` asks whether its log was
   // purged past what it read (a snapshot taken while no record came to
-  // show the gap): failed() if so. O(1), a round trip to JetStream.
+  // show the gap), or went on without it (its consumer lost with a NATS
+  // server): failed() if so. O(1), a round trip to JetStream.
   absl::Status CheckFallenBehind(absl::Duration quiet);
   // Why it stopped applying records (the world must be reloaded); OK while
   // it follows.
@@ -71,8 +72,9 @@ class WorldFollower {
                         void* closure);
   static void OnComplete(void* closure);
   void Take(natsMsg* msg);
-  // DATA_LOSS if the log now starts past `consumed` + 1.
-  absl::Status CheckNotBehind(uint64_t consumed);
+  // DATA_LOSS if the log now starts past `consumed` + 1; with `quiet`
+  // (nothing came for a while), UNAVAILABLE if it ends past `consumed`.
+  absl::Status CheckNotBehind(uint64_t consumed, bool quiet);
   absl::Status Apply(const LogRecord& record)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
