@@ -1671,34 +1671,50 @@ TEST(ReplicatorLagTest, StreamStatsCountMessagesFoldsAndViewsSentAgain) {
   // Each subscriber's counts are its part of the world's.
   const std::vector<SubscriberInfo> subs = replicator.Subscribers();
   ASSERT_EQ(subs.size(), 3u);
-  EXPECT_EQ(subs[0].id, whole);
-  EXPECT_EQ(subs[1].id, kept);
-  EXPECT_EQ(subs[2].id, dashboard);
-  EXPECT_EQ(subs[0].messages + subs[1].messages + subs[2].messages,
-            stats.messages);
-  EXPECT_EQ(subs[0].frames_folded, 39u);
-  EXPECT_EQ(subs[1].frames_folded, 39u);
-  EXPECT_EQ(subs[2].frames_folded, 4u);
-  EXPECT_EQ(subs[0].views_resent_whole, 1u);
-  EXPECT_EQ(subs[0].kept_view_snapshots, 0u);
-  EXPECT_EQ(subs[1].views_resent_whole, 0u);
-  EXPECT_EQ(subs[1].kept_view_snapshots, 1u);
-  EXPECT_TRUE(subs[1].accepts_kept_view_snapshots);
-  EXPECT_EQ(subs[2].max_rate_hz, 1.0);
+  // By id (random, unguessable): each found by its own.
+  const auto of = [&](Replicator::SubscriptionId id) -> const SubscriberInfo& {
+    return *std::find_if(subs.begin(), subs.end(),
+                         [&](const SubscriberInfo& s) { return s.id == id; });
+  };
+  ASSERT_EQ(std::count_if(subs.begin(), subs.end(),
+                          [&](const SubscriberInfo& s) {
+                            return s.id == whole || s.id == kept ||
+                                   s.id == dashboard;
+                          }),
+            3);
+  EXPECT_TRUE(
+      std::is_sorted(subs.begin(), subs.end(),
+                     [](const SubscriberInfo& a, const SubscriberInfo& b) {
+                       return a.id < b.id;
+                     }));
+  const SubscriberInfo& w = of(whole);
+  const SubscriberInfo& k = of(kept);
+  const SubscriberInfo& d = of(dashboard);
+  EXPECT_EQ(w.messages + k.messages + d.messages, stats.messages);
+  EXPECT_EQ(w.frames_folded, 39u);
+  EXPECT_EQ(k.frames_folded, 39u);
+  EXPECT_EQ(d.frames_folded, 4u);
+  EXPECT_EQ(w.views_resent_whole, 1u);
+  EXPECT_EQ(w.kept_view_snapshots, 0u);
+  EXPECT_EQ(k.views_resent_whole, 0u);
+  EXPECT_EQ(k.kept_view_snapshots, 1u);
+  EXPECT_TRUE(k.accepts_kept_view_snapshots);
+  EXPECT_EQ(d.max_rate_hz, 1.0);
   // Owed the six frames of 10 moves since they last took (kept frames'
   // entities counted once a frame); the dashboard took them.
-  EXPECT_EQ(subs[0].pending, 60u);
-  EXPECT_EQ(subs[1].pending, 60u);
-  EXPECT_EQ(subs[2].pending, 0u);
+  EXPECT_EQ(w.pending, 60u);
+  EXPECT_EQ(k.pending, 60u);
+  EXPECT_EQ(d.pending, 0u);
   for (const SubscriberInfo& s : subs) EXPECT_FALSE(s.in_snapshot);
   // A page at a time, by id.
   const std::vector<SubscriberInfo> first = replicator.Subscribers(0, 2);
   ASSERT_EQ(first.size(), 2u);
-  EXPECT_EQ(first[1].id, kept);
-  const std::vector<SubscriberInfo> next = replicator.Subscribers(kept, 2);
+  EXPECT_EQ(first[1].id, subs[1].id);
+  const std::vector<SubscriberInfo> next =
+      replicator.Subscribers(subs[1].id, 2);
   ASSERT_EQ(next.size(), 1u);
-  EXPECT_EQ(next[0].id, dashboard);
-  EXPECT_TRUE(replicator.Subscribers(dashboard, 2).empty());
+  EXPECT_EQ(next[0].id, subs[2].id);
+  EXPECT_TRUE(replicator.Subscribers(subs[2].id, 2).empty());
 }
 
 // What a snapshot that keeps the view sends is found a chunk of slots at a

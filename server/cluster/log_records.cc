@@ -65,6 +65,12 @@ void SkipForeign(absl::string_view stream, uint64_t seq,
                "): passed over, as no record of its worlds");
 }
 
+// Whether `msg` marks record `seq` as skipped by an operator (deleted:
+// SkipRecord).
+bool SkipMarks(natsMsg* msg, uint64_t seq) {
+  return HeaderNumber(msg, "Xform-Skipped", 0) == seq;
+}
+
 // A record its headers alone make (all but a batch): a world's creation,
 // a skipped record's marker, an epoch or a frame's end.
 std::optional<LogRecord> MarkerRecord(natsMsg* msg, uint64_t seq) {
@@ -324,13 +330,13 @@ absl::StatusOr<LoadedWorld> LoadFrom(NatsLink& link, const std::string& key,
       [&](natsMsg* msg) -> absl::Status {
         const uint64_t seq = StreamSequence(msg);
         if (seq != next) {
-          // Purged behind a snapshot newer than the one read, or
-          // a record an operator skipped (deleted: the stream
-          // still starts before it).
-          absl::StatusOr<StreamExtent> extent = link.Extent(LogStream(key));
-          if (!extent.ok() || extent->first > next) {
+          // Purged behind a snapshot newer than the one read (a purge under
+          // way deletes from the front, leaving holes meanwhile), or a record
+          // an operator skipped: that hole, one record long, is followed by
+          // the marker naming it, and passed over only then.
+          if (seq != next + 1 || !SkipMarks(msg, next)) {
             return absl::AbortedError(absl::StrCat(
-                LogStream(key), " starts at ", seq, ", past ", next));
+                LogStream(key), " was read from ", seq, ", past ", next));
           }
           next = seq;
         }
