@@ -12,14 +12,7 @@ absl::Status CallerBudget::Take(absl::string_view principal,
                                 absl::string_view grpc_peer, double amount,
                                 absl::Time now) {
   if (per_second_ <= 0) return absl::OkStatus();
-  std::string key;
-  if (!principal.empty()) {
-    key = absl::StrCat("principal ", principal);
-  } else {
-    const ConnectionsPerAddress::Client client = ClientOfPeer(grpc_peer);
-    key = absl::StrCat("address ", absl::Hex(client.high), ":",
-                       absl::Hex(client.low));
-  }
+  const std::string key = CallerKey(principal, grpc_peer);
   absl::MutexLock lock(&mu_);
   if (callers_.size() >= kMaxCallers && !callers_.contains(key)) {
     // The idle first: a bucket untouched for a minute is full again.

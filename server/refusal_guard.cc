@@ -34,14 +34,7 @@ void RefusalGuard::Refused(absl::string_view principal,
                            absl::string_view grpc_peer, size_t request_bytes,
                            absl::Time now) {
   if (options_.refused_bytes_per_second <= 0 || cut_off_ == nullptr) return;
-  std::string key;
-  if (!principal.empty()) {
-    key = absl::StrCat("principal ", principal);
-  } else {
-    const ConnectionsPerAddress::Client client = ClientOfPeer(grpc_peer);
-    key = absl::StrCat("address ", absl::Hex(client.high), ":",
-                       absl::Hex(client.low));
-  }
+  const std::string key = CallerKey(principal, grpc_peer);
   absl::Duration penalty;
   {
     absl::MutexLock lock(&mu_);

@@ -859,22 +859,34 @@ TEST(ClusterFaultTest, AReplicaFarBehindReloadsAndIsExact) {
 // Publishes `payload` (no headers: no record of any cluster) into
 // `world`'s log and snapshot subjects, as a holder of the NATS credentials
 // could; whether JetStream took both.
-bool PublishNotOurs(const std::string& nats_url, const std::string& world) {
+// A JetStream context on the NATS server at `nats_url`, for the test to
+// read or write a world's streams as anyone holding the credentials could.
+struct JetStreamOf {
+  explicit JetStreamOf(const std::string& nats_url) {
+    if (natsConnection_ConnectTo(&nc, nats_url.c_str()) == NATS_OK) {
+      natsConnection_JetStream(&js, nc, nullptr);
+    }
+  }
+  ~JetStreamOf() {
+    jsCtx_Destroy(js);
+    natsConnection_Destroy(nc);
+  }
   natsConnection* nc = nullptr;
   jsCtx* js = nullptr;
-  if (natsConnection_ConnectTo(&nc, nats_url.c_str()) != NATS_OK) return false;
-  natsConnection_JetStream(&js, nc, nullptr);
+};
+
+bool PublishNotOurs(const std::string& nats_url, const std::string& world) {
+  JetStreamOf nats(nats_url);
+  if (nats.js == nullptr) return false;
   const std::string hex = absl::BytesToHexString(world);
   bool stored = true;
   for (const std::string& subject :
        {absl::StrCat("xform.log.", hex), absl::StrCat("xform.snap.", hex)}) {
     jsPubAck* ack = nullptr;
-    stored &= js_Publish(&ack, js, subject.c_str(), "oops", 4, nullptr,
+    stored &= js_Publish(&ack, nats.js, subject.c_str(), "oops", 4, nullptr,
                          nullptr) == NATS_OK;
     jsPubAck_Destroy(ack);
   }
-  jsCtx_Destroy(js);
-  natsConnection_Destroy(nc);
   return stored;
 }
 
@@ -917,16 +929,15 @@ TEST(ClusterFaultTest, AMessageNotOursInAWorldsLogIsPassedOver) {
 // does not parse. Its sequence, or 0.
 uint64_t PublishBadRecord(const std::string& nats_url,
                           const std::string& world) {
-  natsConnection* nc = nullptr;
-  jsCtx* js = nullptr;
-  if (natsConnection_ConnectTo(&nc, nats_url.c_str()) != NATS_OK) return 0;
-  natsConnection_JetStream(&js, nc, nullptr);
+  JetStreamOf nats(nats_url);
+  if (nats.js == nullptr) return 0;
   const std::string hex = absl::BytesToHexString(world);
   const std::string stream = absl::StrCat("XFORM_LOG_", hex);
   const std::string subject = absl::StrCat("xform.log.", hex);
   std::string cluster;
   natsMsg* first = nullptr;
-  if (js_GetMsg(&first, js, stream.c_str(), 1, nullptr, nullptr) == NATS_OK) {
+  if (js_GetMsg(&first, nats.js, stream.c_str(), 1, nullptr, nullptr) ==
+      NATS_OK) {
     const char* value = nullptr;
     if (natsMsgHeader_Get(first, "Xform-Cluster", &value) == NATS_OK) {
       cluster = value;
@@ -940,14 +951,12 @@ uint64_t PublishBadRecord(const std::string& nats_url,
     natsMsgHeader_Set(msg, "Xform-Cluster", cluster.c_str());
     natsMsgHeader_Set(msg, "Xform-Frame", "1");
     jsPubAck* ack = nullptr;
-    if (js_PublishMsg(&ack, js, msg, nullptr, nullptr) == NATS_OK) {
+    if (js_PublishMsg(&ack, nats.js, msg, nullptr, nullptr) == NATS_OK) {
       seq = ack->Sequence;
     }
     jsPubAck_Destroy(ack);
     natsMsg_Destroy(msg);
   }
-  jsCtx_Destroy(js);
-  natsConnection_Destroy(nc);
   return seq;
 }
 

@@ -39,6 +39,14 @@ std::string GrpcPeerName(const sockaddr_storage& address) {
   return "";
 }
 
+std::string CallerKey(absl::string_view principal,
+                      absl::string_view grpc_peer) {
+  if (!principal.empty()) return absl::StrCat("principal ", principal);
+  const ConnectionsPerAddress::Client client = ClientOfPeer(grpc_peer);
+  return absl::StrCat("address ", absl::Hex(client.high), ":",
+                      absl::Hex(client.low));
+}
+
 ConnectionsPerAddress::Client ClientOfPeer(absl::string_view grpc_peer) {
   sockaddr_storage address{};
   int fd = -1;

@@ -30,6 +30,13 @@ std::string GrpcPeerName(const sockaddr_storage& address);
 // Anything else is the one client Client::Of gives other families.
 ConnectionsPerAddress::Client ClientOfPeer(absl::string_view grpc_peer);
 
+// Who a caller is, for what is counted per caller (refusals, work): the
+// principal it authenticated as with a credential, or else (`principal`
+// empty) its client address from gRPC's name for the peer. Without an
+// auth file everyone is "anonymous", and one client's count must not be
+// another's.
+std::string CallerKey(absl::string_view principal, absl::string_view grpc_peer);
+
 // What to call a call's peer in logs and listings: gRPC's name for it
 // (ServerContext::peer()), but for a connection an Acceptor handed over,
 // which gRPC names by its descriptor ("fd:12"), the address at the other end
