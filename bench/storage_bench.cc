@@ -17,7 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "benchmark/benchmark.h"
-#include "server/journal.h"
+#include "server/storage/journal.h"
 #include "tools/scenes.h"
 #include "xform/v1/wire.h"
 #include "xform/world.h"

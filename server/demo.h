@@ -20,7 +20,7 @@
 #include <thread>
 
 #include "absl/synchronization/notification.h"
-#include "server/world_host.h"
+#include "server/host/world_host.h"
 
 namespace xform::server {
 

@@ -1,6 +1,6 @@
 // Copyright 2026 The xform Authors.
 
-#include "server/access_policy.h"
+#include "server/access/access_policy.h"
 
 #include <string>
 

@@ -1,6 +1,6 @@
 // Copyright 2026 The xform Authors.
 
-#include "server/fanout_pool.h"
+#include "server/replication/fanout_pool.h"
 
 #include <atomic>
 #include <memory>

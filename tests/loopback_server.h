@@ -15,10 +15,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/grpcpp.h"
-#include "server/health_service.h"
-#include "server/reflection_service.h"
-#include "server/service.h"
-#include "server/transport.h"
+#include "server/service/health_service.h"
+#include "server/service/reflection_service.h"
+#include "server/service/service.h"
+#include "server/service/transport.h"
 
 namespace xform::server {
 

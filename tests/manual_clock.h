@@ -1,6 +1,6 @@
 // Copyright 2026 The xform Authors.
 //
-// ManualClock: a Clock (server/clock.h) that moves only when a test says,
+// ManualClock: a Clock (server/base/clock.h) that moves only when a test says,
 // so that a rate is checked by stepping time, not by sleeping through it.
 
 #ifndef XFORM_TESTS_MANUAL_CLOCK_H_
@@ -11,7 +11,7 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "server/clock.h"
+#include "server/base/clock.h"
 
 namespace xform::server {
 

@@ -1,6 +1,6 @@
 // Copyright 2026 The xform Authors.
 
-#include "server/published_state.h"
+#include "server/replication/published_state.h"
 
 #include <algorithm>
 #include <iterator>
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "server/slot_bits.h"
+#include "server/replication/slot_bits.h"
 #include "xform/world.h"
 
 namespace xform::server {

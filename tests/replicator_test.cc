@@ -5,7 +5,7 @@
 // ThreadSanitizer: the server's cross-thread logic lives here, while Debian's
 // gRPC is not instrumented).
 
-#include "server/replicator.h"
+#include "server/replication/replicator.h"
 
 #include <algorithm>
 #include <atomic>

@@ -26,7 +26,7 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "server/service.h"
+#include "server/service/service.h"
 #include "tests/loopback_server.h"
 #include "tests/raw_call.h"
 #include "xform/message_size.h"

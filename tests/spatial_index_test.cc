@@ -1,6 +1,6 @@
 // Copyright 2026 The xform Authors.
 
-#include "server/spatial_index.h"
+#include "server/replication/spatial_index.h"
 
 #include <algorithm>
 #include <limits>

@@ -5,7 +5,7 @@
 // files, and a WorldHost over a data directory rebuilt from its snapshot
 // and journal, and refusing writes with UNAVAILABLE when its disk is full.
 
-#include "server/storage.h"
+#include "server/storage/storage.h"
 
 #include <sys/mount.h>
 #include <unistd.h>
@@ -21,10 +21,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "server/crc32c.h"
-#include "server/journal.h"
-#include "server/snapshot_file.h"
-#include "server/world_host.h"
+#include "server/storage/crc32c.h"
+#include "server/storage/journal.h"
+#include "server/storage/snapshot_file.h"
+#include "server/host/world_host.h"
 #include "tests/random_batches.h"
 #include "xform/v1/wire.h"
 #include "xform/world.h"

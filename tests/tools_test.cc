@@ -20,8 +20,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "server/access_policy.h"
-#include "server/gatekeeper.h"
+#include "server/access/access_policy.h"
+#include "server/service/gatekeeper.h"
 #include "tests/loopback_server.h"
 
 namespace xform {

@@ -3,7 +3,7 @@
 // HostedWorld's locks: what a writer's batch (or a read) waits for while a
 // frame is being published.
 
-#include "server/world_host.h"
+#include "server/host/world_host.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -20,7 +20,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
-#include "server/redirect.h"
+#include "server/cluster/view/redirect.h"
 #include "tests/random_batches.h"
 #include "xform/v1/frame_update.h"
 #include "xform/v1/wire.h"

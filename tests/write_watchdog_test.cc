@@ -3,7 +3,7 @@
 // The WriteWatchdog on its own: it checks each watched stream every period,
 // from its own thread, and forgets streams that went.
 
-#include "server/write_watchdog.h"
+#include "server/service/write_watchdog.h"
 
 #include <atomic>
 #include <memory>

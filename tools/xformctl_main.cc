@@ -28,7 +28,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "nlohmann/json.hpp"
-#include "server/access_policy.h"
+#include "server/access/access_policy.h"
 #include "tools/client_flags.h"
 #include "xform/client.h"
 #include "xform/mirror.h"

@@ -1,7 +1,7 @@
 // Copyright 2026 The xform Authors.
 //
 // What a world's subscription streams were sent, and where its subscribers
-// stand: the server's counts (server/replicator.h keeps them), as
+// stand: the server's counts (server/replication/replicator.h keeps them), as
 // `Client::GetWorld` and `ListWorlds` report them (`WorldInfo::stream`;
 // on the wire, `xform.v1.StreamStats`). Enough for an operator to tell a
 // healthy fan-out from one whose subscribers fall behind, resync or stall.

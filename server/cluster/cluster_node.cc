@@ -12,8 +12,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/cluster/log_records.h"
-#include "server/log.h"
-#include "server/snapshot_file.h"
+#include "server/base/log.h"
+#include "server/storage/snapshot_file.h"
 
 namespace xform::server {
 namespace {

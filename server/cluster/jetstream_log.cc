@@ -12,9 +12,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "server/cluster/log_records.h"
-#include "server/log.h"
-#include "server/redirect.h"
-#include "server/snapshot_file.h"
+#include "server/base/log.h"
+#include "server/cluster/view/redirect.h"
+#include "server/storage/snapshot_file.h"
 
 namespace xform::server {
 namespace {

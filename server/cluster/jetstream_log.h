@@ -47,9 +47,9 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "server/clock.h"
+#include "server/base/clock.h"
 #include "server/cluster/nats_link.h"
-#include "server/world_log.h"
+#include "server/host/world_log.h"
 
 namespace xform::server {
 

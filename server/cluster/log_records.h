@@ -48,9 +48,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "server/clock.h"
+#include "server/base/clock.h"
 #include "server/cluster/nats_link.h"
-#include "server/world_log.h"
+#include "server/host/world_log.h"
 
 namespace xform::server {
 

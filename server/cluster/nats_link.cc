@@ -9,7 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "server/log.h"
+#include "server/base/log.h"
 #include "xform/config/cluster.pb.h"
 
 namespace xform::server {

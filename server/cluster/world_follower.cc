@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "server/log.h"
+#include "server/base/log.h"
 
 namespace xform::server {
 

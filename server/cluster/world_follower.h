@@ -33,7 +33,7 @@
 #include "absl/time/time.h"
 #include "server/cluster/log_records.h"
 #include "server/cluster/nats_link.h"
-#include "server/world_host.h"
+#include "server/host/world_host.h"
 
 namespace xform::server {
 

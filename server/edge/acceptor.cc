@@ -23,7 +23,7 @@
 #include "absl/time/clock.h"
 #include "grpcpp/server_posix.h"
 #include "server/edge/stream_reset_scan.h"
-#include "server/log.h"
+#include "server/base/log.h"
 
 namespace xform::server {
 namespace {

@@ -32,7 +32,7 @@
 #include "absl/strings/string_view.h"
 #include "grpcpp/server.h"
 #include "server/edge/connection_admission.h"
-#include "server/log.h"
+#include "server/base/log.h"
 
 namespace xform::server {
 

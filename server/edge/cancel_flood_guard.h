@@ -46,7 +46,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/support/server_interceptor.h"
 #include "server/edge/connection_admission.h"
-#include "server/token_bucket.h"
+#include "server/base/token_bucket.h"
 
 namespace xform::server {
 

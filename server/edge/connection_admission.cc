@@ -18,7 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
-#include "server/log.h"
+#include "server/base/log.h"
 
 namespace xform::server {
 

@@ -48,7 +48,7 @@
 #include "absl/time/time.h"
 #include "server/edge/connections_per_address.h"
 #include "server/edge/peer_address.h"
-#include "server/log.h"
+#include "server/base/log.h"
 
 namespace xform::server {
 

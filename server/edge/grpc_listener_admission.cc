@@ -17,7 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "server/log.h"
+#include "server/base/log.h"
 
 namespace xform::server {
 namespace {

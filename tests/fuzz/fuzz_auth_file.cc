@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "server/access_policy.h"
+#include "server/access/access_policy.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string json(reinterpret_cast<const char*>(data), size);

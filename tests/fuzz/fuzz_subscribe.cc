@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
-#include "server/replicator.h"
+#include "server/replication/replicator.h"
 #include "xform/v1/wire.h"
 #include "xform/v1/xform.pb.h"
 #include "xform/world.h"

@@ -33,7 +33,7 @@
 // A delta is coded against the pose the receiver holds for the entity: the
 // one the stream last carried for it. The server sends deltas only where it
 // knows that pose (a frame shared by subscribers that have every frame
-// before it, see server/replicator.h), wholes elsewhere.
+// before it, see server/replication/replicator.h), wholes elsewhere.
 
 #ifndef XFORM_V1_COMPACT_MOVES_H_
 #define XFORM_V1_COMPACT_MOVES_H_
