@@ -94,8 +94,8 @@ class SiblingLists;  // src/sibling_lists.h
 
 // From this many commands that shift the arrays (links, destroys, runs of
 // creates) on, a batch restructures the world once instead of shifting it
-// for each. Restructuring a 1M world costs about seven shifts of all of it
-// (75 ms against 10.9 ms, BM_RelinkBatch), so no batch pays much more than
+// for each. Restructuring a world costs about seven shifts of all of it
+// (BM_RelinkBatch; docs/benchmarks.md), so no batch pays much more than
 // that either way.
 inline constexpr size_t kRestructureAt = 8;
 
