@@ -18,7 +18,12 @@ using Slot = SpatialIndex::Slot;
 std::vector<Slot> InBox(const SpatialIndex& index, glm::vec3 min,
                         glm::vec3 max) {
   std::vector<Slot> found;
-  index.ForEachInBox(min, max, [&](Slot s) { found.push_back(s); });
+  const SpatialIndex::Box box[] = {{min, max}};
+  index.ForEachCell(
+      box, [](glm::vec3, glm::vec3) { return true; },
+      [&](const SpatialIndex::CellView& cell) {
+        found.insert(found.end(), cell.slots.begin(), cell.slots.end());
+      });
   std::sort(found.begin(), found.end());
   return found;
 }
@@ -175,10 +180,35 @@ TEST(SpatialIndexTest, FarAndInfinitePositionsLandInEdgeCellsAndAreFound) {
             std::vector<Slot>({1, 2, 3}));
   // A box covering the whole grid counts its cells without overflow, and is
   // walked by its occupied cells.
-  EXPECT_EQ(index.CellsCovering({-kInf, -kInf, -kInf}, {kInf, kInf, kInf}),
+  EXPECT_EQ(CellsCovering(1, {-kInf, -kInf, -kInf}, {kInf, kInf, kInf}),
             uint64_t{1} << 63);
-  EXPECT_EQ(index.CellsCovering({0.5f, 0.5f, 0.5f}, {2.5f, 1.5f, 0.9f}), 6u);
+  EXPECT_EQ(CellsCovering(1, {0.5f, 0.5f, 0.5f}, {2.5f, 1.5f, 0.9f}), 6u);
   EXPECT_EQ(index.occupied_cells(), 3u);
+}
+
+// Cells that two boxes share are visited once, whichever way the walk
+// goes (by the boxes' cells, or by the occupied cells when fewer), and a
+// cell the caller does not want is not visited.
+TEST(SpatialIndexTest, OverlappingBoxesVisitEachCellOnce) {
+  // With 7 cells covered: fewer occupied cells than that (walked by
+  // them), then more (walked by the boxes' cells).
+  for (const Slot others : {0, 20}) {
+    SpatialIndex index(1);
+    for (Slot s = 0; s < 5 + others; ++s) {
+      index.Place(s, {static_cast<float>(s < 5 ? s : s + 10) + 0.5f, 0.5f,
+                      0.5f});
+    }
+    const SpatialIndex::Box boxes[] = {{{0, 0, 0}, {3.5f, 0.5f, 0.5f}},
+                                       {{2, 0, 0}, {4.5f, 0.5f, 0.5f}}};
+    std::vector<Slot> found;
+    index.ForEachCell(
+        boxes, [](glm::vec3 min, glm::vec3) { return min.x != 1; },
+        [&](const SpatialIndex::CellView& cell) {
+          found.insert(found.end(), cell.slots.begin(), cell.slots.end());
+        });
+    std::sort(found.begin(), found.end());
+    EXPECT_EQ(found, std::vector<Slot>({0, 2, 3, 4})) << others << " others";
+  }
 }
 
 TEST(SpatialIndexTest, MovesWithinACellChangeNothingAndEmptyCellsGo) {

@@ -1,6 +1,6 @@
 // Copyright 2026 The xform Authors.
 //
-// The view of a region of space (MakeRegionFilter, view_filter.h).
+#include "server/replication/region_filter.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,7 +11,6 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "glm/common.hpp"
-#include "server/replication/view_filter.h"
 
 namespace xform::server {
 namespace {
@@ -180,8 +179,13 @@ class RegionFilter final : public ViewFilter {
     }
     glm::vec3 min, max;
     Bounds(&min, &max);
-    index_.ForEachInBox(min, max,
-                        [&](Slot slot) { search->candidates.push_back(slot); });
+    const SpatialIndex::Box box[] = {{min, max}};
+    index_.ForEachCell(
+        box, [](glm::vec3, glm::vec3) { return true; },
+        [&](const SpatialIndex::CellView& cell) {
+          search->candidates.insert(search->candidates.end(),
+                                    cell.slots.begin(), cell.slots.end());
+        });
     return search;
   }
 
@@ -218,8 +222,10 @@ class RegionFilter final : public ViewFilter {
     region_ = region;
     CullBounds(region_, &new_min, &new_max);
     size_t slots = 0;
-    index_.ForEachCellInBoxes(
-        move_->from_min, move_->from_max, new_min, new_max,
+    const SpatialIndex::Box boxes[] = {{move_->from_min, move_->from_max},
+                                       {new_min, new_max}};
+    index_.ForEachCell(
+        boxes,
         [&](glm::vec3 min, glm::vec3 max) {
           return MayChange(move_->from, region_, min, max);
         },
@@ -343,7 +349,7 @@ class RegionFilter final : public ViewFilter {
 uint64_t CellsOfRegion(const Region& region, float cell_size) {
   glm::vec3 min, max;
   CullBounds(region, &min, &max);
-  return SpatialIndex(cell_size).CellsCovering(min, max);
+  return CellsCovering(cell_size, min, max);
 }
 
 std::unique_ptr<ViewFilter> MakeRegionFilter(const PublishedState& state,

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "server/replication/region_filter.h"
 #include "server/replication/replicator_impl.h"
 
 namespace xform::server {

@@ -4,17 +4,21 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
+
+#include "absl/container/inlined_vector.h"
 
 namespace xform::server {
 
 SpatialIndex::SpatialIndex(float cell_size)
     : cell_size_(cell_size), inverse_cell_size_(1.0f / cell_size) {}
 
-SpatialIndex::Cell3 SpatialIndex::CellOf(glm::vec3 position) const {
+SpatialIndex::Cell3 SpatialIndex::CellOf(glm::vec3 position,
+                                         float inverse_cell_size) {
   // In double, so that a float position far past the limits (or infinite)
   // clamps rather than overflowing the conversion.
-  const auto coordinate = [this](float v) {
-    const double cell = std::floor(static_cast<double>(v) * inverse_cell_size_);
+  const auto coordinate = [inverse_cell_size](float v) {
+    const double cell = std::floor(static_cast<double>(v) * inverse_cell_size);
     return static_cast<int64_t>(
         std::clamp(cell, static_cast<double>(-kCoordinateLimit),
                    static_cast<double>(kCoordinateLimit - 1)));
@@ -134,8 +138,10 @@ void SpatialIndex::ForEachMoveInBox(glm::vec3 min, glm::vec3 max,
   }
 }
 
-uint64_t SpatialIndex::CellsCovering(glm::vec3 min, glm::vec3 max) const {
-  return Count(CellOf(min), CellOf(max));
+uint64_t CellsCovering(float cell_size, glm::vec3 min, glm::vec3 max) {
+  const float inverse = 1.0f / cell_size;
+  return SpatialIndex::Count(SpatialIndex::CellOf(min, inverse),
+                             SpatialIndex::CellOf(max, inverse));
 }
 
 bool SpatialIndex::Clamp(const Cell3& bound_low, const Cell3& bound_high,
@@ -158,30 +164,6 @@ uint64_t SpatialIndex::Count(const Cell3& low, const Cell3& high) {
     cells *= each;
   }
   return cells;
-}
-
-void SpatialIndex::ForEachInBox(glm::vec3 min, glm::vec3 max,
-                                absl::FunctionRef<void(Slot)> f) const {
-  Cell3 low = CellOf(min);
-  Cell3 high = CellOf(max);
-  if (!Clamp(seen_low_, seen_high_, low, high)) return;
-  if (Count(low, high) > cells_.size()) {
-    // Fewer cells are occupied than covered: walk those.
-    for (const auto& [key, cell] : cells_) {
-      if (!Within(CellOfKey(key), low, high)) continue;
-      for (Slot slot : cell.slots) f(slot);
-    }
-    return;
-  }
-  for (int64_t z = low.z; z <= high.z; ++z) {
-    for (int64_t y = low.y; y <= high.y; ++y) {
-      for (int64_t x = low.x; x <= high.x; ++x) {
-        auto it = cells_.find(KeyOfCell({x, y, z}));
-        if (it == cells_.end()) continue;
-        for (Slot slot : it->second.slots) f(slot);
-      }
-    }
-  }
 }
 
 SpatialIndex::CellView SpatialIndex::ViewOf(Cell3 cell,
@@ -213,8 +195,8 @@ bool SpatialIndex::CellAt(uint64_t key,
   return true;
 }
 
-void SpatialIndex::ForEachCellInBoxes(
-    glm::vec3 min_a, glm::vec3 max_a, glm::vec3 min_b, glm::vec3 max_b,
+void SpatialIndex::ForEachCell(
+    absl::Span<const Box> boxes,
     absl::FunctionRef<bool(glm::vec3 min, glm::vec3 max)> wanted,
     absl::FunctionRef<void(const CellView&)> f) const {
   const auto visit_if_wanted = [&](const CellView& cell) {
@@ -222,27 +204,35 @@ void SpatialIndex::ForEachCellInBoxes(
   };
   // Only where cells have been: a box's empty reaches (a flat world's
   // height, say) are not looked up. An empty box ends with low > high.
-  Cell3 low_a = CellOf(min_a), high_a = CellOf(max_a);
-  Cell3 low_b = CellOf(min_b), high_b = CellOf(max_b);
-  Clamp(seen_low_, seen_high_, low_a, high_a);
-  Clamp(seen_low_, seen_high_, low_b, high_b);
-  const uint64_t covered = Count(low_a, high_a);
-  if (covered > cells_.size() ||
-      Count(low_b, high_b) > cells_.size() - covered) {
+  absl::InlinedVector<std::pair<Cell3, Cell3>, 2> ranges;
+  uint64_t covered = 0;
+  for (const Box& box : boxes) {
+    Cell3 low = CellOf(box.min), high = CellOf(box.max);
+    Clamp(seen_low_, seen_high_, low, high);
+    covered = std::min(covered + Count(low, high), uint64_t{1} << 63);
+    ranges.emplace_back(low, high);
+  }
+  const auto in_range_before = [&](const Cell3& c, size_t end) {
+    for (size_t i = 0; i < end; ++i) {
+      if (Within(c, ranges[i].first, ranges[i].second)) return true;
+    }
+    return false;
+  };
+  if (covered > cells_.size()) {
+    // Fewer cells are occupied than covered: walk those.
     for (const auto& [key, cell] : cells_) {
       const Cell3 c = CellOfKey(key);
-      if (Within(c, low_a, high_a) || Within(c, low_b, high_b)) {
-        visit_if_wanted(ViewOf(c, &cell));
-      }
+      if (in_range_before(c, ranges.size())) visit_if_wanted(ViewOf(c, &cell));
     }
     return;
   }
-  const auto visit = [&](const Cell3& low, const Cell3& high, bool skip_a) {
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    const auto& [low, high] = ranges[i];
     for (int64_t z = low.z; z <= high.z; ++z) {
       for (int64_t y = low.y; y <= high.y; ++y) {
         for (int64_t x = low.x; x <= high.x; ++x) {
           const Cell3 c{x, y, z};
-          if (skip_a && Within(c, low_a, high_a)) continue;
+          if (in_range_before(c, i)) continue;  // Visited already.
           const CellView box = ViewOf(c, nullptr);
           if (!box.clamped && !wanted(box.min, box.max)) continue;
           auto it = cells_.find(KeyOfCell(c));
@@ -250,9 +240,7 @@ void SpatialIndex::ForEachCellInBoxes(
         }
       }
     }
-  };
-  visit(low_a, high_a, false);
-  visit(low_b, high_b, true);
+  }
 }
 
 }  // namespace xform::server

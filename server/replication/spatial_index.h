@@ -18,18 +18,17 @@
 //   Place    O(1): a compare and the position's write when the slot stays
 //            in its cell (most moves), a hash lookup when it changes cell.
 //   Remove   O(1): a hash lookup.
-//   ForEachInBox  O(min(cells the box covers, occupied cells) + slots in
-//            the cells visited).
-//   CellsCovering O(1).
+//   ForEachCell   O(min(cells the boxes cover, occupied cells) + what `f`
+//            does with the cells visited).
 //   CellAt   O(1): a hash lookup.
 //   PlaceMoves    O(moves log moves): Place for each, and the frame's moves
 //            by cell.
 //   ForEachMoveInBox  O(min(cells the box covers, cells with moves) + the
 //            moves from and to the cells visited).
 // Memory: 24 bytes per slot ever placed (on 2 MB pages when big: a frame's
-// moves read them at scattered slots, and with 4 KB pages each read was a
-// TLB miss too; BM_SpatialIndexUpkeep 0.6-0.7x the time on them), and 16
-// bytes per placed slot plus a node per occupied cell.
+// moves read them at scattered slots, and with 4 KB pages each read is a
+// TLB miss too; docs/benchmarks.md, BM_SpatialIndexUpkeep), and 16 bytes
+// per placed slot plus a node per occupied cell.
 //
 // Not thread-safe: the Replicator's lock guards it.
 
@@ -91,13 +90,6 @@ class SpatialIndex {
   void ForEachMoveInBox(glm::vec3 min, glm::vec3 max,
                         absl::FunctionRef<void(size_t k)> f) const;
 
-  // The cells the box from `min` to `max` covers (saturating at 2^63).
-  uint64_t CellsCovering(glm::vec3 min, glm::vec3 max) const;
-  // Calls `f` for each slot in a cell that the box covers: every slot whose
-  // position is inside the box, and others near it (the caller tests).
-  void ForEachInBox(glm::vec3 min, glm::vec3 max,
-                    absl::FunctionRef<void(Slot)> f) const;
-
   // An occupied cell: the box its positions are in (`clamped`: an edge
   // cell, which holds positions past it too), its slots, and each one's
   // position as last placed, side by side.
@@ -111,13 +103,17 @@ class SpatialIndex {
   // The occupied cell keyed `key` as it is now; false (and nothing called)
   // if it holds no slot any more. O(1).
   bool CellAt(uint64_t key, absl::FunctionRef<void(const CellView&)> f) const;
-  // Calls `f` once for each occupied cell that box a or box b covers and
-  // `wanted` wants (asked of a cell's box, before it is looked up).
-  // O(min(cells covered, occupied cells)), and `f`'s.
-  void ForEachCellInBoxes(
-      glm::vec3 min_a, glm::vec3 max_a, glm::vec3 min_b, glm::vec3 max_b,
-      absl::FunctionRef<bool(glm::vec3 min, glm::vec3 max)> wanted,
-      absl::FunctionRef<void(const CellView&)> f) const;
+  // A box of world space, from `min` to `max`.
+  struct Box {
+    glm::vec3 min, max;
+  };
+  // Calls `f` once for each occupied cell that one of `boxes` covers and
+  // `wanted` wants (asked of a cell's box before it is looked up; an edge
+  // cell is always wanted). The cells, not the positions: a cell holds
+  // slots near a box too (the caller tests).
+  void ForEachCell(absl::Span<const Box> boxes,
+                   absl::FunctionRef<bool(glm::vec3 min, glm::vec3 max)> wanted,
+                   absl::FunctionRef<void(const CellView&)> f) const;
 
  private:
   using CellKey = uint64_t;
@@ -129,7 +125,11 @@ class SpatialIndex {
   struct Cell3 {
     int64_t x, y, z;
   };
-  Cell3 CellOf(glm::vec3 position) const;
+  Cell3 CellOf(glm::vec3 position) const {
+    return CellOf(position, inverse_cell_size_);
+  }
+  static Cell3 CellOf(glm::vec3 position, float inverse_cell_size);
+  friend uint64_t CellsCovering(float cell_size, glm::vec3 min, glm::vec3 max);
   static CellKey KeyOfCell(Cell3 cell) {
     const auto bits = [](int64_t c) {
       return static_cast<uint64_t>(c + kCoordinateLimit);
@@ -195,6 +195,10 @@ class SpatialIndex {
   internal::Column<Where> where_;
   size_t placed_ = 0;
 };
+
+// The cells of `cell_size` that the box from `min` to `max` covers, as a
+// SpatialIndex of that size counts them (saturating at 2^63). O(1).
+uint64_t CellsCovering(float cell_size, glm::vec3 min, glm::vec3 max);
 
 }  // namespace xform::server
 

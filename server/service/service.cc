@@ -20,7 +20,7 @@
 #include "server/cluster/view/redirect.h"
 #include "server/service/refusal_guard.h"
 #include "server/service/request_reader.h"
-#include "server/replication/view_filter.h"
+#include "server/replication/region_filter.h"
 #include "xform/subscriber_info.h"
 #include "xform/v1/wire.h"
 
