@@ -20,12 +20,13 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "server/access/access_policy.h"
-#include "server/service/gatekeeper.h"
 #include "server/base/log.h"
-#include "server/service/refusal_guard.h"
 #include "server/base/token_bucket.h"
+#include "server/service/gatekeeper.h"
+#include "server/service/refusal_guard.h"
 #include "tests/loopback_server.h"
 #include "tests/manual_clock.h"
+#include "tests/wait_until.h"
 #include "xform/v1/xform.grpc.pb.h"
 
 namespace xform::server {
@@ -665,10 +666,9 @@ TEST_F(AuthTest, BytesOutRate) {
     v1::ApplyResponse response;
     ASSERT_TRUE(stub_->Apply(As("admin-token").get(), move, &response).ok());
     // The unquoted one gets every frame promptly; the next waits for it.
-    const absl::Time deadline = absl::Now() + absl::Seconds(5);
-    while (free_got.last_frame() < response.frame() && absl::Now() < deadline) {
-      absl::SleepFor(absl::Milliseconds(1));
-    }
+    EXPECT_TRUE(WaitUntil(
+        [&] { return free_got.last_frame() >= response.frame(); },
+        absl::Seconds(5), "free_got.last_frame() >= response.frame()"));
     ASSERT_EQ(free_got.last_frame(), response.frame());
   }
   // Quoted at 4 KB/s: its snapshot's debt is still being paid (its clock
@@ -687,10 +687,8 @@ TEST_F(AuthTest, BytesOutRate) {
     }
     return false;
   };
-  const absl::Time fold_deadline = absl::Now() + absl::Seconds(3);
-  while (!narrow_exact() && absl::Now() < fold_deadline) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  EXPECT_TRUE(WaitUntil([&] { return narrow_exact(); }, absl::Seconds(3),
+                        "narrow_exact()"));
   EXPECT_TRUE(narrow_exact());
   {
     absl::MutexLock lock(&narrow_got.mu);

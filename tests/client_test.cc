@@ -27,6 +27,7 @@
 #include "grpcpp/generic/async_generic_service.h"
 #include "gtest/gtest.h"
 #include "tests/loopback_server.h"
+#include "tests/wait_until.h"
 #include "xform/mirror.h"
 #include "xform/v1/wire.h"
 #include "xform/world.h"
@@ -251,11 +252,13 @@ TEST_F(ClientTest, AMirrorHoldsNoMoreThanItsMaxEntities) {
                    .reconnect_min = absl::Milliseconds(20),
                    .reconnect_max = absl::Milliseconds(100)});
   auto wait_for_refusal = [&] {
-    const absl::Time deadline = absl::Now() + kWait;
-    while (mirror->status().code() != absl::StatusCode::kResourceExhausted &&
-           absl::Now() < deadline) {
-      absl::SleepFor(absl::Milliseconds(5));
-    }
+    EXPECT_TRUE(WaitUntil(
+        [&] {
+          return mirror->status().code() ==
+                 absl::StatusCode::kResourceExhausted;
+        },
+        kWait,
+        "mirror->status().code() == absl::StatusCode::kResourceExhausted"));
     EXPECT_EQ(mirror->status().code(), absl::StatusCode::kResourceExhausted)
         << mirror->status();
     EXPECT_NE(mirror->status().message().find("max_entities"),
@@ -509,11 +512,12 @@ TEST_F(ClientTest, CompactMirrorsStayWithinBoundsThroughSkipsAndResyncs) {
       StartMirror(stopping_view)};
   ASSERT_TRUE(mirrors[0]->WaitForSync(kWait));
   for (int k = 1; k < 4; ++k) {
-    const absl::Time deadline = absl::Now() + kWait;
-    while (!mirrors[k]->synced() && absl::Now() < deadline) {
-      mirrors[k]->Update();
-      absl::SleepFor(absl::Milliseconds(1));
-    }
+    EXPECT_TRUE(WaitUntil(
+        [&] {
+          mirrors[k]->Update();
+          return mirrors[k]->synced();
+        },
+        kWait, "mirrors[k]->synced()"));
     ASSERT_TRUE(mirrors[k]->synced());
   }
 
@@ -688,8 +692,20 @@ TEST_F(ClientTest, ACallerDrivenMirrorChangesOnlyInUpdate) {
       StartMirror({.world = "w",
                    .driver = MirrorOptions::Driver::kCaller,
                    .on_update = [&](const MirrorUpdate&) { ++updates; }});
-  // The snapshot waits for the caller.
-  absl::SleepFor(absl::Milliseconds(200));
+  // What the server has sent, and finished writing to the stream.
+  const auto server_sent = [&](uint64_t frame) {
+    for (const SubscriberInfo& s :
+         (*server_.host().Get("w"))->replicator().Subscribers()) {
+      if (s.messages > 0 && !s.in_snapshot && s.last_frame_sent >= frame &&
+          s.write_outstanding == absl::ZeroDuration()) {
+        return true;
+      }
+    }
+    return false;
+  };
+  // The snapshot waits for the caller, even once the server has sent it.
+  ASSERT_TRUE(
+      WaitUntil([&] { return server_sent(0); }, kWait, "the snapshot sent"));
   EXPECT_EQ(mirror->size(), 0u);
   EXPECT_EQ(updates, 0);
   ASSERT_GE(mirror->Update(), 1);
@@ -699,13 +715,15 @@ TEST_F(ClientTest, ACallerDrivenMirrorChangesOnlyInUpdate) {
   absl::StatusOr<uint64_t> frame =
       client_->Apply("w", {SetLocalOp{1, At(3)}}, {.end_frame = true});
   ASSERT_TRUE(frame.ok());
-  absl::SleepFor(absl::Milliseconds(200));
+  ASSERT_TRUE(
+      WaitUntil([&] { return server_sent(*frame); }, kWait, "the frame sent"));
   EXPECT_LT(mirror->frame(), *frame);
-  const absl::Time deadline = absl::Now() + kWait;
-  while (mirror->frame() < *frame && absl::Now() < deadline) {
-    mirror->Update();
-    absl::SleepFor(absl::Milliseconds(5));
-  }
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        mirror->Update();
+        return mirror->frame() >= *frame;
+      },
+      kWait, "mirror->frame() >= *frame"));
   EXPECT_EQ(mirror->frame(), *frame);
   EXPECT_EQ(mirror->WorldMatrix(4)->translation(), glm::vec3(8, 0, 1));
   EXPECT_GE(updates, 2);
@@ -776,10 +794,8 @@ TEST_F(ClientTest, AMirrorResynchronisesAfterTheServerComesBack) {
   // The server goes away; the mirror keeps its last copy and says why.
   const int port = server_.port();
   server_.Stop();
-  const absl::Time deadline = absl::Now() + kWait;
-  while (mirror->synced() && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(5));
-  }
+  EXPECT_TRUE(
+      WaitUntil([&] { return !mirror->synced(); }, kWait, "!mirror->synced()"));
   EXPECT_FALSE(mirror->synced());
   EXPECT_EQ(mirror->status().code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(mirror->size(), 4u);
@@ -821,11 +837,9 @@ TEST_F(ClientTest, AMirrorOfAWorldNotYetMadeSyncsOnceItIs) {
       StartMirror({.world = "w",
                    .reconnect_min = absl::Milliseconds(20),
                    .reconnect_max = absl::Milliseconds(100)});
-  const absl::Time deadline = absl::Now() + kWait;
-  while (mirror->status().code() != absl::StatusCode::kNotFound &&
-         absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(5));
-  }
+  EXPECT_TRUE(WaitUntil(
+      [&] { return mirror->status().code() == absl::StatusCode::kNotFound; },
+      kWait, "mirror->status().code() == absl::StatusCode::kNotFound"));
   EXPECT_EQ(mirror->status().code(), absl::StatusCode::kNotFound);
   MakeWorld();
   ASSERT_TRUE(mirror->WaitForSync(kWait));
@@ -955,12 +969,12 @@ TEST(MirrorPeerTest, BytesThatDoNotParseDropTheStreamWithDataLoss) {
                                .reconnect_max = absl::Milliseconds(100)});
   ASSERT_TRUE(mirror.ok()) << mirror.status();
 
-  const absl::Time deadline = absl::Now() + kWait;
-  while (((*mirror)->status().code() != absl::StatusCode::kDataLoss ||
-          peer.calls < 3) &&
-         absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(5));
-  }
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        return (*mirror)->status().code() == absl::StatusCode::kDataLoss &&
+               peer.calls >= 3;
+      },
+      kWait, "DATA_LOSS after three calls"));
   EXPECT_EQ((*mirror)->status().code(), absl::StatusCode::kDataLoss)
       << (*mirror)->status();
   EXPECT_THAT((*mirror)->status().message(), HasSubstr("does not parse"));

@@ -42,6 +42,7 @@
 #include "gtest/gtest.h"
 #include "tests/acknowledged_writes.h"
 #include "tests/random_batches.h"
+#include "tests/wait_until.h"
 #include "tests/xformd_process.h"
 #include "xform/client.h"
 #include "xform/mirror.h"
@@ -214,10 +215,9 @@ TEST(FullDiskTest, WritesFailUnavailableWhileStreamsGoOnThenResume) {
 
   disk.Free();
   ASSERT_TRUE(client->Apply("w", {SetLocalOp{1, At(3)}}).ok());
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while ((*mirror)->WorldMatrix(1)->m[3] != 3 && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(10));
-  }
+  EXPECT_TRUE(WaitUntil([&] { return (*mirror)->WorldMatrix(1)->m[3] == 3; },
+                        absl::Seconds(10),
+                        "(*mirror)->WorldMatrix(1)->m[3] == 3"));
   EXPECT_EQ((*mirror)->WorldMatrix(1)->m[3], 3) << "the stream stopped";
   EXPECT_EQ((*mirror)->resyncs(), 0);
 }

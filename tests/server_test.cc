@@ -29,6 +29,7 @@
 #include "server/service/service.h"
 #include "tests/loopback_server.h"
 #include "tests/raw_call.h"
+#include "tests/wait_until.h"
 #include "xform/message_size.h"
 #include "xform/subscriber_info.h"
 #include "xform/v1/frame_update.h"
@@ -616,16 +617,14 @@ TEST_F(ServerTest, AReaderThatStopsForGoodIsCutOffAndCounted) {
   // The stream leaves the world's books once gRPC has ended it, a moment
   // after the watchdog cancels it and counts it cut off (7 ms once in CI,
   // under ASan, and the reader's frame had come first).
-  for (int k = 0; k < 200 && Info("w").subscribers() != 1; ++k) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  EXPECT_TRUE(WaitUntil([&] { return Info("w").subscribers() == 1; },
+                        absl::Seconds(10), "Info(\"w\").subscribers() == 1"));
   const v1::WorldInfo info = Info("w");
   EXPECT_EQ(info.stream().streams_cut_off(), 1u);
   EXPECT_EQ(info.subscribers(), 1u);
   gone.Pause(false);  // What it had buffered, then the status.
-  for (int k = 0; k < 2000 && !gone.done(); ++k) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  EXPECT_TRUE(
+      WaitUntil([&] { return gone.done(); }, absl::Seconds(10), "gone.done()"));
   ASSERT_TRUE(gone.done());
   EXPECT_EQ(gone.status().error_code(), grpc::StatusCode::CANCELLED);
 }
@@ -718,9 +717,8 @@ TEST_F(ServerTest, ListSubscribersSaysWhoEachIsAndWhereItStands) {
     }
     return true;
   };
-  for (int k = 0; k < 500 && !readers_idle(); ++k) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  EXPECT_TRUE(WaitUntil([&] { return readers_idle(); }, absl::Seconds(10),
+                        "readers_idle()"));
   ASSERT_EQ(page.subscribers_size(), 3);
   EXPECT_EQ(page.next_after_id(), 0u);
   for (const v1::SubscriberInfo& info : page.subscribers()) {
@@ -870,10 +868,8 @@ TEST_F(ServerTest, TickWorldsPublishByThemselvesDrivenWorldsOnEndFrame) {
   ASSERT_TRUE(CreateWorld("driven", v1::FRAME_MODE_DRIVEN).ok());
   // Both exist before the tick world's first tick; after its sixth, the
   // driven one has still not moved on.
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (Info("tick").frame() <= 5u && absl::Now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  EXPECT_TRUE(WaitUntil([&] { return Info("tick").frame() > 5u; },
+                        absl::Seconds(10), "Info(\"tick\").frame() > 5u"));
   EXPECT_GT(Info("tick").frame(), 5u);
   EXPECT_EQ(Info("driven").frame(), 0u);
   v1::ApplyRequest tick;
@@ -921,9 +917,8 @@ TEST_F(ServerTest, SubscribersJoinMidRunLeaveAndDieMidSnapshot) {
   }
   uint64_t frame = 0;
   ASSERT_EQ(Apply(scene, &frame).error_code(), kOk);
-  for (int k = 0; k < 1000 && Info("w").frame() < frame; ++k) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  EXPECT_TRUE(WaitUntil([&] { return Info("w").frame() >= frame; },
+                        absl::Seconds(10), "Info(\"w\").frame() >= frame"));
   for (int round = 0; round < 5; ++round) {
     // Killed after its first message: mid-snapshot.
     grpc::ClientContext context;
@@ -944,9 +939,8 @@ TEST_F(ServerTest, SubscribersJoinMidRunLeaveAndDieMidSnapshot) {
     EXPECT_EQ(joined.mirror().entities.size(), 2u);
   }
   // Every stream above is gone from the server's books.
-  for (int k = 0; k < 200 && Info("w").subscribers() != 0; ++k) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  EXPECT_TRUE(WaitUntil([&] { return Info("w").subscribers() == 0; },
+                        absl::Seconds(10), "Info(\"w\").subscribers() == 0"));
   EXPECT_EQ(Info("w").subscribers(), 0u);
 }
 
@@ -959,9 +953,8 @@ TEST_F(ServerTest, DeletingAWorldEndsItsStreams) {
   request.set_name("w");
   v1::DeleteWorldResponse response;
   ASSERT_TRUE(stub_->DeleteWorld(&context, request, &response).ok());
-  for (int k = 0; k < 200 && !sub.done(); ++k) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  EXPECT_TRUE(
+      WaitUntil([&] { return sub.done(); }, absl::Seconds(10), "sub.done()"));
   EXPECT_EQ(sub.status().error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
@@ -1095,10 +1088,8 @@ TEST_F(ServerTest, HealthWatchesAreBoundedPerConnectionAndAddress) {
   }
   open.front().context->TryCancel();
   open.front().reader->Finish().IgnoreError();
-  for (absl::Time deadline = absl::Now() + absl::Seconds(10);
-       server_.health().watches() > 4 && absl::Now() < deadline;) {
-    absl::SleepFor(absl::Milliseconds(5));
-  }
+  EXPECT_TRUE(WaitUntil([&] { return server_.health().watches() <= 4; },
+                        absl::Seconds(10), "server_.health().watches() <= 4"));
   EXPECT_TRUE(watch(*on_first, open).ok());
   for (Watch& w : open) w.context->TryCancel();
 }

@@ -26,6 +26,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "tests/wait_until.h"
 
 extern char** environ;
 
@@ -102,11 +103,10 @@ class Xformd {
 
   // The exit status, or -1 if it has not exited within `timeout`.
   int WaitForExit(absl::Duration timeout) {
-    const absl::Time deadline = absl::Now() + timeout;
-    while (!Exited() && absl::Now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return exited_ ? exit_code_ : -1;
+    // Not exiting may be what the caller wants to see: -1 says so.
+    return WaitUntil([&] { return Exited(); }, timeout, "xformd's exit")
+               ? exit_code_
+               : -1;
   }
 
   // The peak resident set, in MB (VmHWM).
