@@ -10,8 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "grpc/grpc_security_constants.h"
 #include "grpcpp/security/auth_context.h"
-#include "server/edge/peer_address.h"
 #include "server/base/log.h"
+#include "server/edge/peer_address.h"
 
 namespace xform::server {
 namespace {

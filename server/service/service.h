@@ -17,10 +17,10 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/base/build_pool.h"
+#include "server/host/world_host.h"
 #include "server/service/caller_budget.h"
 #include "server/service/gatekeeper.h"
 #include "server/service/refusal_guard.h"
-#include "server/host/world_host.h"
 #include "server/service/write_watchdog.h"
 #include "xform/v1/xform.grpc.pb.h"
 
