@@ -11,8 +11,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "server/cluster/log_records.h"
 #include "server/base/log.h"
+#include "server/cluster/log_records.h"
 #include "server/storage/snapshot_file.h"
 
 namespace xform::server {
@@ -431,6 +431,7 @@ void ClusterNode::TakeInCreated() {
     held->key = it->second.key;
     held->stored = it->second.stored;
     held->world = *world;
+    held->role = Role::kWriting;  // Created here: written here from the start.
     held->log = it->second.log;
     held->lease_revision = it->second.lease_revision;
     held->renewed = held->confirmed = clock_.Now();
@@ -441,31 +442,76 @@ void ClusterNode::TakeInCreated() {
   }
 }
 
+absl::string_view ClusterNode::RoleName(Role role) {
+  switch (role) {
+    case Role::kLoading:
+      return "loading";
+    case Role::kWedged:
+      return "wedged";
+    case Role::kFollowing:
+      return "following";
+    case Role::kTaking:
+      return "taking";
+    case Role::kWriting:
+      return "writing";
+  }
+  return "?";
+}
+
+void ClusterNode::Become(Held& held, Role role) {
+  const Role from = held.role;
+  bool drawn = false;  // Whether the diagram in cluster_node.h has it.
+  switch (role) {
+    case Role::kLoading:  // Reload() starts from anywhere but a take.
+      drawn = from != Role::kTaking;
+      break;
+    case Role::kWedged:
+      drawn = from == Role::kLoading || from == Role::kWedged;
+      break;
+    case Role::kFollowing:
+      drawn = from == Role::kLoading || from == Role::kTaking ||
+              from == Role::kWriting;
+      break;
+    case Role::kTaking:
+      drawn = from == Role::kFollowing;
+      break;
+    case Role::kWriting:
+      drawn = from == Role::kTaking;
+      break;
+  }
+  if (!drawn) {
+    Log('E', "world '", EscapeForLog(held.name), "': its role went from ",
+        RoleName(from), " to ", RoleName(role),
+        ", which cluster_node.h's diagram does not have");
+  }
+  held.role = role;
+}
+
 void ClusterNode::StepWorld(Held& held) {
   const absl::Time now = clock_.Now();
-  if (held.log != nullptr) {
-    if (absl::Status broken = held.log->broken(); !broken.ok()) {
-      StepDown(held, broken.message(), /*release=*/true);
+  switch (held.role) {
+    case Role::kWriting:
+      StepWriter(held, now);
       return;
-    }
-    if (draining_) {
-      StepDown(held, "this node drains", /*release=*/true);
+    case Role::kTaking:  // Only within Promote().
       return;
-    }
-    if (now - held.renewed >= options_.lease / 4) RenewLease(held, now);
-    return;
+    case Role::kFollowing:
+      if (now - held.checked >= options_.lease) {
+        held.checked = now;
+        held.follower->CheckFallenBehind(options_.lease).IgnoreError();
+      }
+      if (!held.follower->failed().ok()) Become(held, Role::kLoading);
+      break;
+    case Role::kLoading:
+    case Role::kWedged:
+      break;
   }
-  if (held.follower != nullptr && now - held.checked >= options_.lease) {
-    held.checked = now;
-    held.follower->CheckFallenBehind(options_.lease).IgnoreError();
-  }
-  if ((held.follower == nullptr || !held.follower->failed().ok()) &&
-      now >= held.reload_after) {
+  if (held.role != Role::kFollowing && now >= held.reload_after) {
     Reload(held);
   }
   // Its writes stay refused, saying why, until an operator skips the
   // record (SkipRecord): no node can take a world it cannot load.
-  if (!held.wedged.ok()) return;
+  if (held.role == Role::kWedged) return;
   absl::StatusOr<std::optional<config::OwnerLease>> lease =
       ReadLease(held.key, &held.lease_seen);
   if (!lease.ok()) return;  // Cut off: it serves what it has, unconfirmed.
@@ -475,11 +521,24 @@ void ClusterNode::StepWorld(Held& held) {
                          ? std::optional<config::OwnerLease>()
                          : *lease);
   if (lease->has_value() || draining_ || leaving_) return;
-  // No writer: this node takes the world, if it creates the key first.
-  const uint64_t epoch =
-      std::max(held.epoch,
-               held.follower != nullptr ? held.follower->epoch() : 0) +
-      1;
+  // Only a follower takes a world: what it applied is the log's.
+  if (held.role == Role::kFollowing) TryToTake(held, now);
+}
+
+void ClusterNode::StepWriter(Held& held, absl::Time now) {
+  if (absl::Status broken = held.log->broken(); !broken.ok()) {
+    StepDown(held, broken.message(), /*release=*/true);
+    return;
+  }
+  if (draining_) {
+    StepDown(held, "this node drains", /*release=*/true);
+    return;
+  }
+  if (now - held.renewed >= options_.lease / 4) RenewLease(held, now);
+}
+
+void ClusterNode::TryToTake(Held& held, absl::Time now) {
+  const uint64_t epoch = std::max(held.epoch, held.follower->epoch()) + 1;
   const std::string bytes = LeaseBytes(options_, epoch);
   uint64_t revision = 0;
   if (kvStore_Create(&revision, link_->owners(), held.key.c_str(), bytes.data(),
@@ -576,7 +635,10 @@ void ClusterNode::Follow(Held& held, uint64_t next_seq) {
     Log('W', "world '", EscapeForLog(held.name), "': ", s.message(),
         "; trying again");
     held.follower.reset();  // The next step reloads it.
+    Become(held, Role::kLoading);
+    return;
   }
+  Become(held, Role::kFollowing);
 }
 
 std::optional<uint64_t> ClusterNode::ReadToEnd(Held& held) {
@@ -589,14 +651,8 @@ std::optional<uint64_t> ClusterNode::ReadToEnd(Held& held) {
   // At most a lease: the wait holds ops_mu_, and a node that waited ten
   // seconds let every other lease it held expire meanwhile (the crash loop
   // saw it). One that cannot catch up by then gives the world up for now.
-  const absl::Time deadline = clock_.Now() + options_.lease;
-  while (held.follower != nullptr && held.follower->failed().ok() &&
-         held.follower->consumed_seq() < extent->last &&
-         clock_.Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(2));
-  }
-  if (held.follower == nullptr || !held.follower->failed().ok() ||
-      held.follower->consumed_seq() < extent->last) {
+  if (held.follower == nullptr ||
+      !held.follower->WaitConsumed(extent->last, options_.lease)) {
     Log('W', "world '", EscapeForLog(held.name),
         "': cannot take it: its log was not read to its end (", extent->last,
         ")");
@@ -606,9 +662,14 @@ std::optional<uint64_t> ClusterNode::ReadToEnd(Held& held) {
 }
 
 bool ClusterNode::Promote(Held& held) {
+  Become(held, Role::kTaking);
   // Everything up to the log's end, applied.
   const std::optional<uint64_t> end = ReadToEnd(held);
-  if (!end) return false;
+  if (!end) {
+    Become(held,
+           held.follower->failed().ok() ? Role::kFollowing : Role::kLoading);
+    return false;
+  }
   held.follower->Stop();
   held.epoch = std::max(held.epoch, held.follower->epoch() + 1);
   // The epoch expects the log's end: a writer that appended since (one
@@ -646,6 +707,7 @@ bool ClusterNode::Promote(Held& held) {
     return false;
   }
   held.writer = {options_.node, options_.address};
+  Become(held, Role::kWriting);
   held.world->StartWriting(held.log);
   Log('I', "world '", EscapeForLog(held.name), "': written here from epoch ",
       held.epoch, " (its log at ", *epoch_seq, ")");
@@ -685,6 +747,7 @@ void ClusterNode::StepDown(Held& held, absl::string_view why, bool release) {
 
 void ClusterNode::Reload(Held& held) {
   held.follower.reset();
+  if (held.role != Role::kWedged) Become(held, Role::kLoading);
   absl::StatusOr<LoadedWorld> loaded = LoadWorld(*link_, held.key, clock_);
   if (!loaded.ok()) {
     if (const std::optional<uint64_t> record = BadRecordOf(loaded.status())) {
@@ -700,6 +763,7 @@ void ClusterNode::Reload(Held& held) {
             EscapeForLog(held.name), " ", *record);
       }
       held.wedged = loaded.status();
+      Become(held, Role::kWedged);
       held.reload_after = clock_.Now() + 4 * options_.lease;
       held.writer = {};
       held.world->StopWriting(absl::DataLossError(
@@ -719,6 +783,7 @@ void ClusterNode::Reload(Held& held) {
     return;  // Tried again at the next step.
   }
   if (!held.wedged.ok()) {
+    Become(held, Role::kLoading);
     Log('I', "world '", EscapeForLog(held.name), "' is no longer wedged");
     held.wedged = absl::OkStatus();
     held.world->StopWriting(NoWriter(held.name));  // Until its lease is read.
@@ -737,7 +802,7 @@ uint32_t ClusterNode::HandOffAll() {
   TakeInCreated();
   uint32_t moved = 0;
   for (auto& [name, held] : held_) {
-    if (held->log == nullptr) continue;
+    if (held->role != Role::kWriting) continue;
     StepDown(*held, "handed to another node", /*release=*/true);
     Publish(*held);
     ++moved;
@@ -783,7 +848,9 @@ void ClusterNode::KeepEntry() {
     if (leaving_) return;  // Its entry is removed.
     record.set_draining(draining_);
     uint32_t owned = 0;
-    for (const auto& [name, held] : held_) owned += held->log != nullptr;
+    for (const auto& [name, held] : held_) {
+      owned += held->role == Role::kWriting;
+    }
     record.set_worlds_owned(owned);
     record.set_worlds_served(static_cast<uint32_t>(held_.size()));
   }

@@ -51,12 +51,12 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "server/base/clock.h"
+#include "server/base/periodic_thread.h"
 #include "server/cluster/jetstream_log.h"
 #include "server/cluster/nats_link.h"
-#include "server/cluster/world_follower.h"
 #include "server/cluster/view/cluster_view.h"
-#include "server/base/periodic_thread.h"
 #include "server/cluster/view/redirect.h"
+#include "server/cluster/world_follower.h"
 #include "server/host/world_host.h"
 #include "server/host/world_log.h"
 #include "xform/config/cluster.pb.h"
@@ -118,8 +118,32 @@ class ClusterNode final : public WorldLogStore, public ClusterView {
     uint64_t revision = 0;
     absl::Time changed;
   };
+  // A world's role at this node. Each held world has one, changed only
+  // by Become(), which holds each change to this diagram:
+  //
+  //            Follow() started            no lease: this node creates it
+  //  kLoading ------------------> kFollowing ------------------> kTaking
+  //   |  ^  ^                      |  ^   ^                         |
+  //   |  |  +-- follower failed ---+  |   +-- not read to its end, -+
+  //   |  |      (purged, lost)        |       epoch fenced          |
+  //   |  |  Reload(): a bad record    |                             |
+  //   |  |                            | its log had all it took     | its log
+  //   read |  +- skipped / tried again -+  |                             | to
+  //   its end, v                            |  |                             |
+  //   epoch appended
+  //  kWedged ----------------------+  +---- StepDown() ---- kWriting <-+
+  //   (writes refused, DATA_LOSS)     otherwise reloads (kLoading)
+  //                                   log broken, lease lost, drain,
+  //                                   hand-off
+  //
+  // A world created at this node starts in kWriting. kTaking lasts only
+  // within a step (Promote), under ops_mu_.
+  enum class Role { kLoading, kWedged, kFollowing, kTaking, kWriting };
+  static absl::string_view RoleName(Role role);
+
   // A world as this node holds it.
   struct Held {
+    Role role = Role::kLoading;
     std::string name;
     std::string key;
     std::string stored;  // Its StoredWorld's bytes, for snapshots.
@@ -146,7 +170,18 @@ class ClusterNode final : public WorldLogStore, public ClusterView {
   absl::Time Step();
   // Worlds created here (pending_) that the host now serves, into held_.
   void TakeInCreated() ABSL_EXCLUSIVE_LOCKS_REQUIRED(ops_mu_);
+  // The one way a held world's role changes; logs a change the diagram
+  // does not have (a bug) and makes it all the same.
+  void Become(Held& held, Role role) ABSL_EXCLUSIVE_LOCKS_REQUIRED(ops_mu_);
+  // A world's step, by its role: the writer renews its lease or steps
+  // down; a follower checks it has not fallen behind and takes a world
+  // whose writer is gone; a world that failed to load is tried again.
   void StepWorld(Held& held) ABSL_EXCLUSIVE_LOCKS_REQUIRED(ops_mu_);
+  void StepWriter(Held& held, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(ops_mu_);
+  // A world with no writer: this node takes it if it creates its lease.
+  void TryToTake(Held& held, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(ops_mu_);
   // The writer renews its lease; one expired that no other node took it
   // takes again; one another took, it steps down.
   void RenewLease(Held& held, absl::Time now)

@@ -11,8 +11,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
-#include "server/cluster/log_records.h"
 #include "server/base/log.h"
+#include "server/cluster/log_records.h"
 #include "server/cluster/view/redirect.h"
 #include "server/storage/snapshot_file.h"
 

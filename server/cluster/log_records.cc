@@ -12,8 +12,8 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "server/storage/journal.h"
 #include "server/base/log.h"
+#include "server/storage/journal.h"
 #include "server/storage/snapshot_file.h"
 #include "xform/v1/xform.pb.h"
 

@@ -192,6 +192,18 @@ uint64_t WorldFollower::consumed_seq() const {
   return expected_seq_ - 1;
 }
 
+bool WorldFollower::WaitConsumed(uint64_t seq, absl::Duration timeout) const {
+  // absl::Mutex evaluates the condition again whenever mu_ is released, so
+  // the message handler that moves expected_seq_ on is what wakes this.
+  const auto done = [this, seq]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !failed_.ok() || expected_seq_ > seq;
+  };
+  mu_.LockWhenWithTimeout(absl::Condition(&done), timeout);
+  const bool consumed = failed_.ok() && expected_seq_ > seq;
+  mu_.Unlock();
+  return consumed;
+}
+
 absl::Time WorldFollower::last_record() const {
   absl::MutexLock lock(&mu_);
   return last_record_;

@@ -63,6 +63,10 @@ class WorldFollower {
   uint64_t applied_seq() const;
   // The last message taken, whole record or not.
   uint64_t consumed_seq() const;
+  // Waits, up to `timeout`, until it has taken every message up to `seq` or
+  // has failed; whether it took them. Woken by the message that brings it
+  // there, not by polling.
+  bool WaitConsumed(uint64_t seq, absl::Duration timeout) const;
   // When a record last came (the world's log last confirmed this copy).
   absl::Time last_record() const;
   uint64_t epoch() const;
