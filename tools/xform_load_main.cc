@@ -168,42 +168,31 @@ absl::StatusOr<std::optional<Camera>> CameraFlags() {
   return camera;
 }
 
-int Main(std::vector<std::string> self) {
+// What the flags ask for: the run's Config, and the turns' modes and
+// encodings.
+struct LoadFlags {
   Config config;
-  absl::StatusOr<std::optional<Camera>> camera = CameraFlags();
-  if (!camera.ok()) {
-    std::fprintf(stderr, "xform-load: %s\n",
-                 std::string(camera.status().message()).c_str());
-    return 2;
+  std::vector<std::string> modes;
+  std::vector<MirrorOptions::Encoding> encodings;
+};
+
+// --mode's list ("all": every mode); empty if it names an unknown one.
+std::vector<std::string> ModesFlag() {
+  const std::string mode = absl::GetFlag(FLAGS_mode);
+  if (mode == "all") return {"stream", "poll", "redis"};
+  std::vector<std::string> modes;
+  for (absl::string_view one : absl::StrSplit(mode, ',')) {
+    if (one != "stream" && one != "poll" && one != "redis") return {};
+    modes.emplace_back(one);
   }
-  config.camera = *camera;
-  config.client.address = absl::GetFlag(FLAGS_server);
-  if (absl::Status flags = tools::ApplyClientFlags(&config.client);
-      !flags.ok()) {
-    std::fprintf(stderr, "xform-load: %s\n",
-                 std::string(flags.message()).c_str());
-    return 2;
-  }
-  if (absl::GetFlag(FLAGS_subscriber_process)) {
-    const absl::StatusOr<std::vector<MirrorOptions::Encoding>> encoding =
-        tools::EncodingFlags();
-    if (!encoding.ok() || encoding->empty()) return 2;
-    ClientOptions subscriber = LoadClientOptions(config.client);
-    if (!absl::GetFlag(FLAGS_subscriber_server).empty()) {
-      subscriber.address = absl::GetFlag(FLAGS_subscriber_server);
-    }
-    return ServeSubscriberProcess(
-        subscriber, absl::GetFlag(FLAGS_world), encoding->front(),
-        tools::PrecisionFlag(), absl::GetFlag(FLAGS_subscriber_hz),
-        absl::GetFlag(FLAGS_subscribers),
-        absl::GetFlag(FLAGS_subscriber_process_index),
-        absl::GetFlag(FLAGS_subscriber_processes), config.camera);
-  }
+  return modes;
+}
+
+// The world, its writers and subscribers, as the flags set them.
+void WorkloadFlags(Config& config) {
   config.subscriber_address = absl::GetFlag(FLAGS_subscriber_server);
-  config.self = std::move(self);
   config.subscriber_processes = absl::GetFlag(FLAGS_subscriber_processes);
   config.world = absl::GetFlag(FLAGS_world);
-  std::optional<SceneShape> shape = ParseSceneShape(absl::GetFlag(FLAGS_shape));
   config.entities = absl::GetFlag(FLAGS_entities);
   config.writers = absl::GetFlag(FLAGS_writers);
   config.move = absl::GetFlag(FLAGS_move);
@@ -213,8 +202,7 @@ int Main(std::vector<std::string> self) {
                                    config.entities);
   }
   config.hz = absl::GetFlag(FLAGS_hz);
-  const std::string frame_mode = absl::GetFlag(FLAGS_frame_mode);
-  config.driven = frame_mode == "driven";
+  config.driven = absl::GetFlag(FLAGS_frame_mode) == "driven";
   config.subscribers = absl::GetFlag(FLAGS_subscribers);
   config.max_rate = absl::GetFlag(FLAGS_max_rate);
   config.keep_world = absl::GetFlag(FLAGS_keep_world);
@@ -224,115 +212,186 @@ int Main(std::vector<std::string> self) {
   config.rounds = absl::GetFlag(FLAGS_rounds);
   config.server_pid = absl::GetFlag(FLAGS_server_pid);
   config.precision = tools::PrecisionFlag();
-  const absl::StatusOr<std::vector<MirrorOptions::Encoding>> encodings =
-      tools::EncodingFlags();
-  std::vector<std::string> modes;
-  const std::string mode = absl::GetFlag(FLAGS_mode);
-  if (mode == "all") {
-    modes = {"stream", "poll", "redis"};
-  } else {
-    for (absl::string_view one : absl::StrSplit(mode, ',')) {
-      if (one != "stream" && one != "poll" && one != "redis") {
-        modes.clear();
-        break;
-      }
-      modes.emplace_back(one);
-    }
+}
+
+// Everything the flags say, checked in one place.
+absl::StatusOr<LoadFlags> LoadFlagsFromFlags(std::vector<std::string> self) {
+  LoadFlags flags;
+  Config& config = flags.config;
+  absl::StatusOr<std::optional<Camera>> camera = CameraFlags();
+  if (!camera.ok()) return camera.status();
+  config.camera = *camera;
+  config.client.address = absl::GetFlag(FLAGS_server);
+  if (absl::Status client = tools::ApplyClientFlags(&config.client);
+      !client.ok()) {
+    return client;
   }
-  if (!shape || modes.empty() || !encodings.ok() ||
+  config.self = std::move(self);
+  WorkloadFlags(config);
+  const std::optional<SceneShape> shape =
+      ParseSceneShape(absl::GetFlag(FLAGS_shape));
+  absl::StatusOr<std::vector<MirrorOptions::Encoding>> encodings =
+      tools::EncodingFlags();
+  flags.modes = ModesFlag();
+  const std::string frame_mode = absl::GetFlag(FLAGS_frame_mode);
+  if (!shape || flags.modes.empty() || !encodings.ok() ||
       (frame_mode != "tick" && frame_mode != "driven") || config.entities < 1 ||
       config.writers < 1 || config.move < 1 || !(config.hz > 0) ||
       config.subscribers < 1 || !(config.seconds > 0) || config.rounds < 1 ||
       config.subscriber_processes < 1) {
-    std::fprintf(stderr, "xform-load: bad flags; see --help\n");
-    return 2;
+    return absl::InvalidArgumentError("bad flags; see --help");
   }
   config.shape = *shape;
+  flags.encodings = *std::move(encodings);
+  return flags;
+}
 
-  pid_t spawned = 0;
-  if (const std::string xformd = absl::GetFlag(FLAGS_xformd); !xformd.empty()) {
-    std::vector<std::string> command = {
-        xformd, absl::StrCat("--listen=", config.client.address),
-        absl::StrCat("--max_message_bytes=", kLoadMaxMessageBytes),
-        absl::StrCat("--max_entities=", config.entities),
-        "--write_timeout_ms=60000"};
-    for (absl::string_view arg : absl::StrSplit(
-             absl::GetFlag(FLAGS_xformd_args), ' ', absl::SkipEmpty())) {
-      command.emplace_back(arg);
-    }
-    spawned = StartProcess(command);
-    if (spawned == 0) {
-      std::fprintf(stderr, "cannot start %s\n", xformd.c_str());
-      return 1;
-    }
-    config.server_pid = spawned;
+// --subscriber_process: this process is one of a run's subscriber
+// processes, started by the run (subscriber_process.h).
+int ServeAsSubscriberProcess(const Config& config) {
+  const absl::StatusOr<std::vector<MirrorOptions::Encoding>> encoding =
+      tools::EncodingFlags();
+  if (!encoding.ok() || encoding->empty()) return 2;
+  ClientOptions subscriber = LoadClientOptions(config.client);
+  if (!absl::GetFlag(FLAGS_subscriber_server).empty()) {
+    subscriber.address = absl::GetFlag(FLAGS_subscriber_server);
   }
-  pid_t redis = 0;
-  const int redis_port = absl::GetFlag(FLAGS_redis_port);
-  if (std::find(modes.begin(), modes.end(), "redis") != modes.end()) {
-    redis = StartProcess(
+  return ServeSubscriberProcess(
+      subscriber, absl::GetFlag(FLAGS_world), encoding->front(),
+      tools::PrecisionFlag(), absl::GetFlag(FLAGS_subscriber_hz),
+      absl::GetFlag(FLAGS_subscribers),
+      absl::GetFlag(FLAGS_subscriber_process_index),
+      absl::GetFlag(FLAGS_subscriber_processes), config.camera);
+}
+
+// The processes a run starts beside itself: xformd (--xformd) and
+// redis-server (redis mode); 0 where none. Stopped when it goes.
+class Helpers {
+ public:
+  Helpers() = default;
+  Helpers(const Helpers&) = delete;
+  Helpers& operator=(const Helpers&) = delete;
+  ~Helpers() {
+    Stop(redis_);
+    Stop(xformd_);
+  }
+
+  // Starts what `flags` need; false (said on stderr) if one did not start.
+  bool Start(LoadFlags& flags) {
+    Config& config = flags.config;
+    if (const std::string xformd = absl::GetFlag(FLAGS_xformd);
+        !xformd.empty()) {
+      std::vector<std::string> command = {
+          xformd, absl::StrCat("--listen=", config.client.address),
+          absl::StrCat("--max_message_bytes=", kLoadMaxMessageBytes),
+          absl::StrCat("--max_entities=", config.entities),
+          "--write_timeout_ms=60000"};
+      for (absl::string_view arg : absl::StrSplit(
+               absl::GetFlag(FLAGS_xformd_args), ' ', absl::SkipEmpty())) {
+        command.emplace_back(arg);
+      }
+      xformd_ = StartProcess(command);
+      if (xformd_ == 0) {
+        std::fprintf(stderr, "cannot start %s\n", xformd.c_str());
+        return false;
+      }
+      config.server_pid = xformd_;
+    }
+    if (std::find(flags.modes.begin(), flags.modes.end(), "redis") ==
+        flags.modes.end()) {
+      return true;
+    }
+    redis_ = StartProcess(
         {absl::GetFlag(FLAGS_redis_server), "--port",
-         std::to_string(redis_port), "--bind", "127.0.0.1", "--save", "",
+         std::to_string(redis_port()), "--bind", "127.0.0.1", "--save", "",
          "--appendonly", "no", "--loglevel", "warning"},
         /*quiet=*/true);
-    if (redis == 0) {
+    if (redis_ == 0) {
       std::fprintf(stderr, "cannot start %s\n",
                    absl::GetFlag(FLAGS_redis_server).c_str());
-      Stop(spawned);
-      return 1;
+      return false;
     }
+    return true;
   }
 
-  int exit_code = 0;
+  pid_t redis() const { return redis_; }
+  int redis_port() const { return absl::GetFlag(FLAGS_redis_port); }
+
+ private:
+  pid_t xformd_ = 0;
+  pid_t redis_ = 0;
+};
+
+// One mode's turn in a round: stream mode runs once per --encoding; the
+// lot, --rounds times.
+struct Turn {
+  std::string mode;
+  MirrorOptions::Encoding encoding = MirrorOptions::Encoding::kRaw;
+  int round = 1;
+};
+
+std::vector<Turn> TurnsOf(const LoadFlags& flags) {
+  std::vector<Turn> turns;
+  for (int round = 1; round <= flags.config.rounds; ++round) {
+    for (const std::string& mode : flags.modes) {
+      if (mode != "stream") {
+        turns.push_back({.mode = mode, .round = round});
+        continue;
+      }
+      for (MirrorOptions::Encoding e : flags.encodings) {
+        turns.push_back({.mode = mode, .encoding = e, .round = round});
+      }
+    }
+  }
+  return turns;
+}
+
+// Builds the world and runs every turn; the results, or why not (said on
+// stderr).
+std::optional<std::vector<ModeResult>> RunTurns(const LoadFlags& flags,
+                                                const Helpers& helpers) {
+  LoadRun run(flags.config);
+  if (absl::Status built = run.Build(); !built.ok()) {
+    std::fprintf(stderr, "building the world: %s\n", built.ToString().c_str());
+    return std::nullopt;
+  }
   std::vector<ModeResult> results;
-  {
-    LoadRun run(config);
-    if (absl::Status built = run.Build(); !built.ok()) {
-      std::fprintf(stderr, "building the world: %s\n",
-                   built.ToString().c_str());
-      exit_code = 1;
+  for (const Turn& turn : TurnsOf(flags)) {
+    absl::StatusOr<ModeResult> result =
+        run.Run(turn.mode, turn.mode == "redis" ? helpers.redis() : 0,
+                helpers.redis_port(), turn.encoding);
+    if (!result.ok()) {
+      std::fprintf(stderr, "%s: %s\n", turn.mode.c_str(),
+                   result.status().ToString().c_str());
+      return std::nullopt;
     }
-    // Stream mode runs once per --encoding; the lot, --rounds times.
-    struct Turn {
-      std::string mode;
-      MirrorOptions::Encoding encoding = MirrorOptions::Encoding::kRaw;
-      int round = 1;
-    };
-    std::vector<Turn> turns;
-    for (int round = 1; round <= config.rounds; ++round) {
-      for (const std::string& m : modes) {
-        if (m != "stream") {
-          turns.push_back({.mode = m, .round = round});
-          continue;
-        }
-        for (MirrorOptions::Encoding e : *encodings) {
-          turns.push_back({.mode = m, .encoding = e, .round = round});
-        }
-      }
-    }
-    for (size_t t = 0; t < turns.size() && exit_code == 0; ++t) {
-      const Turn& turn = turns[t];
-      absl::StatusOr<ModeResult> result =
-          run.Run(turn.mode, turn.mode == "redis" ? redis : 0, redis_port,
-                  turn.encoding);
-      if (!result.ok()) {
-        std::fprintf(stderr, "%s: %s\n", turn.mode.c_str(),
-                     result.status().ToString().c_str());
-        exit_code = 1;
-        break;
-      }
-      result->round = turn.round;
-      results.push_back(*std::move(result));
-    }
+    result->round = turn.round;
+    results.push_back(*std::move(result));
   }
-  Stop(redis);
-  Stop(spawned);
-  if (exit_code != 0) return exit_code;
+  return results;
+}
 
+int Main(std::vector<std::string> self) {
+  absl::StatusOr<LoadFlags> flags = LoadFlagsFromFlags(std::move(self));
+  if (!flags.ok()) {
+    std::fprintf(stderr, "xform-load: %s\n",
+                 std::string(flags.status().message()).c_str());
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_subscriber_process)) {
+    return ServeAsSubscriberProcess(flags->config);
+  }
+  std::optional<std::vector<ModeResult>> results;
+  {
+    Helpers helpers;
+    if (!helpers.Start(*flags)) return 1;
+    results = RunTurns(*flags, helpers);
+  }
+  if (!results) return 1;
   if (absl::GetFlag(FLAGS_json)) {
-    std::printf("%s\n", ReportJson(config, results).c_str());
+    std::printf("%s\n", ReportJson(flags->config, *results).c_str());
   } else {
-    PrintTable(config, results);
+    PrintTable(flags->config, *results);
   }
   return 0;
 }

@@ -64,6 +64,17 @@ absl::Status LoadRun::Build() {
       return ReadMovablePoses();
     }
   }
+  const absl::Time start = absl::Now();
+  if (absl::Status made = MakeWorld(scene); !made.ok()) return made;
+  Progress(absl::StrFormat(
+      "built %s world of %d entities (%d movable leaves) "
+      "in %.1f s",
+      SceneShapeName(config_.shape), config_.entities, movable_.size(),
+      absl::ToDoubleSeconds(absl::Now() - start)));
+  return absl::OkStatus();
+}
+
+absl::Status LoadRun::MakeWorld(const std::vector<CreateOp>& scene) {
   // NOT_FOUND is the usual answer; any other refusal is the run's, named
   // here rather than as CreateWorld's ALREADY_EXISTS after it.
   if (absl::Status deleted = client_->DeleteWorld(config_.world);
@@ -80,7 +91,6 @@ absl::Status LoadRun::Build() {
       !made.ok()) {
     return made.status();
   }
-  const absl::Time start = absl::Now();
   constexpr size_t kBatch = 50'000;  // About 3 MB a request.
   for (size_t first = 0; first < scene.size(); first += kBatch) {
     std::vector<Command> batch(
@@ -98,30 +108,21 @@ absl::Status LoadRun::Build() {
       return frame.status();
     }
   }
-  Progress(absl::StrFormat(
-      "built %s world of %d entities (%d movable leaves) "
-      "in %.1f s",
-      SceneShapeName(config_.shape), config_.entities, movable_.size(),
-      absl::ToDoubleSeconds(absl::Now() - start)));
   return absl::OkStatus();
 }
 
-absl::StatusOr<ModeResult> LoadRun::Run(const std::string& mode,
-                                        pid_t redis_pid, int redis_port,
-                                        MirrorOptions::Encoding encoding) {
-  acks_.Clear();
-  std::unique_ptr<RedisRelay> relay;
+absl::StatusOr<LoadRun::Subscribers> LoadRun::StartSubscribers(
+    const std::string& mode, int redis_port, MirrorOptions::Encoding encoding) {
+  Subscribers started;
   if (mode == "redis") {
-    relay = StartRedisRelay(options_, config_.world, redis_port);
-    if (!relay->ok()) {
+    started.relay = StartRedisRelay(options_, config_.world, redis_port);
+    if (!started.relay->ok()) {
       return absl::UnavailableError("cannot reach redis-server");
     }
   }
-  std::vector<std::unique_ptr<Subscriber>> subs;
   // Stream subscribers s with s % processes != 0 are in other processes
   // (the stalling one, s = 0, always here).
   const int processes = mode == "stream" ? config_.subscriber_processes : 1;
-  std::vector<std::unique_ptr<SubscriberProcess>> others;
   for (int p = 1; p < processes; ++p) {
     int share = 0;
     for (int s = p; s < config_.subscribers; s += processes) ++share;
@@ -139,43 +140,91 @@ absl::StatusOr<ModeResult> LoadRun::Run(const std::string& mode,
     absl::StatusOr<std::unique_ptr<SubscriberProcess>> other =
         SubscriberProcess::Start(command);
     if (!other.ok()) return other.status();
-    others.push_back(*std::move(other));
+    started.others.push_back(*std::move(other));
   }
-  for (int s = 0; s < config_.subscribers; ++s) {
-    if (s % processes != 0) continue;
+  for (int s = 0; s < config_.subscribers; s += processes) {
     const bool stalls = config_.stall_s > 0 && s == 0;
     if (mode == "stream") {
-      subs.push_back(StartStreamSubscriber(
+      started.here.push_back(StartStreamSubscriber(
           subscriber_options_, config_.world, encoding, config_.precision,
           config_.subscriber_hz, stalls, s, config_.camera));
     } else if (mode == "poll") {
-      subs.push_back(StartPollSubscriber(options_, config_.world, ids_,
-                                         config_.hz, acks_, stalls));
+      started.here.push_back(StartPollSubscriber(options_, config_.world, ids_,
+                                                 config_.hz, acks_, stalls));
     } else {
-      subs.push_back(StartRedisSubscriber(redis_port, movable_.size(), stalls));
+      started.here.push_back(
+          StartRedisSubscriber(redis_port, movable_.size(), stalls));
     }
   }
+  return started;
+}
+
+absl::StatusOr<bool> LoadRun::Subscribers::Ready() const {
+  if (relay && !relay->Ready()) return false;
+  for (const auto& s : here) {
+    if (!s->Ready()) return false;
+  }
+  for (const auto& other : others) {
+    absl::StatusOr<bool> other_ready = other->Ready();
+    if (!other_ready.ok() || !*other_ready) return other_ready;
+  }
+  return true;
+}
+
+absl::Status LoadRun::Subscribers::WaitReady() const {
   const absl::Time ready_by = absl::Now() + absl::Seconds(120);
-  auto ready = [&]() -> absl::StatusOr<bool> {
-    if (relay && !relay->Ready()) return false;
-    for (auto& s : subs) {
-      if (!s->Ready()) return false;
-    }
-    for (auto& other : others) {
-      absl::StatusOr<bool> other_ready = other->Ready();
-      if (!other_ready.ok() || !*other_ready) return other_ready;
-    }
-    return true;
-  };
   for (;;) {
-    absl::StatusOr<bool> all_ready = ready();
+    absl::StatusOr<bool> all_ready = Ready();
     if (!all_ready.ok()) return all_ready.status();
-    if (*all_ready) break;
+    if (*all_ready) return absl::OkStatus();
     if (absl::Now() > ready_by) {
       return absl::DeadlineExceededError("subscribers did not get ready");
     }
     absl::SleepFor(absl::Milliseconds(20));
   }
+}
+
+LoadRun::Written LoadRun::WriteFor(const std::string& mode, absl::Time start,
+                                   const Subscribers& subscribers) {
+  const absl::Duration duration = absl::Seconds(config_.seconds);
+  std::atomic<uint64_t> frames_written{0};
+  Written written;
+  written.apply_ms.resize(config_.writers);
+  written.entities.resize(config_.writers);
+  std::vector<std::thread> writers;
+  writers.reserve(config_.writers);
+  for (int w = 0; w < config_.writers; ++w) {
+    writers.emplace_back([&, w] {
+      Write(w, start + duration, &frames_written, &written.apply_ms[w],
+            &written.entities[w]);
+    });
+  }
+  for (absl::Time tick = start + absl::Seconds(1); tick < start + duration;
+       tick += absl::Seconds(1)) {
+    absl::SleepFor(tick - absl::Now());
+    uint64_t messages = 0;
+    for (const auto& s : subscribers.here) messages += s->recorder().messages();
+    Progress(
+        absl::StrFormat("[%s %2.0f/%.0f s] %u batches written, %u "
+                        "messages received",
+                        mode, absl::ToDoubleSeconds(tick - start),
+                        config_.seconds, frames_written.load(), messages));
+  }
+  for (std::thread& t : writers) t.join();
+  written.elapsed = absl::Now() - start;
+  written.frames = static_cast<double>(frames_written.load()) /
+                   static_cast<double>(config_.writers);
+  return written;
+}
+
+absl::StatusOr<ModeResult> LoadRun::Run(const std::string& mode,
+                                        pid_t redis_pid, int redis_port,
+                                        MirrorOptions::Encoding encoding) {
+  acks_.Clear();
+  absl::StatusOr<Subscribers> subscribers =
+      StartSubscribers(mode, redis_port, encoding);
+  if (!subscribers.ok()) return subscribers.status();
+  if (absl::Status ready = subscribers->WaitReady(); !ready.ok()) return ready;
 
   // xformd's counts first: read after measuring began, they would miss
   // what the subscribers received meanwhile (a frame or two on a busy box).
@@ -185,38 +234,15 @@ absl::StatusOr<ModeResult> LoadRun::Run(const std::string& mode,
   // after the subscribers' snapshots).
   const StreamStats streams_before = ServerStreams();
   const absl::Time start = absl::Now();
-  const absl::Duration duration = absl::Seconds(config_.seconds);
-  for (auto& s : subs) {
-    s->recorder().StartMeasuring(start + duration / 3,
+  for (auto& s : subscribers->here) {
+    s->recorder().StartMeasuring(start + absl::Seconds(config_.seconds) / 3,
                                  absl::Seconds(config_.stall_s));
   }
-  for (auto& other : others) other->StartMeasuring();
+  for (auto& other : subscribers->others) other->StartMeasuring();
   const double cpu_before =
       config_.server_pid ? CpuSeconds(config_.server_pid) : 0;
   const double redis_before = redis_pid ? CpuSeconds(redis_pid) : 0;
-  std::atomic<uint64_t> frames_written{0};
-  std::vector<std::thread> writers;
-  writers.reserve(config_.writers);
-  std::vector<std::vector<double>> apply_ms(config_.writers);
-  std::vector<uint64_t> entities(config_.writers);
-  for (int w = 0; w < config_.writers; ++w) {
-    writers.emplace_back([&, w] {
-      Write(w, start + duration, &frames_written, &apply_ms[w], &entities[w]);
-    });
-  }
-  for (absl::Time tick = start + absl::Seconds(1); tick < start + duration;
-       tick += absl::Seconds(1)) {
-    absl::SleepFor(tick - absl::Now());
-    uint64_t messages = 0;
-    for (auto& s : subs) messages += s->recorder().messages();
-    Progress(
-        absl::StrFormat("[%s %2.0f/%.0f s] %u batches written, %u "
-                        "messages received",
-                        mode, absl::ToDoubleSeconds(tick - start),
-                        config_.seconds, frames_written.load(), messages));
-  }
-  for (std::thread& t : writers) t.join();
-  const absl::Duration elapsed = absl::Now() - start;
+  const Written written = WriteFor(mode, start, *subscribers);
   absl::SleepFor(absl::Milliseconds(500));  // The last frames arrive.
 
   ModeResult result;
@@ -224,8 +250,24 @@ absl::StatusOr<ModeResult> LoadRun::Run(const std::string& mode,
       mode == "stream" && encoding == MirrorOptions::Encoding::kCompact
           ? "stream (compact)"
           : mode;
-  const double frames = static_cast<double>(frames_written.load()) /
-                        static_cast<double>(config_.writers);
+  written.Into(result);
+  if (absl::Status taken = subscribers->Take(result); !taken.ok()) {
+    return taken;
+  }
+  if (config_.server_pid) {
+    result.server_cpu_ms_per_frame =
+        1000 * (CpuSeconds(config_.server_pid) - cpu_before) / written.frames;
+    result.server_rss_mb = RssMegabytes(config_.server_pid);
+  }
+  if (redis_pid) {
+    result.redis_cpu_ms_per_frame =
+        1000 * (CpuSeconds(redis_pid) - redis_before) / written.frames;
+  }
+  result.server_streams = Difference(ServerStreams(), streams_before);
+  return result;
+}
+
+void LoadRun::Written::Into(ModeResult& result) const {
   result.frames_per_s = frames / absl::ToDoubleSeconds(elapsed);
   for (const std::vector<double>& one : apply_ms) {
     result.apply_ms.insert(result.apply_ms.end(), one.begin(), one.end());
@@ -234,7 +276,10 @@ absl::StatusOr<ModeResult> LoadRun::Run(const std::string& mode,
     result.entities_per_s +=
         static_cast<double>(n) / absl::ToDoubleSeconds(elapsed);
   }
-  for (auto& s : subs) {
+}
+
+absl::Status LoadRun::Subscribers::Take(ModeResult& result) {
+  for (auto& s : here) {
     s->recorder().StopMeasuring();
     result.subscribers.push_back(s->recorder().Take());
   }
@@ -245,29 +290,22 @@ absl::StatusOr<ModeResult> LoadRun::Run(const std::string& mode,
       result.subscribers.push_back(std::move(one));
     }
   }
-  if (config_.server_pid) {
-    result.server_cpu_ms_per_frame =
-        1000 * (CpuSeconds(config_.server_pid) - cpu_before) / frames;
-    result.server_rss_mb = RssMegabytes(config_.server_pid);
-  }
-  if (redis_pid) {
-    result.redis_cpu_ms_per_frame =
-        1000 * (CpuSeconds(redis_pid) - redis_before) / frames;
-  }
-  const StreamStats after = ServerStreams();
-  result.server_streams = {
-      .messages = after.messages - streams_before.messages,
-      .bytes = after.bytes - streams_before.bytes,
-      .frames_folded = after.frames_folded - streams_before.frames_folded,
-      .frames_folded_by_rate_limit = after.frames_folded_by_rate_limit -
-                                     streams_before.frames_folded_by_rate_limit,
-      .views_resent_whole =
-          after.views_resent_whole - streams_before.views_resent_whole,
-      .kept_view_snapshots =
-          after.kept_view_snapshots - streams_before.kept_view_snapshots,
-      .streams_cut_off = after.streams_cut_off - streams_before.streams_cut_off,
-      .subscribers_in_snapshot = after.subscribers_in_snapshot};
-  return result;
+  return absl::OkStatus();
+}
+
+StreamStats LoadRun::Difference(const StreamStats& after,
+                                const StreamStats& before) {
+  return {.messages = after.messages - before.messages,
+          .bytes = after.bytes - before.bytes,
+          .frames_folded = after.frames_folded - before.frames_folded,
+          .frames_folded_by_rate_limit = after.frames_folded_by_rate_limit -
+                                         before.frames_folded_by_rate_limit,
+          .views_resent_whole =
+              after.views_resent_whole - before.views_resent_whole,
+          .kept_view_snapshots =
+              after.kept_view_snapshots - before.kept_view_snapshots,
+          .streams_cut_off = after.streams_cut_off - before.streams_cut_off,
+          .subscribers_in_snapshot = after.subscribers_in_snapshot};
 }
 
 StreamStats LoadRun::ServerStreams() {
@@ -290,19 +328,8 @@ absl::Status LoadRun::ReadMovablePoses() {
   return absl::OkStatus();
 }
 
-void LoadRun::Write(int w, absl::Time end, std::atomic<uint64_t>* written,
-                    std::vector<double>* apply_ms, uint64_t* entities) {
-  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options_);
-  if (!client.ok()) return;
-  absl::StatusOr<std::unique_ptr<BatchWriter>> writer =
-      (*client)->OpenWriter(config_.world);
-  if (!writer.ok()) return;
-  std::vector<EntityId> mine;
-  for (size_t i = w; i < movable_.size(); i += config_.writers) {
-    mine.push_back(movable_[i]);
-  }
-  const size_t per_frame = std::min<size_t>(
-      mine.size(), (config_.move + config_.writers - 1) / config_.writers);
+std::vector<LoadRun::Motion> LoadRun::MotionsOf(
+    int w, const std::vector<EntityId>& mine) const {
   // Each entity moves on from where it is, a frame's worth of its own
   // motion each time it is set: up to 1 m/s along a fixed heading (or
   // Config::move_speed's; the city's, 10 along the ground), turning
@@ -315,11 +342,6 @@ void LoadRun::Write(int w, absl::Time end, std::atomic<uint64_t>* written,
   const float speed = config_.move_speed > 0 ? config_.move_speed
                       : city                 ? 10.0f
                                              : 1.0f;
-  struct Motion {
-    Transform pose;
-    glm::vec3 step;
-    glm::quat turn;
-  };
   std::vector<Motion> motion(mine.size());
   for (size_t i = 0; i < mine.size(); ++i) {
     glm::vec3 heading = glm::normalize(glm::vec3(u(rng), u(rng), u(rng)) +
@@ -335,6 +357,23 @@ void LoadRun::Write(int w, absl::Time end, std::atomic<uint64_t>* written,
     motion[i] = {locals_[mine[i] - 1], heading * (pace * speed * dt),
                  glm::angleAxis(u(rng) * dt, axis)};
   }
+  return motion;
+}
+
+void LoadRun::Write(int w, absl::Time end, std::atomic<uint64_t>* written,
+                    std::vector<double>* apply_ms, uint64_t* entities) {
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options_);
+  if (!client.ok()) return;
+  absl::StatusOr<std::unique_ptr<BatchWriter>> writer =
+      (*client)->OpenWriter(config_.world);
+  if (!writer.ok()) return;
+  std::vector<EntityId> mine;
+  for (size_t i = w; i < movable_.size(); i += config_.writers) {
+    mine.push_back(movable_[i]);
+  }
+  const size_t per_frame = std::min<size_t>(
+      mine.size(), (config_.move + config_.writers - 1) / config_.writers);
+  std::vector<Motion> motion = MotionsOf(w, mine);
   // The next run (mode, round) moves on from here rather than replaying
   // this one's poses, which would be no moves at first and then jumps back.
   // Writers own disjoint entities, so their stores do not race.

@@ -19,7 +19,11 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "glm/gtc/quaternion.hpp"
+#include "glm/vec3.hpp"
 #include "tools/load/measure.h"
+#include "tools/load/subscriber_process.h"
 #include "tools/load/transports.h"
 #include "tools/scenes.h"
 #include "xform/client.h"
@@ -108,6 +112,49 @@ class LoadRun {
       MirrorOptions::Encoding encoding = MirrorOptions::Encoding::kRaw);
 
  private:
+  // The subscribers of one mode's run: here (Subscriber), in other
+  // processes, and redis mode's relay.
+  struct Subscribers {
+    std::unique_ptr<RedisRelay> relay;
+    std::vector<std::unique_ptr<Subscriber>> here;
+    std::vector<std::unique_ptr<SubscriberProcess>> others;
+
+    absl::StatusOr<bool> Ready() const;
+    // Waits up to two minutes for them all to hold the world.
+    absl::Status WaitReady() const;
+    // What each received, into `result`.
+    absl::Status Take(ModeResult& result);
+  };
+  // What the writers did over a run.
+  struct Written {
+    std::vector<std::vector<double>> apply_ms;  // A writer's each.
+    std::vector<uint64_t> entities;             // A writer's each.
+    absl::Duration elapsed;
+    double frames = 0;  // A writer's, on average.
+
+    void Into(ModeResult& result) const;
+  };
+  // One moved entity: where it is, and a frame's step of its own motion.
+  struct Motion {
+    Transform pose;
+    glm::vec3 step;
+    glm::quat turn;
+  };
+
+  // A new world of `scene`, created and filled.
+  absl::Status MakeWorld(const std::vector<CreateOp>& scene);
+  absl::StatusOr<Subscribers> StartSubscribers(
+      const std::string& mode, int redis_port,
+      MirrorOptions::Encoding encoding);
+  // The writers, from `start` for --seconds, with a progress line a second.
+  Written WriteFor(const std::string& mode, absl::Time start,
+                   const Subscribers& subscribers);
+  static StreamStats Difference(const StreamStats& after,
+                                const StreamStats& before);
+  // Writer w's entities' motions: each moves on from where it is, a
+  // frame's worth of its own motion each time it is set.
+  std::vector<Motion> MotionsOf(int w, const std::vector<EntityId>& mine) const;
+
   // Writer w moves its share of the movable entities, a new set each frame,
   // over its own streaming connection, at the frame rate.
   // Its batches' apply times go to `apply_ms`, what they set to `entities`.

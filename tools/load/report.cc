@@ -178,9 +178,8 @@ std::string CpuCell(double server_ms, double redis_ms) {
       redis_ms > 0 ? absl::StrFormat(" + redis %.2f ms", redis_ms) : "");
 }
 
-}  // namespace
-
-void PrintTable(const Config& c, const std::vector<ModeResult>& results) {
+// The run: its world, writers and subscribers.
+void PrintRunHeader(const Config& c) {
   std::string subscribers_note;
   if (c.subscriber_processes > 1) {
     absl::StrAppendFormat(&subscribers_note, " (stream ones in %d processes)",
@@ -204,12 +203,16 @@ void PrintTable(const Config& c, const std::vector<ModeResult>& results) {
       SceneShapeName(c.shape), c.driven ? "driven" : "tick", c.entities,
       c.writers, c.move, c.hz, c.subscribers, subscribers_note, c.seconds,
       c.rounds > 1 ? absl::StrFormat(", %d rounds", c.rounds).c_str() : "");
+}
+
+// A row a mode's run: what its subscribers got.
+void PrintModeRows(const Config& c, const std::vector<ModeResult>& results,
+                   const std::vector<Figures>& figures) {
   absl::PrintF(
       "| mode | frames/s written | messages/s per subscriber | updates/s per "
       "subscriber | latency p50 | p99 | max | bytes/update | server CPU/frame "
       "| server RSS | stalled subscriber "
       "|\n|---|---|---|---|---|---|---|---|---|---|---|\n");
-  const std::vector<Figures> figures = SummarizeAll(c, results);
   for (size_t k = 0; k < results.size(); ++k) {
     const ModeResult& r = results[k];
     const Figures& f = figures[k];
@@ -224,8 +227,12 @@ void PrintTable(const Config& c, const std::vector<ModeResult>& results) {
             : "n/a",
         f.stalled);
   }
-  // What snapshots carried while measuring (resyncs, or snapshots that
-  // keep a laggard's view), which the latency and bytes above leave out.
+}
+
+// What snapshots carried while measuring (resyncs, or snapshots that
+// keep a laggard's view), which the latency and bytes above leave out.
+void PrintSnapshotLines(const Config& c,
+                        const std::vector<ModeResult>& results) {
   for (const ModeResult& r : results) {
     uint64_t messages = 0, updates = 0, bytes = 0, all_bytes = 0;
     for (const Received& s : r.subscribers) {
@@ -245,9 +252,13 @@ void PrintTable(const Config& c, const std::vector<ModeResult>& results) {
         static_cast<double>(bytes) / per_sub_s / 1e6,
         static_cast<double>(all_bytes) / per_sub_s / 1e6);
   }
-  // What xformd says it sent, over the writers' whole run: a subscriber
-  // that falls behind shows here as folded frames, views sent again or a
-  // stream cut off, even if it catches up before the measuring ends.
+}
+
+// What xformd says it sent, over the writers' whole run: a subscriber
+// that falls behind shows here as folded frames, views sent again or a
+// stream cut off, even if it catches up before the measuring ends.
+void PrintServerStreamLines(const Config& c,
+                            const std::vector<ModeResult>& results) {
   for (const ModeResult& r : results) {
     const StreamStats& s = r.server_streams;
     if (s.messages == 0) continue;
@@ -259,9 +270,13 @@ void PrintTable(const Config& c, const std::vector<ModeResult>& results) {
         s.frames_folded, s.frames_folded_by_rate_limit, s.views_resent_whole,
         s.kept_view_snapshots, s.streams_cut_off);
   }
-  // Where a stream's latency goes: before the message reaches the
-  // subscriber's process (the server, the transport) or after (its queue,
-  // decoding and committing).
+}
+
+// Where a stream's latency goes: before the message reaches the
+// subscriber's process (the server, the transport) or after (its queue,
+// decoding and committing).
+void PrintArrivalTable(const Config& c, const std::vector<ModeResult>& results,
+                       const std::vector<Figures>& figures) {
   auto has_arrivals = [](const ModeResult& r) {
     return std::any_of(r.subscribers.begin(), r.subscribers.end(),
                        [](const Received& s) { return !s.arrived_ms.empty(); });
@@ -278,6 +293,10 @@ void PrintTable(const Config& c, const std::vector<ModeResult>& results) {
     absl::PrintF("| %s | %.2f ms | %.2f ms | %.2f ms | %.2f ms |\n",
                  Label(c, r), f.arrived_p50, f.arrived_p99, f.p50, f.p99);
   }
+}
+
+// What the writers wrote, and how long their batches took.
+void PrintWriteTable(const Config& c, const std::vector<ModeResult>& results) {
   absl::PrintF(
       "\n| mode | batches/s written | entities/s written | apply p50 | "
       "apply p99 | apply max |\n|---|---|---|---|---|---|\n");
@@ -287,25 +306,41 @@ void PrintTable(const Config& c, const std::vector<ModeResult>& results) {
                  Percentile(r.apply_ms, 0.5), Percentile(r.apply_ms, 0.99),
                  Percentile(r.apply_ms, 1.0));
   }
-  // A single run's p99 on a noisy machine says little; the median of the
-  // rounds' says more, and the spread says how much.
-  if (c.rounds > 1) {
+}
+
+// A single run's p99 on a noisy machine says little; the median of the
+// rounds' says more, and the spread says how much.
+void PrintMedians(const Config& c, const std::vector<ModeResult>& results,
+                  const std::vector<Figures>& figures) {
+  if (c.rounds <= 1) return;
+  absl::PrintF(
+      "\nMedians over %d rounds (each figure the median of the rounds')\n\n"
+      "| mode | frames/s written | latency p50 | p99 | arrived p99 | server "
+      "CPU/frame | p99 in each round |\n|---|---|---|---|---|---|---|\n",
+      c.rounds);
+  for (const Medians& m : MediansByMode(results, figures)) {
     absl::PrintF(
-        "\nMedians over %d rounds (each figure the median of the rounds')\n\n"
-        "| mode | frames/s written | latency p50 | p99 | arrived p99 | server "
-        "CPU/frame | p99 in each round |\n|---|---|---|---|---|---|---|\n",
-        c.rounds);
-    for (const Medians& m : MediansByMode(results, figures)) {
-      absl::PrintF(
-          "| %s | %.1f | %.2f ms | %.2f ms | %s | %s | %s |\n", m.mode,
-          m.frames_per_s, m.p50, m.p99,
-          m.arrived_p99 > 0 ? absl::StrFormat("%.2f ms", m.arrived_p99) : "-",
-          CpuCell(m.server_cpu_ms_per_frame, m.redis_cpu_ms_per_frame),
-          absl::StrJoin(m.p99s, ", ", [](std::string* out, double v) {
-            absl::StrAppendFormat(out, "%.2f", v);
-          }));
-    }
+        "| %s | %.1f | %.2f ms | %.2f ms | %s | %s | %s |\n", m.mode,
+        m.frames_per_s, m.p50, m.p99,
+        m.arrived_p99 > 0 ? absl::StrFormat("%.2f ms", m.arrived_p99) : "-",
+        CpuCell(m.server_cpu_ms_per_frame, m.redis_cpu_ms_per_frame),
+        absl::StrJoin(m.p99s, ", ", [](std::string* out, double v) {
+          absl::StrAppendFormat(out, "%.2f", v);
+        }));
   }
+}
+
+}  // namespace
+
+void PrintTable(const Config& c, const std::vector<ModeResult>& results) {
+  const std::vector<Figures> figures = SummarizeAll(c, results);
+  PrintRunHeader(c);
+  PrintModeRows(c, results, figures);
+  PrintSnapshotLines(c, results);
+  PrintServerStreamLines(c, results);
+  PrintArrivalTable(c, results, figures);
+  PrintWriteTable(c, results);
+  PrintMedians(c, results, figures);
   std::fflush(stdout);
 }
 
