@@ -48,15 +48,13 @@ namespace {
 volatile std::sig_atomic_t stop_signal = 0;
 void OnSignal(int signal) { stop_signal = signal; }
 
-}  // namespace
+// Every flag, read and checked in one place.
+struct WebConfig {
+  xform::ClientOptions client;
+  xform::web::GatewayOptions gateway;
+};
 
-int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "xform-web --server=HOST:PORT [--listen=127.0.0.1:8080] "
-      "[--token_file=FILE] "
-      "[--tls_ca=...]: a live view of xformd's worlds in a browser");
-  absl::ParseCommandLine(argc, argv);
-  xform::internal::UseReleaseMutexes();
+absl::StatusOr<WebConfig> WebConfigFromFlags() {
   // A value out of range is a usage error rather than quietly clamped:
   // --max_tabs=0 would refuse every tab, and an operator should hear so.
   for (const auto& [name, value, low, high] :
@@ -66,33 +64,23 @@ int main(int argc, char** argv) {
          1 << 20},
         {"--idle_timeout_s", absl::GetFlag(FLAGS_idle_timeout_s), 1, 86'400}}) {
     if (value < low || value > high) {
-      std::fprintf(stderr, "error: %s must be %d to %d\n", name, low, high);
-      return 2;
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " must be ", low, " to ", high));
     }
   }
-
-  xform::ClientOptions client_options;
-  client_options.address = absl::GetFlag(FLAGS_server);
-  client_options.connect_timeout = absl::ZeroDuration();  // Serve meanwhile.
-  if (absl::Status status = xform::tools::ApplyClientFlags(&client_options);
+  WebConfig config;
+  config.client.address = absl::GetFlag(FLAGS_server);
+  config.client.connect_timeout = absl::ZeroDuration();  // Serve meanwhile.
+  if (absl::Status status = xform::tools::ApplyClientFlags(&config.client);
       !status.ok()) {
-    std::fprintf(stderr, "error: %s\n", status.ToString().c_str());
-    return 2;
+    return status;
   }
   absl::StatusOr<std::vector<xform::MirrorOptions::Encoding>> encodings =
       xform::tools::EncodingFlags();
   if (!encodings.ok() || encodings->size() != 1) {
-    std::fprintf(stderr, "error: --encoding: raw or compact\n");
-    return 2;
+    return absl::InvalidArgumentError("--encoding: raw or compact");
   }
-  absl::StatusOr<std::unique_ptr<xform::Client>> client =
-      xform::Client::Connect(client_options);
-  if (!client.ok()) {
-    std::fprintf(stderr, "error: %s\n", client.status().ToString().c_str());
-    return 1;
-  }
-
-  xform::web::GatewayOptions options;
+  xform::web::GatewayOptions& options = config.gateway;
   options.listen = absl::GetFlag(FLAGS_listen);
   options.allowed_hosts = absl::GetFlag(FLAGS_allowed_hosts);
   options.web_root = absl::GetFlag(FLAGS_web_root);
@@ -102,18 +90,42 @@ int main(int argc, char** argv) {
       static_cast<size_t>(absl::GetFlag(FLAGS_max_inbound_bytes));
   options.idle_timeout = absl::Seconds(absl::GetFlag(FLAGS_idle_timeout_s));
   options.upstream_encoding = encodings->front();
+  return config;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "xform-web --server=HOST:PORT [--listen=127.0.0.1:8080] "
+      "[--token_file=FILE] "
+      "[--tls_ca=...]: a live view of xformd's worlds in a browser");
+  absl::ParseCommandLine(argc, argv);
+  xform::internal::UseReleaseMutexes();
+  const absl::StatusOr<WebConfig> config = WebConfigFromFlags();
+  if (!config.ok()) {
+    std::fprintf(stderr, "error: %s\n",
+                 std::string(config.status().message()).c_str());
+    return 2;
+  }
+  absl::StatusOr<std::unique_ptr<xform::Client>> client =
+      xform::Client::Connect(config->client);
+  if (!client.ok()) {
+    std::fprintf(stderr, "error: %s\n", client.status().ToString().c_str());
+    return 1;
+  }
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
   absl::StatusOr<std::unique_ptr<xform::web::WebGateway>> gateway =
-      xform::web::WebGateway::Start(**client, options);
+      xform::web::WebGateway::Start(**client, config->gateway);
   if (!gateway.ok()) {
     std::fprintf(stderr, "error: %s\n", gateway.status().ToString().c_str());
     return 1;
   }
   std::fprintf(stderr,
                "xform-web: serving http://%s/ (port %d) for xformd at %s\n",
-               options.listen.c_str(), (*gateway)->port(),
-               client_options.address.c_str());
+               config->gateway.listen.c_str(), (*gateway)->port(),
+               config->client.address.c_str());
   while (stop_signal == 0) absl::SleepFor(absl::Milliseconds(100));
   std::fprintf(stderr, "xform-web: stopping on signal %d\n",
                static_cast<int>(stop_signal));
