@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -374,28 +375,8 @@ class Mirror::Impl {
     // apply in order.
     absl::ReleasableMutexLock take(&take_mu_);
     Arrival arrival;
-    Stream* resume = nullptr;
     bool dropped = false;
-    {
-      absl::MutexLock lock(&mu_);
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stopping_ || !queue_.empty();
-      };
-      if (wait) mu_.Await(absl::Condition(&ready));
-      if (stopping_ || queue_.empty()) return false;
-      arrival = std::move(queue_.front());
-      queue_.pop_front();
-      // What Parse fills: a spare message, if there is one.
-      if (!spare_.empty()) {
-        arrival.update.Swap(&spare_.back());
-        spare_.pop_back();
-      }
-      std::swap(resume, paused_);
-      // The rest of a stream that would not decode is dropped. (Only a
-      // taker marks one, so this cannot change before the decode below.)
-      dropped = arrival.stream == broken_stream_;
-    }
-    if (resume != nullptr) resume->Resume();
+    if (!TakeNext(wait, arrival, dropped)) return false;
     // However this ends, the message is then spare (after Notify, its last
     // reader).
     absl::Cleanup recycle = [&] { Recycle(arrival.update); };
@@ -419,24 +400,57 @@ class Mirror::Impl {
       broken_ = decoded;
       return true;
     }
-    {
-      absl::MutexLock lock(&mu_);
-      // A stream that asked to resume and was not sent its view afresh
-      // resumed.
-      if (first_of_stream && arrival.stream == resuming_stream_ &&
-          !(arrival.update.snapshot() && !arrival.update.keeps_view())) {
-        ++resumes_;
-      }
-      state_.Commit(arrival.update, &arrival.worlds);
-      // Up once its messages reach the copy, not merely the queue.
-      if (arrival.stream == stream_id_) {
-        stream_up_ = true;
-        status_ = absl::OkStatus();
-      }
-    }
+    Commit(arrival, first_of_stream);
     take.Release();
     Notify(arrival);
     return true;
+  }
+
+  // The queue's next message into `arrival` (waiting for one if `wait`),
+  // with a spare message for Parse to fill; `dropped` if the rest of its
+  // stream is dropped. False when there was none, or the mirror stops.
+  bool TakeNext(bool wait, Arrival& arrival, bool& dropped)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(take_mu_) {
+    Stream* resume = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || !queue_.empty();
+      };
+      if (wait) mu_.Await(absl::Condition(&ready));
+      if (stopping_ || queue_.empty()) return false;
+      arrival = std::move(queue_.front());
+      queue_.pop_front();
+      // What Parse fills: a spare message, if there is one.
+      if (!spare_.empty()) {
+        arrival.update.Swap(&spare_.back());
+        spare_.pop_back();
+      }
+      std::swap(resume, paused_);
+      // The rest of a stream that would not decode is dropped. (Only a
+      // taker marks one, so this cannot change before the decode.)
+      dropped = arrival.stream == broken_stream_;
+    }
+    if (resume != nullptr) resume->Resume();
+    return true;
+  }
+
+  // A decoded message into the copy.
+  void Commit(Arrival& arrival, bool first_of_stream)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(take_mu_) {
+    absl::MutexLock lock(&mu_);
+    // A stream that asked to resume and was not sent its view afresh
+    // resumed.
+    if (first_of_stream && arrival.stream == resuming_stream_ &&
+        !(arrival.update.snapshot() && !arrival.update.keeps_view())) {
+      ++resumes_;
+    }
+    state_.Commit(arrival.update, &arrival.worlds);
+    // Up once its messages reach the copy, not merely the queue.
+    if (arrival.stream == stream_id_) {
+      stream_up_ = true;
+      status_ = absl::OkStatus();
+    }
   }
 
   // Keeps a message that has been applied for a later parse to fill:
@@ -518,45 +532,12 @@ class Mirror::Impl {
   void Supervise() {
     absl::Duration backoff = options_.reconnect_min;
     for (uint64_t id = 1;; ++id) {
-      v1::SubscribeRequest request;
       const size_t node = client_.nodes_->current();
-      {
-        absl::MutexLock lock(&mu_);
-        if (stopping_) return;
-        request = request_;  // SetRegion changes it.
-        subscription_ = 0;
-        stream_node_ = node;
-        stream_done_ = false;
-        received_on_stream_ = false;
-        stream_id_ = id;  // Before its first message can be applied.
-        // A whole copy of a known history resumes from its frame: sent what
-        // changed since, by this node or another of its cluster.
-        if (Resumable()) {
-          request.set_resume_from_frame(state_.frame());
-          request.set_resume_history(state_.history());
-          resuming_stream_ = id;
-        }
-      }
-      auto stream = std::make_unique<Stream>(*this, id,
-                                             client_.nodes_->At(node), request);
-      mu_.Lock();
-      // Cancelled here, outside the lock, when the mirror stops or a
-      // message of it does not decode; then waited out.
-      bool cancelled = false;
-      auto due = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stream_done_ ||
-               (!cancelled && (stopping_ || broken_stream_ == id));
-      };
-      while (true) {
-        mu_.Await(absl::Condition(&due));
-        if (stream_done_) break;
-        cancelled = true;
-        mu_.Unlock();
-        stream->Cancel();
-        mu_.Lock();
-      }
-      mu_.Unlock();
-      stream.reset();
+      std::optional<v1::SubscribeRequest> request = NextRequest(id, node);
+      if (!request) return;  // Stopping.
+      RunStream(std::make_unique<Stream>(*this, id, client_.nodes_->At(node),
+                                         *request),
+                id);
       absl::MutexLock lock(&mu_);
       stream_id_ = 0;
       stream_up_ = false;
@@ -579,6 +560,48 @@ class Mirror::Impl {
       if (mu_.AwaitWithTimeout(absl::Condition(&stopping), backoff)) return;
       backoff = std::min(2 * backoff, options_.reconnect_max);
     }
+  }
+
+  // Stream `id`'s request, to `node`, with the state reset for it; nullopt
+  // when the mirror stops.
+  std::optional<v1::SubscribeRequest> NextRequest(uint64_t id, size_t node) {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return std::nullopt;
+    v1::SubscribeRequest request = request_;  // SetRegion changes it.
+    subscription_ = 0;
+    stream_node_ = node;
+    stream_done_ = false;
+    received_on_stream_ = false;
+    stream_id_ = id;  // Before its first message can be applied.
+    // A whole copy of a known history resumes from its frame: sent what
+    // changed since, by this node or another of its cluster.
+    if (Resumable()) {
+      request.set_resume_from_frame(state_.frame());
+      request.set_resume_history(state_.history());
+      resuming_stream_ = id;
+    }
+    return request;
+  }
+
+  // Waits until stream `id` is done; cancels it, outside the lock, when
+  // the mirror stops or a message of it does not decode.
+  void RunStream(std::unique_ptr<Stream> stream, uint64_t id) {
+    mu_.Lock();
+    bool cancelled = false;
+    auto due = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return stream_done_ ||
+             (!cancelled && (stopping_ || broken_stream_ == id));
+    };
+    while (true) {
+      mu_.Await(absl::Condition(&due));
+      if (stream_done_) break;
+      cancelled = true;
+      mu_.Unlock();
+      stream->Cancel();
+      mu_.Lock();
+    }
+    mu_.Unlock();
+    stream.reset();
   }
 
   bool Resumable() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {

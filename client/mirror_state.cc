@@ -212,6 +212,40 @@ void MirrorState::ClearFrameParts() {
   frame_parts_bytes_ = 0;
 }
 
+absl::Status MirrorState::ResolveMove(v1::CompactMovesParser& parser,
+                                      const v1::CompactMovesParser::Entry& e,
+                                      Copy* against, DecodedMove& d) {
+  d.id = e.id;
+  d.slot = against != nullptr ? against->Find(e.id) : Copy::kAbsent;
+  d.unplaced_pose = DecodedMove::kNoPose;
+  if (e.is_raw()) {
+    d.world = e.raw;
+    if (d.slot != Copy::kAbsent) against->SetHeld(d.slot, nullptr);
+    return absl::OkStatus();
+  }
+  const v1::QuantizedPose* pose;
+  absl::Status resolved;
+  if (d.slot != Copy::kAbsent) {
+    // In place: what is held is a delta's base, then the pose.
+    // (Resolved aside and copied in, the copy's wide loads of the
+    // pose's fields, just written one by one, each waited for those
+    // writes to land.)
+    const v1::QuantizedPose* held =
+        e.is_delta() ? against->held(d.slot) : nullptr;
+    v1::QuantizedPose& hold = against->HoldPose(d.slot);
+    resolved = parser.Resolve(e, held, hold);
+    pose = &hold;
+  } else {
+    d.unplaced_pose = static_cast<uint32_t>(unplaced_poses_.size());
+    v1::QuantizedPose& unplaced = unplaced_poses_.emplace_back();
+    resolved = parser.Resolve(e, nullptr, unplaced);
+    pose = &unplaced;
+  }
+  if (!resolved.ok()) return resolved;
+  parser.quantizer().Dequantize(*pose, d.world);
+  return absl::OkStatus();
+}
+
 absl::Status MirrorState::DecodeCompact(const v1::FrameUpdate& u,
                                         Copy* against) {
   v1::CompactMovesParser parser(u);
@@ -246,36 +280,11 @@ absl::Status MirrorState::DecodeCompact(const v1::FrameUpdate& u,
     DecodedMove* const out = &decoded_[base + first];
     const int n = block_size(first);
     for (int k = 0; k < n; ++k) {
-      const Entry& e = block[k];
-      DecodedMove& d = out[k];
-      d.id = e.id;
-      d.slot = against != nullptr ? against->Find(e.id) : Copy::kAbsent;
-      d.unplaced_pose = DecodedMove::kNoPose;
-      if (e.is_raw()) {
-        d.world = e.raw;
-        if (d.slot != Copy::kAbsent) against->SetHeld(d.slot, nullptr);
-        continue;
+      if (absl::Status resolved =
+              ResolveMove(parser, block[k], against, out[k]);
+          !resolved.ok()) {
+        return resolved;
       }
-      const v1::QuantizedPose* pose;
-      absl::Status resolved;
-      if (d.slot != Copy::kAbsent) {
-        // In place: what is held is a delta's base, then the pose.
-        // (Resolved aside and copied in, the copy's wide loads of the
-        // pose's fields, just written one by one, each waited for those
-        // writes to land.)
-        const v1::QuantizedPose* held =
-            e.is_delta() ? against->held(d.slot) : nullptr;
-        v1::QuantizedPose& hold = against->HoldPose(d.slot);
-        resolved = parser.Resolve(e, held, hold);
-        pose = &hold;
-      } else {
-        d.unplaced_pose = static_cast<uint32_t>(unplaced_poses_.size());
-        v1::QuantizedPose& unplaced = unplaced_poses_.emplace_back();
-        resolved = parser.Resolve(e, nullptr, unplaced);
-        pose = &unplaced;
-      }
-      if (!resolved.ok()) return resolved;
-      parser.quantizer().Dequantize(*pose, d.world);
     }
     return absl::OkStatus();
   };

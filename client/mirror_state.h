@@ -300,6 +300,12 @@ class MirrorState {
   };
 
   absl::Status DecodeCompact(const v1::FrameUpdate& u, Copy* against);
+  // One entry of a compact frame into `d`: its pose resolved (in `against`'s
+  // held pose where it has the entity, else in unplaced_poses_) and its
+  // world matrix.
+  absl::Status ResolveMove(v1::CompactMovesParser& parser,
+                           const v1::CompactMovesParser::Entry& e,
+                           Copy* against, DecodedMove& d);
   // RESOURCE_EXHAUSTED where `u` passes the limits Decode() documents;
   // else what it adds to the bytes its frame holds, if it is held.
   // `unplaced`: the poses its decoding left in unplaced_poses_.

@@ -139,6 +139,50 @@ void SweepScattered(const SweepStep& step,
   }
 }
 
+// Mostly single instances all over the world (a physics step moving
+// leaves): each range starts with cache misses, so fetch the lines of a
+// range ahead, and then its parent's world halfway to it (by when the
+// parent index is cached).
+void SweepSingles(const SweepStep& step, absl::Span<const SweepRange> ranges) {
+  constexpr size_t kAhead = kPrefetchAhead, kParentAhead = kAhead / 2;
+  for (size_t r = 0; r < ranges.size(); ++r) {
+    if (r + kAhead < ranges.size())
+      step.PrefetchStart(ranges[r + kAhead].first);
+    if (r + kParentAhead < ranges.size()) {
+      step.PrefetchParent(ranges[r + kParentAhead].first);
+    }
+    for (Index j = ranges[r].first; j < ranges[r].last; ++j) step(j);
+  }
+}
+
+// Two cursors over independent halves, one instance of each in turn: where
+// a child directly follows its parent, one cursor's product would wait on
+// the one before it, and the other cursor's work fills that wait.
+void SweepTwoCursors(const SweepStep& step,
+                     const std::vector<SweepRange>& first_half,
+                     const std::vector<SweepRange>& second_half) {
+  RangeCursor a(first_half);
+  RangeCursor b(second_half);
+  while (a.Ready() && b.Ready()) {
+    const Index n = std::min(a.left(), b.left());
+    const Index i = a.at();
+    const Index j = b.at();
+    for (Index k = 0; k < n; ++k) {
+      step(i + k);
+      step(j + k);
+    }
+    a.Advance(n);
+    b.Advance(n);
+  }
+  for (RangeCursor* rest : {&a, &b}) {
+    while (rest->Ready()) {
+      const Index i = rest->at();
+      for (Index k = 0; k < rest->left(); ++k) step(i + k);
+      rest->Advance(rest->left());
+    }
+  }
+}
+
 }  // namespace
 
 bool SweepJob::Validate() const {
@@ -166,19 +210,7 @@ bool SweepJob::Run() const {
     covered_total += range.last - range.first;
   const SweepStep step{parent.data(), local.data(), world.data()};
   if (covered_total < 4 * ranges.size()) {
-    // Mostly single instances all over the world (a physics step moving
-    // leaves): each range starts with cache misses, so fetch the lines of a
-    // range ahead, and then its parent's world halfway to it (by when the
-    // parent index is cached).
-    constexpr size_t kAhead = kPrefetchAhead, kParentAhead = kAhead / 2;
-    for (size_t r = 0; r < ranges.size(); ++r) {
-      if (r + kAhead < ranges.size())
-        step.PrefetchStart(ranges[r + kAhead].first);
-      if (r + kParentAhead < ranges.size()) {
-        step.PrefetchParent(ranges[r + kParentAhead].first);
-      }
-      for (Index j = ranges[r].first; j < ranges[r].last; ++j) step(j);
-    }
+    SweepSingles(step, ranges);
     return step.check.finite();
   }
   const size_t span = ranges.back().last - ranges.front().first;
@@ -193,32 +225,10 @@ bool SweepJob::Run() const {
     }
     return step.check.finite();
   }
-  // Two cursors over independent halves, one instance of each in turn: where
-  // a child directly follows its parent, one cursor's product would wait on
-  // the one before it, and the other cursor's work fills that wait.
   std::vector<SweepRange> first_half;
   std::vector<SweepRange> second_half;
   SplitInHalves(step, covered_total, &first_half, &second_half);
-  RangeCursor a(first_half);
-  RangeCursor b(second_half);
-  while (a.Ready() && b.Ready()) {
-    const Index n = std::min(a.left(), b.left());
-    const Index i = a.at();
-    const Index j = b.at();
-    for (Index k = 0; k < n; ++k) {
-      step(i + k);
-      step(j + k);
-    }
-    a.Advance(n);
-    b.Advance(n);
-  }
-  for (RangeCursor* rest : {&a, &b}) {
-    while (rest->Ready()) {
-      const Index i = rest->at();
-      for (Index k = 0; k < rest->left(); ++k) step(i + k);
-      rest->Advance(rest->left());
-    }
-  }
+  SweepTwoCursors(step, first_half, second_half);
   return step.check.finite();
 }
 void SweepJob::SplitInHalves(const SweepStep& step, size_t total,

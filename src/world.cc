@@ -80,6 +80,21 @@ absl::Status World::Apply(absl::Span<const Command> batch,
       if (absl::Status s = validator.Check(k, batch[k]); !s.ok()) return s;
     }
   }
+  const ListsMark mark = MarkLists();
+  if (CountShifting(batch) >= restructure_at_) BeginRestructure();
+  std::vector<UndoStep> undo;
+  const absl::Status applied = ApplyEach(batch, &undo);
+  if (restructuring_) EndRestructure();
+  if (!applied.ok()) return TakeBack(undo, mark, applied);
+  if (!Propagate()) return TakeBack(undo, mark, NotFinite());
+  if (absl::Status committed = commit(); !committed.ok()) {
+    return TakeBack(undo, mark, committed);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status World::ApplyEach(absl::Span<const Command> batch,
+                              std::vector<UndoStep>* undo) {
   // Runs of creates insert together, so a spawn wave shifts the arrays once.
   std::vector<CreateOp> creates;
   const auto flush_creates = [&] {
@@ -99,33 +114,22 @@ absl::Status World::Apply(absl::Span<const Command> batch,
       world.ApplySetWorld(world.index_of(op.entity), op.world);
     }
   };
-  const ListsMark mark = MarkLists();
-  if (CountShifting(batch) >= restructure_at_) BeginRestructure();
-  std::vector<UndoStep> undo;
   for (size_t k = 0; k < batch.size(); ++k) {
     const Command& command = batch[k];
     if (const auto* create = std::get_if<CreateOp>(&command)) {
-      RecordUndo(command, &undo);
+      RecordUndo(command, undo);
       creates.push_back(*create);
       continue;
     }
     flush_creates();
-    RecordUndo(command, &undo);
+    RecordUndo(command, undo);
     std::visit(Applier{*this}, command);
     if (absl::Status walked = CheckWalked(); !walked.ok()) {
-      if (restructuring_) EndRestructure();
-      return TakeBack(
-          undo, mark,
-          absl::Status(walked.code(),
-                       absl::StrCat("command ", k, ": ", walked.message())));
+      return absl::Status(walked.code(),
+                          absl::StrCat("command ", k, ": ", walked.message()));
     }
   }
   flush_creates();
-  if (restructuring_) EndRestructure();
-  if (!Propagate()) return TakeBack(undo, mark, NotFinite());
-  if (absl::Status committed = commit(); !committed.ok()) {
-    return TakeBack(undo, mark, committed);
-  }
   return absl::OkStatus();
 }
 

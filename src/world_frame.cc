@@ -134,14 +134,13 @@ void World::ListSwept() {
   swept_.clear();
 }
 
-void World::EndFrame(FrameChanges* changes) {
-  changes->Clear();
-  changes->frame = frame_;
-  const auto emit_moved = [&](Index i) {
-    changes->moved.push_back(entity_of(i));
-    changes->moved_world.insert(changes->moved_world.end(), world_[i].m.begin(),
-                                world_[i].m.end());
-  };
+void World::EmitMoved(Index i, FrameChanges* changes) const {
+  changes->moved.push_back(entity_of(i));
+  changes->moved_world.insert(changes->moved_world.end(), world_[i].m.begin(),
+                              world_[i].m.end());
+}
+
+void World::ListFrameMoves(FrameChanges* changes) {
   // Swept since the last structural change, so still in today's indices:
   // merged, because a frame's batches may recompute nested subtrees.
   const auto by_first = [](const Range& a, const Range& b) {
@@ -163,7 +162,7 @@ void World::EndFrame(FrameChanges* changes) {
     }
     const Range& range = swept_[r];
     for (Index j = std::max(range.first, listed_to); j < range.last; ++j) {
-      if (frame_flags_[j] == 0) emit_moved(j);
+      if (frame_flags_[j] == 0) EmitMoved(j, changes);
     }
     listed_to = std::max(listed_to, range.last);
   }
@@ -172,9 +171,11 @@ void World::EndFrame(FrameChanges* changes) {
     const Index i = slot_index_[slot];
     if (i == kNoIndex) continue;  // Destroyed since.
     frame_flags_[i] = 0;
-    emit_moved(i);
+    EmitMoved(i, changes);
   }
+}
 
+void World::ListCreated(FrameChanges* changes) {
   std::vector<Index> created;
   for (Slot slot : created_slots_) {
     if (slot_index_[slot] != kNoIndex) created.push_back(slot_index_[slot]);
@@ -182,7 +183,7 @@ void World::EndFrame(FrameChanges* changes) {
   std::sort(created.begin(), created.end());
   for (Index i : created) {
     frame_flags_[i] = 0;
-    emit_moved(i);
+    EmitMoved(i, changes);
     const auto start = frame_start_.find(entity_of(i));
     if (start != frame_start_.end() && start->second.existed) {
       continue;  // Destroyed and created again: a survivor, not a creation.
@@ -190,7 +191,9 @@ void World::EndFrame(FrameChanges* changes) {
     changes->created.push_back(entity_of(i));
     changes->created_parent.push_back(parent_entity_of(i));
   }
+}
 
+void World::ListDestroyedAndReparented(FrameChanges* changes) const {
   std::vector<Index> reparented;
   for (const auto& [entity, start] : frame_start_) {
     if (!start.existed) continue;
@@ -206,7 +209,14 @@ void World::EndFrame(FrameChanges* changes) {
     changes->reparented.push_back(entity_of(i));
     changes->reparented_parent.push_back(parent_entity_of(i));
   }
+}
 
+void World::EndFrame(FrameChanges* changes) {
+  changes->Clear();
+  changes->frame = frame_;
+  ListFrameMoves(changes);
+  ListCreated(changes);
+  ListDestroyedAndReparented(changes);
   moved_slots_.clear();
   created_slots_.clear();
   frame_start_.clear();

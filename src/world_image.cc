@@ -46,65 +46,83 @@ void World::CopyImage(WorldImage* image, size_t first, size_t last) const {
   }
 }
 
-absl::StatusOr<World> World::FromImage(WorldImage image) {
+namespace {
+
+template <typename... Args>
+absl::Status NotAWorld(const Args&... args) {
+  return absl::DataLossError(absl::StrCat("not a world: ", args...));
+}
+
+}  // namespace
+
+absl::Status World::AdoptImageRows(WorldImage& image) {
   const size_t n = image.size();
-  const auto broken = [](auto&&... args) {
-    return absl::DataLossError(absl::StrCat("not a world: ", args...));
-  };
-  if (image.parent.size() != n || image.position.size() != n ||
-      image.rotation.size() != n || image.scale.size() != n) {
-    return broken("its columns differ in length");
-  }
-  if (n >= kClaimed) return broken(n, " instances");
-  World world;
-  world.frame_ = image.frame;
   // Slots in instance order: slot i is instance i.
-  world.slot_entity_ = std::move(image.entity);
-  world.parent_ = std::move(image.parent);
-  world.rotation_ = std::move(image.rotation);
-  world.scale_ = std::move(image.scale);
-  world.local_.resize(n);
-  world.world_.resize(n);
-  world.subtree_size_.assign(n, 1);
-  world.slot_.resize(n);
-  world.frame_flags_.assign(n, 0);
-  world.slot_index_.resize(n);
-  world.slot_flags_.assign(n, 0);
+  slot_entity_ = std::move(image.entity);
+  parent_ = std::move(image.parent);
+  rotation_ = std::move(image.rotation);
+  scale_ = std::move(image.scale);
+  local_.resize(n);
+  world_.resize(n);
+  subtree_size_.assign(n, 1);
+  slot_.resize(n);
+  frame_flags_.assign(n, 0);
+  slot_index_.resize(n);
+  slot_flags_.assign(n, 0);
   for (Index i = 0; i < n; ++i) {
-    const Transform local{image.position[i], world.rotation_[i],
-                          world.scale_[i]};
+    const Transform local{image.position[i], rotation_[i], scale_[i]};
     // A stored rotation is normalized already: normalizing it again could
     // change its last bit, so it is checked, not normalized.
     if (absl::Status valid = ValidateTransform(local); !valid.ok()) {
-      return broken("instance ", i, ": ", valid.message());
+      return NotAWorld("instance ", i, ": ", valid.message());
     }
-    const EntityId entity = world.slot_entity_[i];
-    if (entity == kNoEntity || world.slot_of_.Insert(entity, i) != i) {
-      return broken("instance ", i, " has id ", entity, ", zero or repeated");
+    const EntityId entity = slot_entity_[i];
+    if (entity == kNoEntity || slot_of_.Insert(entity, i) != i) {
+      return NotAWorld("instance ", i, " has id ", entity,
+                       ", zero or repeated");
     }
-    const Index p = world.parent_[i];
+    const Index p = parent_[i];
     if (p != kNoIndex && p >= i) {
-      return broken("instance ", i, "'s parent ", p,
-                    " does not come before it");
+      return NotAWorld("instance ", i, "'s parent ", p,
+                       " does not come before it");
     }
-    world.local_[i] = ToMatrix(local);
-    world.slot_[i] = i;
-    world.slot_index_[i] = i;
+    local_[i] = ToMatrix(local);
+    slot_[i] = i;
+    slot_index_[i] = i;
   }
+  return absl::OkStatus();
+}
+
+absl::Status World::SizeSubtreesOfPreOrder() {
   // Subtree sizes from the parents, children first; then the order is
   // pre-order when each parent's children tile its range exactly.
-  for (Index i = static_cast<Index>(n); i-- > 0;) {
-    if (world.parent_[i] != kNoIndex) {
-      world.subtree_size_[world.parent_[i]] += world.subtree_size_[i];
-    }
+  const auto n = static_cast<Index>(size());
+  for (Index i = n; i-- > 0;) {
+    if (parent_[i] != kNoIndex) subtree_size_[parent_[i]] += subtree_size_[i];
   }
   for (Index i = 0; i < n; ++i) {
     Index c = i + 1;
-    while (c < world.end_of(i) && world.parent_[c] == i) c = world.end_of(c);
-    if (c != world.end_of(i)) {
-      return broken("instance ", c, " is inside instance ", i,
-                    "'s range but not below it: not pre-order");
+    while (c < end_of(i) && parent_[c] == i) c = end_of(c);
+    if (c != end_of(i)) {
+      return NotAWorld("instance ", c, " is inside instance ", i,
+                       "'s range but not below it: not pre-order");
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<World> World::FromImage(WorldImage image) {
+  const size_t n = image.size();
+  if (image.parent.size() != n || image.position.size() != n ||
+      image.rotation.size() != n || image.scale.size() != n) {
+    return NotAWorld("its columns differ in length");
+  }
+  if (n >= kClaimed) return NotAWorld(n, " instances");
+  World world;
+  world.frame_ = image.frame;
+  if (absl::Status rows = world.AdoptImageRows(image); !rows.ok()) return rows;
+  if (absl::Status order = world.SizeSubtreesOfPreOrder(); !order.ok()) {
+    return order;
   }
   const internal::SweepRange all{0, static_cast<Index>(n)};
   const internal::SweepJob sweep{
@@ -114,7 +132,7 @@ absl::StatusOr<World> World::FromImage(WorldImage image) {
       .ranges = {&all, n > 0 ? 1u : 0u},
       .world = {world.world_.data(), n},
   };
-  if (!sweep.Run()) return broken("a world matrix is not finite");
+  if (!sweep.Run()) return NotAWorld("a world matrix is not finite");
   return world;
 }
 

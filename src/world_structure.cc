@@ -63,39 +63,18 @@ World::Slot World::AllocateSlot(EntityId entity) {
   return slot;
 }
 
-void World::ApplyCreates(absl::Span<const CreateOp> ops) {
-  if (restructuring_) {
-    ApplyCreatesRestructuring(ops);
-    return;
-  }
-  const uint32_t old_size = static_cast<uint32_t>(size());
-  const uint32_t count = static_cast<uint32_t>(ops.size());
-  if (count == 0) return;
+namespace {
 
-  // Slots first: slot_index_ of a new slot temporarily holds old_size + its
-  // position in `ops`, which tells parents in this run from older ones.
-  std::vector<uint32_t> group_parent(count, kNoIndex);  // Position in ops.
-  std::vector<Index> attach(count,
-                            kNoIndex);  // Old index of an outside parent.
-  std::vector<Slot> slots(count);
-  for (uint32_t k = 0; k < count; ++k) {
-    if (k + kPrefetchAhead < count) {
-      slot_of_.Prefetch(ops[k + kPrefetchAhead].entity);
-    }
-    slots[k] = AllocateSlot(ops[k].entity);
-    slot_index_[slots[k]] = old_size + k;
-    slot_of_.InsertOrAssign(ops[k].entity, slots[k]);
-    if (ops[k].parent == kNoEntity) continue;
-    const Index p = slot_index_[slot_of_.Find(ops[k].parent)];
-    if (p >= old_size) {
-      group_parent[k] = p - old_size;
-    } else {
-      attach[k] = p;
-    }
-  }
-
-  // Pre-order of the run: children by parent (counting sort, input order kept),
-  // then a depth-first walk from each run root.
+// The pre-order of a run of creates from each one's parent in the run
+// (`group_parent`, a position, or kNoIndex for one whose parent is outside
+// it): children by parent (counting sort, input order kept), then a
+// depth-first walk from each run root. Sets `order` (run positions in
+// pre-order), `sizes` (each one's subtree in the run) and `position` (each
+// one's place in `order`). O(run).
+void PreOrderOfRun(absl::Span<const uint32_t> group_parent,
+                   std::vector<uint32_t>& order, std::vector<uint32_t>& sizes,
+                   std::vector<uint32_t>& position) {
+  const auto count = static_cast<uint32_t>(group_parent.size());
   std::vector<uint32_t> child_begin(count + 1, 0);
   for (uint32_t k = 0; k < count; ++k) {
     if (group_parent[k] != kNoIndex) ++child_begin[group_parent[k] + 1];
@@ -108,7 +87,6 @@ void World::ApplyCreates(absl::Span<const CreateOp> ops) {
       if (group_parent[k] != kNoIndex) children[fill[group_parent[k]]++] = k;
     }
   }
-  std::vector<uint32_t> order;  // Run positions in pre-order.
   order.reserve(count);
   std::vector<uint32_t> stack;
   for (uint32_t root = 0; root < count; ++root) {
@@ -123,40 +101,97 @@ void World::ApplyCreates(absl::Span<const CreateOp> ops) {
       }
     }
   }
-  std::vector<uint32_t> sizes(count, 1);
+  sizes.assign(count, 1);
   for (uint32_t t = count; t-- > 0;) {
     const uint32_t k = order[t];
     if (group_parent[k] != kNoIndex) sizes[group_parent[k]] += sizes[k];
   }
-  std::vector<uint32_t> position_in_order(count);
-  for (uint32_t t = 0; t < count; ++t) position_in_order[order[t]] = t;
+  position.resize(count);
+  for (uint32_t t = 0; t < count; ++t) position[order[t]] = t;
+}
 
-  // Append the run in pre-order; parents are stored as "old index" for outside
-  // parents and "old_size + position in order" for parents in the run, both
-  // remapped by InsertBlocks.
+}  // namespace
+
+// A run of creates on its way in (ApplyCreates): each one's slot, its
+// parent in the run or the old index of its parent outside it, and the
+// run's pre-order.
+struct World::CreateRun {
+  uint32_t old_size = 0;
+  std::vector<Slot> slots;
+  std::vector<uint32_t> group_parent;  // Position in ops, or kNoIndex.
+  std::vector<Index> attach;  // Old index of an outside parent, or kNoIndex.
+  std::vector<uint32_t> order, sizes, position_in_order;
+};
+
+void World::TakeRunSlots(absl::Span<const CreateOp> ops, CreateRun& run) {
+  // slot_index_ of a new slot temporarily holds old_size + its position in
+  // `ops`, which tells parents in this run from older ones.
+  const auto count = static_cast<uint32_t>(ops.size());
+  run.group_parent.assign(count, kNoIndex);
+  run.attach.assign(count, kNoIndex);
+  run.slots.resize(count);
+  for (uint32_t k = 0; k < count; ++k) {
+    if (k + kPrefetchAhead < count) {
+      slot_of_.Prefetch(ops[k + kPrefetchAhead].entity);
+    }
+    run.slots[k] = AllocateSlot(ops[k].entity);
+    slot_index_[run.slots[k]] = run.old_size + k;
+    slot_of_.InsertOrAssign(ops[k].entity, run.slots[k]);
+    if (ops[k].parent == kNoEntity) continue;
+    const Index p = slot_index_[slot_of_.Find(ops[k].parent)];
+    if (p >= run.old_size) {
+      run.group_parent[k] = p - run.old_size;
+    } else {
+      run.attach[k] = p;
+    }
+  }
+}
+
+std::vector<World::InsertBlock> World::AppendRun(absl::Span<const CreateOp> ops,
+                                                 const CreateRun& run) {
+  // Parents are stored as "old index" for outside parents and "old_size +
+  // position in order" for parents in the run, both remapped by
+  // InsertBlocks.
+  const uint32_t old_size = run.old_size;
+  const auto count = static_cast<uint32_t>(ops.size());
   ForEachColumn([&](auto& column) { column.resize(old_size + count); });
   std::vector<InsertBlock> blocks;
   for (uint32_t t = 0; t < count; ++t) {
     if (t + kCreatesAhead < count) {
-      const Transform& ahead = ops[order[t + kCreatesAhead]].local;
+      const Transform& ahead = ops[run.order[t + kCreatesAhead]].local;
       __builtin_prefetch(&ahead);
       __builtin_prefetch(reinterpret_cast<const char*>(&ahead + 1) - 1);
     }
-    const uint32_t k = order[t];
+    const uint32_t k = run.order[t];
     const Index at = old_size + t;
     SetLocalColumns(at, ops[k].local);
-    subtree_size_[at] = sizes[k];
-    slot_[at] = slots[k];
+    subtree_size_[at] = run.sizes[k];
+    slot_[at] = run.slots[k];
     frame_flags_[at] = kCreatedThisFrame;
-    if (group_parent[k] != kNoIndex) {
-      parent_[at] = old_size + position_in_order[group_parent[k]];
+    if (run.group_parent[k] != kNoIndex) {
+      parent_[at] = old_size + run.position_in_order[run.group_parent[k]];
     } else {
-      parent_[at] = attach[k];
-      blocks.push_back({attach[k] == kNoIndex ? old_size : end_of(attach[k]), t,
-                        sizes[k], attach[k]});
+      parent_[at] = run.attach[k];
+      blocks.push_back(
+          {run.attach[k] == kNoIndex ? old_size : end_of(run.attach[k]), t,
+           run.sizes[k], run.attach[k]});
     }
   }
-  // Only now, with every insertion point taken from the old layout.
+  return blocks;
+}
+
+void World::ApplyCreates(absl::Span<const CreateOp> ops) {
+  if (restructuring_) {
+    ApplyCreatesRestructuring(ops);
+    return;
+  }
+  if (ops.empty()) return;
+  CreateRun run{.old_size = static_cast<uint32_t>(size())};
+  TakeRunSlots(ops, run);
+  PreOrderOfRun(run.group_parent, run.order, run.sizes, run.position_in_order);
+  // The run appended in pre-order, its blocks' insertion points all taken
+  // from the old layout.
+  std::vector<InsertBlock> blocks = AppendRun(ops, run);
   AddBlocksToAncestorSizes(blocks);
   // Parents whose ranges end at the same point are one ancestor chain; the
   // deepest (largest index) takes its blocks first, so each block lands inside
@@ -170,11 +205,12 @@ void World::ApplyCreates(absl::Span<const CreateOp> ops) {
                      };
                      return key(a.parent) > key(b.parent);
                    });
-  InsertBlocks(old_size, blocks);
+  InsertBlocks(run.old_size, blocks);
 
-  created_slots_.insert(created_slots_.end(), slots.begin(), slots.end());
+  created_slots_.insert(created_slots_.end(), run.slots.begin(),
+                        run.slots.end());
   for (const InsertBlock& block : blocks) {
-    MarkDirty(slot_index_[slots[order[block.first]]]);
+    MarkDirty(slot_index_[run.slots[run.order[block.first]]]);
   }
 }
 

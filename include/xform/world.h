@@ -332,6 +332,12 @@ class World {
   absl::Status SetLocalsOf(size_t count, Get get,
                            absl::FunctionRef<absl::Status()> commit);
   void ApplyCreates(absl::Span<const CreateOp> ops);
+  // ApplyCreates' parts: a run's slots and links, then the run appended to
+  // the columns in its pre-order (the blocks to insert).
+  struct CreateRun;
+  void TakeRunSlots(absl::Span<const CreateOp> ops, CreateRun& run);
+  std::vector<InsertBlock> AppendRun(absl::Span<const CreateOp> ops,
+                                     const CreateRun& run);
   void ApplyDestroy(const DestroyOp& op);
   void ApplyLink(const LinkOp& op);
   void ApplySetLocal(Index i, const Transform& local);
@@ -412,6 +418,20 @@ class World {
   // Lists what swept_ recomputed in moved_slots_, which survive relocation;
   // called by the primitives above just before they relocate instances.
   void ListSwept();
+  // Apply's commands in order, each recorded in `undo` first (creates in
+  // runs); the first walk over --max_ancestor_walk refuses the rest.
+  absl::Status ApplyEach(absl::Span<const Command> batch,
+                         std::vector<UndoStep>* undo);
+  // FromImage's parts: the image's columns taken and each row checked;
+  // then subtree sizes from the parents, and the order checked pre-order.
+  absl::Status AdoptImageRows(WorldImage& image);
+  absl::Status SizeSubtreesOfPreOrder();
+  // EndFrame's parts: what moved (swept, and moved_slots_), what was
+  // created, what was destroyed or re-parented, into `changes`.
+  void EmitMoved(Index i, FrameChanges* changes) const;
+  void ListFrameMoves(FrameChanges* changes);
+  void ListCreated(FrameChanges* changes);
+  void ListDestroyedAndReparented(FrameChanges* changes) const;
 
   // Per-instance columns, in pre-order.
   internal::Column<Index> parent_;           // kNoIndex for roots.

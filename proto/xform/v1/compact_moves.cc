@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 
+#include "absl/base/attributes.h"
 #include "absl/strings/str_cat.h"
 #include "glm/gtc/quaternion.hpp"
 #include "google/protobuf/io/coded_stream.h"
@@ -155,6 +156,197 @@ inline __m128 Keep(__m128 v, const LaneMask& mask) {
 }
 #endif
 
+// Up to kBatchLanes matrices on their way to poses, a step at a time, in
+// columns (PoseQuantizer::QuantizeLanes): one matrix's steps wait on each
+// other (a square root, then a division, then another square root and
+// division), several matrices' do not, and the compiler runs the lanes
+// side by side. Each step is inlined into QuantizeLanes: a call between
+// them would keep the lanes from staying in registers.
+constexpr size_t kBatchLanes = 8;
+struct LaneBatch {
+  // col[j][r][lane]: element (r, j) of the lane's matrix, column j being
+  // the axis j scaled.
+  float col[3][3][kBatchLanes];
+  float position[3][kBatchLanes];
+  int32_t pose[kBatchLanes];  // Still a pose (1) or not (0).
+  float scale[3][kBatchLanes];
+  double steps[3][kBatchLanes];
+  float sent[3][kBatchLanes];
+  int32_t largest[kBatchLanes];
+  int32_t rotation[3][kBatchLanes], log_scale[3][kBatchLanes];
+};
+
+// Lanes past the matrices given hold the identity (and are dropped).
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline void LoadLanes(
+    absl::Span<const float* const> matrices, LaneBatch& lanes) {
+  static constexpr float kIdentity[12] = {1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0};
+  for (size_t lane = 0; lane < kBatchLanes; ++lane) {
+    const float* m = lane < matrices.size() ? matrices[lane] : kIdentity;
+    for (int r = 0; r < 3; ++r) {
+      for (int j = 0; j < 3; ++j) lanes.col[j][r][lane] = m[4 * r + j];
+      lanes.position[r][lane] = m[4 * r + 3];
+    }
+  }
+}
+
+// A pose: each column's length positive and finite (which also rules out
+// a non-finite element), the columns orthogonal within kMaxSkew, and no
+// reflection. Conditions combine with & rather than &&: a branch would keep
+// the compiler from running the lanes as vectors. Here: the lengths, and
+// the columns made unit.
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline void NormalizeColumns(LaneBatch& lanes) {
+  for (size_t lane = 0; lane < kBatchLanes; ++lane) lanes.pose[lane] = 1;
+  for (int j = 0; j < 3; ++j) {
+    for (size_t lane = 0; lane < kBatchLanes; ++lane) {
+      const float x = lanes.col[j][0][lane], y = lanes.col[j][1][lane],
+                  z = lanes.col[j][2][lane];
+      const float length = std::sqrt(x * x + y * y + z * z);
+      lanes.scale[j][lane] = length;
+      // A positive one is normal, as LogScaleOf needs: the root of a
+      // positive float is at least 2^-75.
+      lanes.pose[lane] &=
+          int{length > 0} & int{length <= std::numeric_limits<float>::max()};
+      const float inverse = 1 / length;
+      for (int r = 0; r < 3; ++r) lanes.col[j][r][lane] *= inverse;
+    }
+  }
+}
+
+// The unit columns orthogonal, and not a reflection.
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline void CheckOrthonormal(LaneBatch& lanes) {
+  for (size_t lane = 0; lane < kBatchLanes; ++lane) {
+    const auto dot = [&](int a, int b) {
+      return lanes.col[a][0][lane] * lanes.col[b][0][lane] +
+             lanes.col[a][1][lane] * lanes.col[b][1][lane] +
+             lanes.col[a][2][lane] * lanes.col[b][2][lane];
+    };
+    const float cross[3] = {lanes.col[0][1][lane] * lanes.col[1][2][lane] -
+                                lanes.col[1][1][lane] * lanes.col[0][2][lane],
+                            lanes.col[0][2][lane] * lanes.col[1][0][lane] -
+                                lanes.col[1][2][lane] * lanes.col[0][0][lane],
+                            lanes.col[0][0][lane] * lanes.col[1][1][lane] -
+                                lanes.col[1][0][lane] * lanes.col[0][1][lane]};
+    const float handedness = cross[0] * lanes.col[2][0][lane] +
+                             cross[1] * lanes.col[2][1][lane] +
+                             cross[2] * lanes.col[2][2][lane];
+    lanes.pose[lane] &= int{std::abs(dot(0, 1)) <= kMaxSkew} &
+                        int{std::abs(dot(0, 2)) <= kMaxSkew} &
+                        int{std::abs(dot(1, 2)) <= kMaxSkew} &
+                        int{handedness > 0};
+  }
+}
+
+// The position in steps of the precision, a power of two on the wire
+// (CompactPrecision), so that multiplying by `inverse` divides exactly.
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline void PositionSteps(double inverse,
+                                                       LaneBatch& lanes) {
+  for (int i = 0; i < 3; ++i) {
+    for (size_t lane = 0; lane < kBatchLanes; ++lane) {
+      const double s = static_cast<double>(lanes.position[i][lane]) * inverse;
+      lanes.pose[lane] &= std::abs(s) < kMaxPositionSteps;
+      lanes.steps[i][lane] = s;
+    }
+  }
+}
+
+// The rotation's quaternion, from the products of its components that
+// the matrix holds: p[i][j] = 4 q_i q_j (x y z w order). The largest
+// component is the one with the largest square, p[i][i]; it is taken as
+// positive, and each other component is p[largest][i] / (4 q_largest).
+// Row `largest` of p holds p[largest][largest] and the three sent; its
+// length is 4 q_largest |q|, so dividing by it gives the unit
+// quaternion's components. Chosen by selects, not by indexing or a
+// branch (which component is largest is as good as random).
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline void SmallestThree(LaneBatch& lanes) {
+  for (size_t lane = 0; lane < kBatchLanes; ++lane) {
+    const float c0x = lanes.col[0][0][lane], c0y = lanes.col[0][1][lane],
+                c0z = lanes.col[0][2][lane];
+    const float c1x = lanes.col[1][0][lane], c1y = lanes.col[1][1][lane],
+                c1z = lanes.col[1][2][lane];
+    const float c2x = lanes.col[2][0][lane], c2y = lanes.col[2][1][lane],
+                c2z = lanes.col[2][2][lane];
+    const float xx = 1 + c0x - c1y - c2z, yy = 1 - c0x + c1y - c2z,
+                zz = 1 - c0x - c1y + c2z, ww = 1 + c0x + c1y + c2z;
+    const float xy = c1x + c0y, xz = c2x + c0z, yz = c2y + c1z;
+    const float xw = c1z - c2y, yw = c2x - c0z, zw = c0y - c1x;
+    const bool y_larger = yy > xx;
+    int32_t l = y_larger ? 1 : 0;
+    float diagonal = y_larger ? yy : xx;
+    const bool z_larger = zz > diagonal;
+    l = z_larger ? 2 : l;
+    diagonal = z_larger ? zz : diagonal;
+    const bool w_larger = ww > diagonal;
+    l = w_larger ? 3 : l;
+    diagonal = w_larger ? ww : diagonal;
+    // Row l without its diagonal, in x y z w order.
+    const float a = l <= 1 ? xy : (l == 2 ? xz : xw);
+    const float b = l == 0 ? xz : (l <= 2 ? yz : yw);
+    const float c = l == 0 ? xw : (l == 1 ? yw : zw);
+    const float unit =
+        1 / std::sqrt(diagonal * diagonal + a * a + b * b + c * c);
+    lanes.sent[0][lane] = a * unit;
+    lanes.sent[1][lane] = b * unit;
+    lanes.sent[2][lane] = c * unit;
+    lanes.largest[lane] = l;
+  }
+}
+
+// The rotation's integers, in float (they are at most 16383, where a
+// float holds every integer), and the log scales'. A lane that is no
+// pose may hold a NaN or an infinity here, whose conversion to an
+// integer is undefined: it converts the identity's values instead.
+ABSL_ATTRIBUTE_ALWAYS_INLINE inline void RotationAndScaleIntegers(
+    LaneBatch& lanes) {
+  for (int i = 0; i < 3; ++i) {
+    for (size_t lane = 0; lane < kBatchLanes; ++lane) {
+      const float component = Pick(lanes.pose[lane], lanes.sent[i][lane], 0.0f);
+      const float axis_scale =
+          Pick(lanes.pose[lane], lanes.scale[i][lane], 1.0f);
+      lanes.rotation[i][lane] = RoundFloat(component * kRotationScaleFloat);
+      lanes.log_scale[i][lane] = LogScaleOf(axis_scale);
+    }
+  }
+}
+
+// One entry after its id: raw (`pose` none), whole (no held pose, or none
+// that quantized), or a delta against the held one; `origin` is the last
+// whole entry's position, which the next whole one is sent against.
+inline void PutEntry(const float* world,
+                     const std::optional<QuantizedPose>& pose,
+                     const std::optional<QuantizedPose>* held_pose,
+                     std::array<int64_t, 3>& origin, uint8_t*& out) {
+  constexpr std::array<int32_t, 3> kZero = {0, 0, 0};
+  if (!pose) {
+    *out++ = kRaw;
+    // Little-endian floats: the byte order of every machine we build for.
+    std::memcpy(out, world, 48);
+    out += 48;
+    return;
+  }
+  const QuantizedPose& p = *pose;
+  uint8_t flags = p.largest << 2;
+  if (held_pose == nullptr || !*held_pose) {
+    *out++ = flags | kWhole;
+    PutDeltas(p.position, origin, out);
+    origin = p.position;
+    PutDeltas(p.rotation, kZero, out);
+    PutDeltas(p.log_scale, kZero, out);
+    return;
+  }
+  const QuantizedPose& h = **held_pose;
+  const bool rotation_whole = h.largest != p.largest;
+  // Element by element: std::array's != is a call to memcmp.
+  const bool scale = h.log_scale[0] != p.log_scale[0] ||
+                     h.log_scale[1] != p.log_scale[1] ||
+                     h.log_scale[2] != p.log_scale[2];
+  if (rotation_whole) flags |= kRotationWhole;
+  if (scale) flags |= kScalePresent;
+  *out++ = flags | kDelta;
+  PutDeltas(p.position, h.position, out);
+  PutDeltas(p.rotation, rotation_whole ? kZero : h.rotation, out);
+  if (scale) PutDeltas(p.log_scale, h.log_scale, out);
+}
+
 }  // namespace
 
 std::optional<QuantizedPose> PoseQuantizer::Quantize(const Matrix3x4& m) const {
@@ -176,138 +368,28 @@ void PoseQuantizer::QuantizeMany(
 void PoseQuantizer::QuantizeLanes(
     absl::Span<const float* const> matrices,
     absl::Span<std::optional<QuantizedPose>> poses) const {
-  // Each step is a loop over kLanes matrices, in columns: one matrix's
-  // steps wait on each other (a square root, then a division, then
-  // another square root and division), several matrices' do not, and the
-  // compiler can run the lanes side by side. Lanes past the matrices given
-  // hold the identity and are dropped. A lane's integers depend on its
-  // matrix alone, whichever lane it is in: the deltas need the same matrix
-  // to give the same integers every time.
-  static constexpr float kIdentity[12] = {1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0};
-  // col[j][r][lane]: element (r, j) of the lane's matrix, column j being
-  // the axis j scaled.
-  float col[3][3][kLanes];
-  float position[3][kLanes];
-  for (size_t lane = 0; lane < kLanes; ++lane) {
-    const float* m = lane < matrices.size() ? matrices[lane] : kIdentity;
-    for (int r = 0; r < 3; ++r) {
-      for (int j = 0; j < 3; ++j) col[j][r][lane] = m[4 * r + j];
-      position[r][lane] = m[4 * r + 3];
-    }
-  }
-  // A pose: each column's length positive and finite (which also rules out
-  // a non-finite element), the columns orthogonal within kMaxSkew, and no
-  // reflection. Conditions combine with & rather than &&: a branch would keep
-  // the compiler from running the lanes as vectors.
-  int32_t pose[kLanes];
-  float scale[3][kLanes];
-  for (size_t lane = 0; lane < kLanes; ++lane) pose[lane] = 1;
-  for (int j = 0; j < 3; ++j) {
-    for (size_t lane = 0; lane < kLanes; ++lane) {
-      const float x = col[j][0][lane], y = col[j][1][lane], z = col[j][2][lane];
-      const float length = std::sqrt(x * x + y * y + z * z);
-      scale[j][lane] = length;
-      // A positive one is normal, as LogScaleOf needs: the root of a
-      // positive float is at least 2^-75.
-      pose[lane] &=
-          int{length > 0} & int{length <= std::numeric_limits<float>::max()};
-      const float inverse = 1 / length;
-      for (int r = 0; r < 3; ++r) col[j][r][lane] *= inverse;
-    }
-  }
-  for (size_t lane = 0; lane < kLanes; ++lane) {
-    const auto dot = [&](int a, int b) {
-      return col[a][0][lane] * col[b][0][lane] +
-             col[a][1][lane] * col[b][1][lane] +
-             col[a][2][lane] * col[b][2][lane];
-    };
-    const float cross[3] = {
-        col[0][1][lane] * col[1][2][lane] - col[1][1][lane] * col[0][2][lane],
-        col[0][2][lane] * col[1][0][lane] - col[1][2][lane] * col[0][0][lane],
-        col[0][0][lane] * col[1][1][lane] - col[1][0][lane] * col[0][1][lane]};
-    const float handedness = cross[0] * col[2][0][lane] +
-                             cross[1] * col[2][1][lane] +
-                             cross[2] * col[2][2][lane];
-    pose[lane] &= int{std::abs(dot(0, 1)) <= kMaxSkew} &
-                  int{std::abs(dot(0, 2)) <= kMaxSkew} &
-                  int{std::abs(dot(1, 2)) <= kMaxSkew} & int{handedness > 0};
-  }
-  // The precision is a power of two on the wire (CompactPrecision), so the
-  // multiplication is the division exactly.
-  double steps[3][kLanes];
-  for (int i = 0; i < 3; ++i) {
-    for (size_t lane = 0; lane < kLanes; ++lane) {
-      const double s = static_cast<double>(position[i][lane]) * inverse_;
-      pose[lane] &= std::abs(s) < kMaxPositionSteps;
-      steps[i][lane] = s;
-    }
-  }
-  // The rotation's quaternion, from the products of its components that
-  // the matrix holds: p[i][j] = 4 q_i q_j (x y z w order). The largest
-  // component is the one with the largest square, p[i][i]; it is taken as
-  // positive, and each other component is p[largest][i] / (4 q_largest).
-  // Row `largest` of p holds p[largest][largest] and the three sent; its
-  // length is 4 q_largest |q|, so dividing by it gives the unit
-  // quaternion's components. Chosen by selects, not by indexing or a
-  // branch (which component is largest is as good as random).
-  float sent[3][kLanes];
-  int32_t largest[kLanes];
-  for (size_t lane = 0; lane < kLanes; ++lane) {
-    const float c0x = col[0][0][lane], c0y = col[0][1][lane],
-                c0z = col[0][2][lane];
-    const float c1x = col[1][0][lane], c1y = col[1][1][lane],
-                c1z = col[1][2][lane];
-    const float c2x = col[2][0][lane], c2y = col[2][1][lane],
-                c2z = col[2][2][lane];
-    const float xx = 1 + c0x - c1y - c2z, yy = 1 - c0x + c1y - c2z,
-                zz = 1 - c0x - c1y + c2z, ww = 1 + c0x + c1y + c2z;
-    const float xy = c1x + c0y, xz = c2x + c0z, yz = c2y + c1z;
-    const float xw = c1z - c2y, yw = c2x - c0z, zw = c0y - c1x;
-    const bool y_larger = yy > xx;
-    int32_t l = y_larger ? 1 : 0;
-    float diagonal = y_larger ? yy : xx;
-    const bool z_larger = zz > diagonal;
-    l = z_larger ? 2 : l;
-    diagonal = z_larger ? zz : diagonal;
-    const bool w_larger = ww > diagonal;
-    l = w_larger ? 3 : l;
-    diagonal = w_larger ? ww : diagonal;
-    // Row l without its diagonal, in x y z w order.
-    const float a = l <= 1 ? xy : (l == 2 ? xz : xw);
-    const float b = l == 0 ? xz : (l <= 2 ? yz : yw);
-    const float c = l == 0 ? xw : (l == 1 ? yw : zw);
-    const float unit =
-        1 / std::sqrt(diagonal * diagonal + a * a + b * b + c * c);
-    sent[0][lane] = a * unit;
-    sent[1][lane] = b * unit;
-    sent[2][lane] = c * unit;
-    largest[lane] = l;
-  }
-  // The rotation's integers, in float (they are at most 16383, where a
-  // float holds every integer), and the log scales'. A lane that is no
-  // pose may hold a NaN or an infinity here, whose conversion to an
-  // integer is undefined: it converts the identity's values instead.
-  int32_t rotation[3][kLanes], log_scale[3][kLanes];
-  for (int i = 0; i < 3; ++i) {
-    for (size_t lane = 0; lane < kLanes; ++lane) {
-      const float component = Pick(pose[lane], sent[i][lane], 0.0f);
-      const float axis_scale = Pick(pose[lane], scale[i][lane], 1.0f);
-      rotation[i][lane] = RoundFloat(component * kRotationScaleFloat);
-      log_scale[i][lane] = LogScaleOf(axis_scale);
-    }
-  }
+  // A lane's integers depend on its matrix alone, whichever lane it is in:
+  // the deltas need the same matrix to give the same integers every time.
+  static_assert(kLanes == kBatchLanes);
+  LaneBatch lanes;
+  LoadLanes(matrices, lanes);
+  NormalizeColumns(lanes);
+  CheckOrthonormal(lanes);
+  PositionSteps(inverse_, lanes);
+  SmallestThree(lanes);
+  RotationAndScaleIntegers(lanes);
   for (size_t lane = 0; lane < matrices.size(); ++lane) {
-    if (!pose[lane]) {
+    if (!lanes.pose[lane]) {
       poses[lane].reset();
       continue;
     }
     QuantizedPose& q = poses[lane].emplace();
     for (int i = 0; i < 3; ++i) {
-      q.position[i] = Round(steps[i][lane]);
-      q.rotation[i] = rotation[i][lane];
-      q.log_scale[i] = log_scale[i][lane];
+      q.position[i] = Round(lanes.steps[i][lane]);
+      q.rotation[i] = lanes.rotation[i][lane];
+      q.log_scale[i] = lanes.log_scale[i][lane];
     }
-    q.largest = static_cast<uint8_t>(largest[lane]);
+    q.largest = static_cast<uint8_t>(lanes.largest[lane]);
   }
 }
 
@@ -400,44 +482,14 @@ std::string CompactMovesWriter::Finish() {
   PutVarint(n, out);
   EntityId last_id = 0;
   std::array<int64_t, 3> origin = {0, 0, 0};
-  constexpr std::array<int32_t, 3> kZero = {0, 0, 0};
   size_t next_held = n;
   for (size_t k = 0; k < n; ++k) {
     const Entry& e = entries_[k];
     PutVarint(e.id - last_id, out);
     last_id = e.id;
-    const std::optional<QuantizedPose>& pose = poses[k];
     const std::optional<QuantizedPose>* const held_pose =
         e.previous != nullptr ? &poses[next_held++] : nullptr;
-    if (!pose) {
-      *out++ = kRaw;
-      // Little-endian floats: the byte order of every machine we build for.
-      std::memcpy(out, e.world, 48);
-      out += 48;
-      continue;
-    }
-    const QuantizedPose& p = *pose;
-    uint8_t flags = p.largest << 2;
-    if (held_pose == nullptr || !*held_pose) {
-      *out++ = flags | kWhole;
-      PutDeltas(p.position, origin, out);
-      origin = p.position;
-      PutDeltas(p.rotation, kZero, out);
-      PutDeltas(p.log_scale, kZero, out);
-      continue;
-    }
-    const QuantizedPose& h = **held_pose;
-    const bool rotation_whole = h.largest != p.largest;
-    // Element by element: std::array's != is a call to memcmp.
-    const bool scale = h.log_scale[0] != p.log_scale[0] ||
-                       h.log_scale[1] != p.log_scale[1] ||
-                       h.log_scale[2] != p.log_scale[2];
-    if (rotation_whole) flags |= kRotationWhole;
-    if (scale) flags |= kScalePresent;
-    *out++ = flags | kDelta;
-    PutDeltas(p.position, h.position, out);
-    PutDeltas(p.rotation, rotation_whole ? kZero : h.rotation, out);
-    if (scale) PutDeltas(p.log_scale, h.log_scale, out);
+    PutEntry(e.world, poses[k], held_pose, origin, out);
   }
   entries_.clear();
   return std::string(reinterpret_cast<const char*>(begin), out - begin);

@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/status/statusor.h"
 #include "google/protobuf/wire_format_lite.h"
 
 namespace xform::v1 {
@@ -222,6 +223,77 @@ absl::Status ParseFrameUpdate(google::protobuf::io::ZeroCopyInputStream& in,
   return update.ParseFromZeroCopyStream(&in) ? absl::OkStatus() : NotParsed();
 }
 
+namespace {
+
+using google::protobuf::internal::WireFormatLite;
+
+// A field's bytes as read so far: its tag (5 at most) and its length or
+// varint value (10).
+struct FieldBytes {
+  uint8_t bytes[15];
+  int size = 0;
+
+  // Reads a varint of at most `max` bytes into `v`, adding its bytes: 0
+  // where the bytes end first, -1 where it is longer.
+  int ReadVarint(ByteScanner& in, int max, uint64_t& v) {
+    v = 0;
+    for (int i = 0; i < max; ++i) {
+      uint8_t byte;
+      if (!in.Next(byte)) return 0;
+      bytes[size++] = byte;
+      v |= static_cast<uint64_t>(byte & 0x7f) << (7 * i);
+      if (byte < 0x80) return 1;
+    }
+    return -1;
+  }
+};
+
+// What follows a field's tag, as protobuf reads it: its varint value or
+// length into `field` and `length`, or, for a packed moved_world, its
+// floats' bytes given to `take_moved` (`taken`). Whether the scan goes on
+// past it.
+template <typename TakeMoved>
+absl::StatusOr<bool> ReadFieldBody(ByteScanner& bytes, uint32_t tag,
+                                   FieldBytes& field, TakeMoved take_moved,
+                                   uint64_t& length, bool& taken) {
+  const bool moved_world = WireFormatLite::GetTagFieldNumber(tag) ==
+                           FrameUpdate::kMovedWorldFieldNumber;
+  switch (WireFormatLite::GetTagWireType(tag)) {
+    case WireFormatLite::WIRETYPE_VARINT:
+      return field.ReadVarint(bytes, 10, length) == 1;
+    case WireFormatLite::WIRETYPE_FIXED64:
+      length = 8;
+      return true;
+    case WireFormatLite::WIRETYPE_FIXED32:
+      length = 4;
+      return !moved_world;
+    case WireFormatLite::WIRETYPE_LENGTH_DELIMITED: {
+      // As protobuf reads a size: under 2^31.
+      const bool scanned =
+          field.ReadVarint(bytes, 5, length) == 1 && length < (1u << 31);
+      if (!scanned || !moved_world || length % 4 != 0) return scanned;
+      if (!bytes.Take(length, take_moved)) return NotParsed();
+      taken = true;
+      return true;
+    }
+    default:  // Groups, and wire types that do not exist.
+      return false;
+  }
+}
+
+// What the scan took out came first: where more moved_world came after it
+// stopped, the two are joined in that order.
+void PutTakenFirst(FrameUpdate& update, WireMovedWorlds& worlds) {
+  if (worlds.empty() || update.moved_world_size() == 0) return;
+  google::protobuf::RepeatedField<float> all;
+  worlds.AppendTo(all);
+  all.Add(update.moved_world().begin(), update.moved_world().end());
+  update.mutable_moved_world()->Swap(&all);
+  worlds.Clear();
+}
+
+}  // namespace
+
 // Scans the fields as protobuf's parser reads them (a tag of at most 5
 // bytes, a length of at most 5 and under 2^31), taking out each packed
 // moved_world and copying every other field's bytes as they are. What the
@@ -234,7 +306,6 @@ absl::Status ParseFrameUpdate(google::protobuf::io::ZeroCopyInputStream& in,
 absl::Status ParseLeavingMovedWorld(
     google::protobuf::io::ZeroCopyInputStream& in, FrameUpdate& update,
     WireMovedWorlds& worlds) {
-  using google::protobuf::internal::WireFormatLite;
   worlds.Clear();
   if constexpr (std::endian::native != std::endian::little) {
     return ParseFrameUpdate(in, update);
@@ -248,66 +319,31 @@ absl::Status ParseLeavingMovedWorld(
   auto copy = [](const uint8_t* data, size_t size) {
     rest.append(reinterpret_cast<const char*>(data), size);
   };
-  ByteScanner bytes(in);
-  // A field's bytes as read so far: its tag (5 at most) and its length or
-  // varint value (10).
-  uint8_t field[15];
-  int field_size = 0;
-  // Reads a varint of at most `max` bytes into `v`, adding its bytes to
-  // `field`: 0 where the bytes end first, -1 where it is longer.
-  auto read_varint = [&](int max, uint64_t& v) {
-    v = 0;
-    for (int i = 0; i < max; ++i) {
-      uint8_t byte;
-      if (!bytes.Next(byte)) return 0;
-      field[field_size++] = byte;
-      v |= static_cast<uint64_t>(byte & 0x7f) << (7 * i);
-      if (byte < 0x80) return 1;
-    }
-    return -1;
+  auto add_moved = [&worlds](const uint8_t* data, size_t size) {
+    worlds.Add(data, size);
   };
+  ByteScanner bytes(in);
+  FieldBytes field;
   while (true) {
-    field_size = 0;
+    field.size = 0;
     uint64_t tag_read_as;
-    const int tag_read = read_varint(5, tag_read_as);
-    if (tag_read == 0 && field_size == 0) break;  // The end, between fields.
-    bool scanned = tag_read == 1;  // False: the rest is copied as it is.
+    const int tag_read = field.ReadVarint(bytes, 5, tag_read_as);
+    if (tag_read == 0 && field.size == 0) break;  // The end, between fields.
     const auto tag = static_cast<uint32_t>(tag_read_as);  // As protobuf's.
-    const auto wire_type = WireFormatLite::GetTagWireType(tag);
-    const bool moved_world = WireFormatLite::GetTagFieldNumber(tag) ==
-                             FrameUpdate::kMovedWorldFieldNumber;
     uint64_t length = 0;
+    bool taken = false;
+    bool scanned = tag_read == 1;  // False: the rest is copied as it is.
     if (scanned) {
-      switch (wire_type) {
-        case WireFormatLite::WIRETYPE_VARINT:
-          scanned = read_varint(10, length) == 1;
-          break;
-        case WireFormatLite::WIRETYPE_FIXED64:
-          length = 8;
-          break;
-        case WireFormatLite::WIRETYPE_FIXED32:
-          length = 4;
-          scanned = !moved_world;
-          break;
-        case WireFormatLite::WIRETYPE_LENGTH_DELIMITED:
-          // As protobuf reads a size: under 2^31.
-          scanned = read_varint(5, length) == 1 && length < (1u << 31);
-          if (scanned && moved_world && length % 4 == 0) {
-            auto add = [&worlds](const uint8_t* data, size_t size) {
-              worlds.Add(data, size);
-            };
-            if (!bytes.Take(length, add)) return NotParsed();
-            continue;
-          }
-          break;
-        default:  // Groups, and wire types that do not exist.
-          scanned = false;
-          break;
-      }
+      absl::StatusOr<bool> body =
+          ReadFieldBody(bytes, tag, field, add_moved, length, taken);
+      if (!body.ok()) return body.status();
+      if (taken) continue;
+      scanned = *body;
     }
-    copy(field, static_cast<size_t>(field_size));
+    copy(field.bytes, static_cast<size_t>(field.size));
     if (!scanned) break;
-    if (wire_type != WireFormatLite::WIRETYPE_VARINT &&
+    if (WireFormatLite::GetTagWireType(tag) !=
+            WireFormatLite::WIRETYPE_VARINT &&
         !bytes.Take(length, copy)) {
       break;  // Cut short: protobuf refuses the copy.
     }
@@ -316,14 +352,7 @@ absl::Status ParseLeavingMovedWorld(
   const bool parsed = update.ParseFromString(rest);
   if (rest.capacity() > kKeptRestBytes) std::string().swap(rest);
   if (!parsed) return NotParsed();
-  if (!worlds.empty() && update.moved_world_size() > 0) {
-    // More came after the scan stopped: what it took out came first.
-    google::protobuf::RepeatedField<float> all;
-    worlds.AppendTo(all);
-    all.Add(update.moved_world().begin(), update.moved_world().end());
-    update.mutable_moved_world()->Swap(&all);
-    worlds.Clear();
-  }
+  PutTakenFirst(update, worlds);
   return absl::OkStatus();
 }
 

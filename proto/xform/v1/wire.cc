@@ -298,6 +298,46 @@ size_t EntitiesNamed(const ApplyRequest& request) {
   return named;
 }
 
+namespace {
+
+// Command `k`'s creates, one op an entity, onto `commands`.
+absl::Status AppendCreates(int k, const CreateCommand& create,
+                           std::vector<xform::Command>* commands) {
+  const int n = create.entity_size();
+  if (create.parent_size() != 0 && create.parent_size() != n) {
+    return Malformed(k, "create: parent must be empty or one per entity");
+  }
+  if (create.local_size() != 0 && create.local_size() != kTrsFloats * n) {
+    return Malformed(k, "create: local must be empty or 10 floats per entity");
+  }
+  for (int i = 0; i < n; ++i) {
+    CreateOp op;
+    op.entity = create.entity(i);
+    if (create.parent_size() != 0) op.parent = create.parent(i);
+    if (create.local_size() != 0) {
+      op.local = TransformFromWire(create.local().data() + kTrsFloats * i);
+    }
+    commands->emplace_back(op);
+  }
+  return absl::OkStatus();
+}
+
+// Command `k`'s links, one op an entity, onto `commands`.
+absl::Status AppendLinks(int k, const LinkCommand& link,
+                         std::vector<xform::Command>* commands) {
+  if (link.parent_size() != link.entity_size()) {
+    return Malformed(k, "link: one parent per entity (0 unlinks)");
+  }
+  for (int i = 0; i < link.entity_size(); ++i) {
+    commands->emplace_back(LinkOp{
+        link.entity(i), link.parent(i),
+        link.keep_world() ? LinkMode::kKeepWorld : LinkMode::kKeepLocal});
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<xform::Command>> ToCommands(
     const ApplyRequest& request, size_t max_batch) {
   const size_t named = EntitiesNamed(request);
@@ -310,28 +350,11 @@ absl::StatusOr<std::vector<xform::Command>> ToCommands(
   for (int k = 0; k < request.commands_size(); ++k) {
     const Command& c = request.commands(k);
     switch (c.kind_case()) {
-      case Command::kCreate: {
-        const CreateCommand& create = c.create();
-        const int n = create.entity_size();
-        if (create.parent_size() != 0 && create.parent_size() != n) {
-          return Malformed(k, "create: parent must be empty or one per entity");
-        }
-        if (create.local_size() != 0 && create.local_size() != kTrsFloats * n) {
-          return Malformed(
-              k, "create: local must be empty or 10 floats per entity");
-        }
-        for (int i = 0; i < n; ++i) {
-          CreateOp op;
-          op.entity = create.entity(i);
-          if (create.parent_size() != 0) op.parent = create.parent(i);
-          if (create.local_size() != 0) {
-            op.local =
-                TransformFromWire(create.local().data() + kTrsFloats * i);
-          }
-          commands.emplace_back(op);
+      case Command::kCreate:
+        if (absl::Status s = AppendCreates(k, c.create(), &commands); !s.ok()) {
+          return s;
         }
         break;
-      }
       case Command::kDestroy:
         for (EntityId e : c.destroy().entity()) {
           commands.emplace_back(DestroyOp{
@@ -339,18 +362,11 @@ absl::StatusOr<std::vector<xform::Command>> ToCommands(
                                              : DestroyMode::kSubtree});
         }
         break;
-      case Command::kLink: {
-        const LinkCommand& link = c.link();
-        if (link.parent_size() != link.entity_size()) {
-          return Malformed(k, "link: one parent per entity (0 unlinks)");
-        }
-        for (int i = 0; i < link.entity_size(); ++i) {
-          commands.emplace_back(LinkOp{
-              link.entity(i), link.parent(i),
-              link.keep_world() ? LinkMode::kKeepWorld : LinkMode::kKeepLocal});
+      case Command::kLink:
+        if (absl::Status s = AppendLinks(k, c.link(), &commands); !s.ok()) {
+          return s;
         }
         break;
-      }
       case Command::kSetLocal:
         if (absl::Status s = AppendTransformOps<SetLocalOp>(
                 k, "set_local", c.set_local().entity(), c.set_local().local(),
