@@ -18,8 +18,8 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "glm/gtc/quaternion.hpp"
-#include "xform/v1/wire.h"
 #include "server/base/log.h"
+#include "xform/v1/wire.h"
 #include "xform/world.h"
 
 namespace xform::server {

@@ -17,13 +17,13 @@
 #include "absl/time/time.h"
 #include "server/cluster/nats_link.h"
 #include "server/edge/edge.h"
+#include "server/host/world_host.h"
 #include "server/service/health_service.h"
 #include "server/service/refusal_guard.h"
 #include "server/service/service.h"
-#include "server/storage/storage.h"
 #include "server/service/tls.h"
 #include "server/service/transport.h"
-#include "server/host/world_host.h"
+#include "server/storage/storage.h"
 
 namespace xform::server {
 

@@ -195,8 +195,8 @@ TEST(SpatialIndexTest, OverlappingBoxesVisitEachCellOnce) {
   for (const Slot others : {0, 20}) {
     SpatialIndex index(1);
     for (Slot s = 0; s < 5 + others; ++s) {
-      index.Place(s, {static_cast<float>(s < 5 ? s : s + 10) + 0.5f, 0.5f,
-                      0.5f});
+      index.Place(s,
+                  {static_cast<float>(s < 5 ? s : s + 10) + 0.5f, 0.5f, 0.5f});
     }
     const SpatialIndex::Box boxes[] = {{{0, 0, 0}, {3.5f, 0.5f, 0.5f}},
                                        {{2, 0, 0}, {4.5f, 0.5f, 0.5f}}};

@@ -3,9 +3,9 @@
 // One of a world's subscription streams, as xformd sees it: who it is, what
 // it asked for, where it stands and what it was sent. `Client::
 // ListSubscribers` reports them (on the wire, `xform.v1.SubscriberInfo`);
-// the server's replicator fills them (server/replication/replicator.h). So an operator
-// who sees a world's folds or resends climb (xform/stream_stats.h) can tell
-// which subscriber it is, and from where.
+// the server's replicator fills them (server/replication/replicator.h). So an
+// operator who sees a world's folds or resends climb (xform/stream_stats.h) can
+// tell which subscriber it is, and from where.
 //
 // A snapshot of moving values: each subscriber's fields are read together,
 // different subscribers' a moment apart.

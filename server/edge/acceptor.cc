@@ -22,8 +22,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "grpcpp/server_posix.h"
-#include "server/edge/stream_reset_scan.h"
 #include "server/base/log.h"
+#include "server/edge/stream_reset_scan.h"
 
 namespace xform::server {
 namespace {

@@ -31,8 +31,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "grpcpp/server.h"
-#include "server/edge/connection_admission.h"
 #include "server/base/log.h"
+#include "server/edge/connection_admission.h"
 
 namespace xform::server {
 

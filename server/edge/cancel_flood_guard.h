@@ -45,8 +45,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "grpcpp/support/server_interceptor.h"
-#include "server/edge/connection_admission.h"
 #include "server/base/token_bucket.h"
+#include "server/edge/connection_admission.h"
 
 namespace xform::server {
 

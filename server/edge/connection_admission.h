@@ -46,9 +46,9 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "server/base/log.h"
 #include "server/edge/connections_per_address.h"
 #include "server/edge/peer_address.h"
-#include "server/base/log.h"
 
 namespace xform::server {
 

@@ -12,10 +12,10 @@
 
 #include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
-#include "server/host/frame_digest.h"
 #include "server/base/log.h"
 #include "server/base/memory_policy.h"
 #include "server/cluster/view/redirect.h"
+#include "server/host/frame_digest.h"
 
 namespace xform::server {
 namespace {

@@ -51,12 +51,12 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/time/time.h"
+#include "server/base/token_bucket.h"
 #include "server/replication/echo_filter.h"
 #include "server/replication/outgoing.h"
 #include "server/replication/published_state.h"
 #include "server/replication/replicator.h"
 #include "server/replication/slot_bits.h"
-#include "server/base/token_bucket.h"
 #include "server/replication/view_filter.h"
 #include "xform/net_changes.h"
 #include "xform/transform.h"

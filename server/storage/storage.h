@@ -4,7 +4,7 @@
 // crash. Each world has a directory of its own,
 //
 //   <data_dir>/worlds/w_<name>/journal-<seq>    (server/storage/journal.h)
-//   <data_dir>/worlds/w_<name>/snapshot-<seq>   (server/storage/snapshot_file.h)
+//   <data_dir>/worlds/w_<name>/snapshot-<seq> (server/storage/snapshot_file.h)
 //
 // seq in 16 hex digits. snapshot-N is the world as it was when journal-N
 // began; the world now is the newest snapshot (or, before the first one, an
@@ -42,9 +42,9 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "server/storage/journal.h"
 #include "server/base/periodic_thread.h"
 #include "server/host/world_log.h"
+#include "server/storage/journal.h"
 #include "xform/config/storage.pb.h"
 #include "xform/world.h"
 #include "xform/world_image.h"
