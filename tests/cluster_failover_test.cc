@@ -34,6 +34,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tests/acknowledged_writes.h"
+#include "tests/wait_until.h"
 #include "tests/xform_cluster.h"
 #include "xform/client.h"
 #include "xform/mirror.h"
@@ -161,12 +162,13 @@ TEST(ClusterFailoverTest, NodesNameALiveWriterOrNone) {
   ASSERT_NE(first, nullptr) << cluster.Logs();
   ASSERT_NE(second, nullptr) << cluster.Logs();
   ASSERT_TRUE(first->CreateWorld("fresh", {.mode = FrameMode::kDriven}).ok());
-  absl::StatusOr<WorldInfo> info = second->GetWorld("fresh");
-  for (const absl::Time deadline = absl::Now() + absl::Seconds(20);
-       absl::IsNotFound(info.status()) && absl::Now() < deadline;
-       absl::SleepFor(absl::Milliseconds(1))) {
-    info = second->GetWorld("fresh");
-  }
+  absl::StatusOr<WorldInfo> info;
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        info = second->GetWorld("fresh");
+        return !absl::IsNotFound(info.status());
+      },
+      absl::Seconds(20), "node1 to know the world"));
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->writer_node, "node0") << "its first answer";
   ASSERT_TRUE(
@@ -314,12 +316,13 @@ void ExpectEveryNodeHolds(XformCluster& cluster, std::vector<Writer>& writers) {
           << "node " << node << "\n"
           << cluster.Logs();
       uint64_t published = 0;
-      for (const absl::Time deadline = absl::Now() + absl::Seconds(20);
-           published < w.last_frame && absl::Now() < deadline;
-           absl::SleepFor(absl::Milliseconds(20))) {
-        absl::StatusOr<WorldInfo> info = client->GetWorld(w.world);
-        if (info.ok()) published = info->frame;
-      }
+      EXPECT_TRUE(WaitUntil(
+          [&] {
+            absl::StatusOr<WorldInfo> info = client->GetWorld(w.world);
+            if (info.ok()) published = info->frame;
+            return published >= w.last_frame;
+          },
+          absl::Seconds(20), "the last acknowledged frame published"));
       EXPECT_GE(published, w.last_frame)
           << "node " << node << ", world " << w.world
           << ": a batch was acknowledged in a frame never published\n"
@@ -521,11 +524,12 @@ TEST(ClusterFailoverTest, ADrainedNodeHandsItsWorldsOverWithoutLosingAWrite) {
   }
   absl::StatusOr<std::vector<NodeInfo>> nodes = client->ListNodes();
   ASSERT_TRUE(nodes.ok());
-  const absl::Time deadline = absl::Now() + absl::Seconds(5);
-  while (!(*nodes)[0].draining && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(50));
-    nodes = client->ListNodes();
-  }
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        nodes = client->ListNodes();
+        return nodes.ok() && (*nodes)[0].draining;
+      },
+      absl::Seconds(5), "node0 listed as draining"));
   EXPECT_TRUE((*nodes)[0].draining);
   EXPECT_EQ((*nodes)[0].worlds_owned, 0u);
   // Undrained, it may take worlds again.
@@ -795,13 +799,13 @@ TEST(ClusterFaultTest,
   // Reads go on, on both nodes, saying how long since they heard from the
   // log, which grows.
   for (Client* client : {writer.get(), reader.get()}) {
-    absl::StatusOr<WorldInfo> info = client->GetWorld(w.world);
-    for (const absl::Time deadline = absl::Now() + absl::Seconds(10);
-         info.ok() && info->unconfirmed < absl::Seconds(1) &&
-         absl::Now() < deadline;
-         absl::SleepFor(absl::Milliseconds(20))) {
-      info = client->GetWorld(w.world);
-    }
+    absl::StatusOr<WorldInfo> info;
+    EXPECT_TRUE(WaitUntil(
+        [&] {
+          info = client->GetWorld(w.world);
+          return !info.ok() || info->unconfirmed >= absl::Seconds(1);
+        },
+        absl::Seconds(10), "a second unconfirmed"));
     ASSERT_TRUE(info.ok()) << info.status();
     EXPECT_GE(info->unconfirmed, absl::Seconds(1)) << info->answered_by;
     absl::StatusOr<std::vector<EntityState>> read =
@@ -826,12 +830,13 @@ TEST(ClusterFaultTest,
     }
   }
   ASSERT_NE(barrier, 0u) << cluster.Logs();
-  for (;;) {
-    absl::StatusOr<WorldInfo> info = reader->GetWorld(w.world);
-    if (info.ok() && info->frame >= barrier) break;
-    ASSERT_LT(absl::Now(), deadline) << cluster.Logs();
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        absl::StatusOr<WorldInfo> info = reader->GetWorld(w.world);
+        return info.ok() && info->frame >= barrier;
+      },
+      deadline, "the reader at the barrier's frame"))
+      << cluster.Logs();
   bool landed = false;
   ASSERT_EQ(Settle(*reader, w, &landed), "") << cluster.Logs();
   w.pending.reset();

@@ -34,6 +34,7 @@
 #include "gtest/gtest.h"
 #include "tests/loopback_server.h"
 #include "tests/random_batches.h"
+#include "tests/wait_until.h"
 #include "xform/client.h"
 #include "xform/mirror.h"
 #include "xform/region.h"
@@ -178,12 +179,12 @@ void RegionViewTest::RunModel() {
   for (Watched& w : watched) {
     ASSERT_NE(w.mirror, nullptr);
     // Named by the server, so that its region can move.
-    const absl::Time deadline = absl::Now() + kWait;
-    while (!w.mirror->synced() && absl::Now() < deadline) {
-      if (w.stalls) w.mirror->Update();
-      absl::SleepFor(absl::Milliseconds(1));
-    }
-    ASSERT_TRUE(w.mirror->synced());
+    ASSERT_TRUE(WaitUntil(
+        [&] {
+          if (w.stalls) w.mirror->Update();
+          return w.mirror->synced();
+        },
+        kWait, "the mirror synced"));
   }
 
   World model;
@@ -255,12 +256,13 @@ void RegionViewTest::RunModel() {
       // A frame that changes nothing in a view sends it nothing: the
       // mirror is waited on until it holds the view, or the deadline.
       std::string differs;
-      for (const absl::Time deadline = absl::Now() + kWait;;) {
-        if (w.stalls) w.mirror->Update();
-        differs = Differs(*w.mirror, model, views[w.view]);
-        if (differs.empty() || absl::Now() >= deadline) break;
-        absl::SleepFor(absl::Milliseconds(1));
-      }
+      EXPECT_TRUE(WaitUntil(
+          [&] {
+            if (w.stalls) w.mirror->Update();
+            differs = Differs(*w.mirror, model, views[w.view]);
+            return differs.empty();
+          },
+          kWait, "the view as the model's"));
       ASSERT_EQ(differs, "")
           << "view " << w.view << " (" << views[w.view].region.ToString()
           << ") after frame " << frame << " (" << *published
@@ -421,11 +423,8 @@ TEST_F(RegionViewTest, RegionMovesAreRefusedPreciselyAndChangeNothing) {
   ASSERT_TRUE(frame.ok());
   ASSERT_TRUE(whole->WaitForFrame(*frame, kWait));
   EXPECT_EQ(whole->size(), 10'000u);
-  for (const absl::Time deadline = absl::Now() + kWait;
-       mirror->size() != held && absl::Now() < deadline;) {
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-  EXPECT_EQ(mirror->size(), held);
+  EXPECT_TRUE(WaitUntil([&] { return mirror->size() == held; }, kWait,
+                        "the mirror to hold what the view holds"));
 }
 
 TEST_F(RegionViewTest, BadRegionsAreRefusedNamingWhatIsWrong) {

@@ -22,11 +22,13 @@
 #include "server/access/access_policy.h"
 #include "server/service/refusal_guard.h"
 #include "tests/raw_connection.h"
+#include "tests/wait_until.h"
 #include "tests/xformd_process.h"
 #include "xform/v1/xform.grpc.pb.h"
 
 namespace {
 
+using xform::WaitUntil;
 using xform::testing::Xformd;
 using xform::tests::ClosedByServer;
 using xform::tests::ConnectFrom;
@@ -185,12 +187,13 @@ TEST_F(SecurityProcessTest,
   // Renewed: a certificate from the other CA.
   Write(File("live.key"), Slurp(File("server2.key")));
   Write(File("live.pem"), Slurp(File("server2.pem")));
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
   grpc::Status renewed;
-  do {
-    absl::SleepFor(absl::Milliseconds(200));
-    renewed = ListWorlds(Channel(xformd.address(), "other-ca", ""));
-  } while (!renewed.ok() && absl::Now() < deadline);
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        renewed = ListWorlds(Channel(xformd.address(), "other-ca", ""));
+        return renewed.ok();
+      },
+      absl::Seconds(10), "the new certificate served"));
   EXPECT_TRUE(renewed.ok()) << renewed.error_message() << xformd.Log();
   EXPECT_FALSE(ListWorlds(Channel(xformd.address(), "ca", "")).ok())
       << "the old certificate is still served to new connections";

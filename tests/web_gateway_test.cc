@@ -32,6 +32,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/loopback_server.h"
+#include "tests/wait_until.h"
 #include "tools/web/tab_frame.h"
 #include "xform/client.h"
 
@@ -53,11 +54,13 @@ constexpr absl::Duration kWait = absl::Seconds(10);
 // its threads update after what a tab sees; the counts then.
 GatewayStats StatsOnceTrue(const WebGateway& gateway,
                            absl::FunctionRef<bool(const GatewayStats&)> done) {
-  GatewayStats stats = gateway.stats();
-  for (absl::Time deadline = absl::Now() + kWait;
-       !done(stats) && absl::Now() < deadline; stats = gateway.stats()) {
-    absl::SleepFor(absl::Milliseconds(10));
-  }
+  GatewayStats stats;
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        stats = gateway.stats();
+        return done(stats);
+      },
+      kWait, "the gateway's counts"));
   return stats;
 }
 
@@ -297,11 +300,12 @@ TEST_F(WebGatewayTest, ServesThePageAndWorldListAndRefusesBadRequests) {
   EXPECT_EQ(Get(port, "/", http::verb::post).first, 405);
   // The world list is refreshed each second.
   nlohmann::json worlds;
-  for (absl::Time deadline = absl::Now() + kWait; absl::Now() < deadline;
-       absl::SleepFor(absl::Milliseconds(100))) {
-    worlds = nlohmann::json::parse(Get(port, "/api/worlds").second);
-    if (!worlds["worlds"].empty()) break;
-  }
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        worlds = nlohmann::json::parse(Get(port, "/api/worlds").second);
+        return !worlds["worlds"].empty();
+      },
+      kWait, "the world in /api/worlds"));
   ASSERT_EQ(worlds["worlds"].size(), 1u) << worlds.dump();
   EXPECT_EQ(worlds["worlds"][0]["name"], "w");
   EXPECT_EQ(worlds["worlds"][0]["entities"], 4);
@@ -572,7 +576,8 @@ TEST_F(WebGatewayTest, PauseHoldsFramesAndResumeSendsTheNetChange) {
   ASSERT_TRUE(tab.Open(gateway->port(), "world=w"));
   ASSERT_TRUE(tab.ReadUntil([&] { return tab.view().size() == 4; }));
   tab.Send("{\"pause\": true}");
-  absl::SleepFor(absl::Milliseconds(100));
+  StatsOnceTrue(*gateway,
+                [](const GatewayStats& s) { return s.tabs_paused == 1; });
   const int before = tab.messages();
   const uint64_t frames_before = gateway->stats().frames_seen;
   uint64_t last = 0;
@@ -590,6 +595,7 @@ TEST_F(WebGatewayTest, PauseHoldsFramesAndResumeSendsTheNetChange) {
   ASSERT_TRUE(tab.ReadUntil([&] { return tab.last_frame() >= last; }));
   EXPECT_EQ(tab.messages() - before, 1);
   ExpectViewIsServer(tab, 4);
+  EXPECT_EQ(gateway->stats().tabs_paused, 0);
 }
 
 TEST_F(WebGatewayTest, TabsPastTheLimitAreRefused) {

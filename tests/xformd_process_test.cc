@@ -36,6 +36,7 @@
 #include "tests/http2_frames.h"
 #include "tests/raw_call.h"
 #include "tests/raw_connection.h"
+#include "tests/wait_until.h"
 #include "xform/v1/xform.grpc.pb.h"
 
 namespace {
@@ -43,6 +44,7 @@ namespace {
 using xform::testing::Http2CallHeaders;
 using xform::testing::Http2Frame;
 using xform::testing::Http2RapidResets;
+using xform::WaitUntil;
 using xform::testing::Xformd;
 using xform::tests::ClosedByServer;
 using xform::tests::ConnectFrom;
@@ -669,11 +671,13 @@ TEST(XformdProcessTest, DeletingABigWorldGivesItsMemoryBack) {
   // measured, in one thread's arena that malloc_trim finds in use) is most
   // of the ratio. Before the fix 90 MB of the world's 440 stayed.
   const double bound = before + std::max(0.25 * before, 0.05 * (full - before));
-  double after = RssMb(xformd.pid());
-  for (int k = 0; k < 100 && after >= bound; ++k) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    after = RssMb(xformd.pid());
-  }
+  double after = 0;
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        after = RssMb(xformd.pid());
+        return after < bound;
+      },
+      absl::Seconds(5), "the deleted world's memory given back"));
   RecordProperty("rss_mb_before_full_after",
                  absl::StrCat(before, " ", full, " ", after));
   EXPECT_GT(full, before + 100) << "the world did not take memory";

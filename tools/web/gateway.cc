@@ -31,6 +31,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "nlohmann/json.hpp"
+#include "tools/web/page_protocol.h"
 #include "tools/web/tab_frame.h"
 #include "xform/mirror.h"
 #include "xform/region.h"
@@ -46,92 +47,8 @@ using tcp = asio::ip::tcp;
 using Request = http::request<http::string_body>;
 using Response = http::response<http::string_body>;
 
-constexpr size_t kMaxWorldName = 256;
-constexpr size_t kMaxSubtrees = 1024;
-
 std::chrono::steady_clock::duration ToChrono(absl::Duration d) {
   return absl::ToChronoNanoseconds(d);
-}
-
-// %XX and '+' decoding of one query value; nullopt on a bad escape.
-std::optional<std::string> DecodeQueryValue(absl::string_view in) {
-  std::string out;
-  for (size_t i = 0; i < in.size(); ++i) {
-    if (in[i] == '+') {
-      out += ' ';
-    } else if (in[i] != '%') {
-      out += in[i];
-    } else {
-      if (i + 2 >= in.size()) return std::nullopt;
-      int value = 0;
-      for (int k = 1; k <= 2; ++k) {
-        const char c = in[i + k];
-        int digit;
-        if (c >= '0' && c <= '9') {
-          digit = c - '0';
-        } else if (c >= 'a' && c <= 'f') {
-          digit = c - 'a' + 10;
-        } else if (c >= 'A' && c <= 'F') {
-          digit = c - 'A' + 10;
-        } else {
-          return std::nullopt;
-        }
-        value = value * 16 + digit;
-      }
-      out += static_cast<char>(value);
-      i += 2;
-    }
-  }
-  return out;
-}
-
-// What a tab asks for in /ws?world=W&subtrees=1,2&region=sphere:x,y,z,r.
-struct TabQuery {
-  std::string world;
-  std::vector<EntityId> subtrees;
-  std::optional<Region> region;
-};
-
-absl::StatusOr<TabQuery> ParseTabQuery(absl::string_view query) {
-  TabQuery parsed;
-  for (absl::string_view pair : absl::StrSplit(query, '&', absl::SkipEmpty())) {
-    const size_t eq = pair.find('=');
-    const absl::string_view key = pair.substr(0, eq);
-    std::optional<std::string> value = DecodeQueryValue(
-        eq == absl::string_view::npos ? "" : pair.substr(eq + 1));
-    if (!value) return absl::InvalidArgumentError("a bad %-escape");
-    if (key == "world") {
-      parsed.world = *std::move(value);
-    } else if (key == "subtrees") {
-      for (absl::string_view id :
-           absl::StrSplit(*value, ',', absl::SkipEmpty())) {
-        EntityId entity;
-        if (!absl::SimpleAtoi(id, &entity) || entity == kNoEntity) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("subtrees: '", id, "' is not an entity id"));
-        }
-        if (parsed.subtrees.size() == kMaxSubtrees) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("subtrees: more than ", kMaxSubtrees));
-        }
-        parsed.subtrees.push_back(entity);
-      }
-    } else if (key == "region") {
-      absl::StatusOr<Region> region = Region::Parse(*value);
-      if (!region.ok()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("region: ", region.status().message()));
-      }
-      parsed.region = *region;
-    } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown parameter '", key, "'"));
-    }
-  }
-  if (parsed.world.empty() || parsed.world.size() > kMaxWorldName) {
-    return absl::InvalidArgumentError("world: 1 to 256 bytes");
-  }
-  return parsed;
 }
 
 Response TextResponse(const Request& request, http::status status,
@@ -144,19 +61,6 @@ Response TextResponse(const Request& request, http::status status,
   if (request.method() != http::verb::head) response.body() = std::move(body);
   response.prepare_payload();
   return response;
-}
-
-// The name a Host header gives, lowercased, without its port or an IPv6
-// literal's brackets: "Viewer.Example:8080" is "viewer.example", "[::1]:80"
-// is "::1".
-std::string HostName(absl::string_view host) {
-  if (absl::ConsumePrefix(&host, "[")) {
-    host = host.substr(0, host.find(']'));
-  } else if (const size_t colon = host.rfind(':');
-             colon != absl::string_view::npos) {
-    host = host.substr(0, colon);
-  }
-  return absl::AsciiStrToLower(host);
 }
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
@@ -194,25 +98,15 @@ class WebGateway::Impl {
     app_js_map_ =
         ReadFile(absl::StrCat(options_.web_root, "/app.js.map")).value_or("");
 
-    const size_t colon = options_.listen.rfind(':');
-    int port = 0;
-    std::string host = options_.listen.substr(0, colon);
-    if (colon == std::string::npos ||
-        !absl::SimpleAtoi(options_.listen.substr(colon + 1), &port) ||
-        port < 0 || port > 65535) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--listen=", options_.listen, ": want HOST:PORT"));
-    }
-    if (host == "localhost") host = "127.0.0.1";
-    if (host.size() > 1 && host.front() == '[')
-      host = host.substr(1, host.size() - 2);
+    absl::StatusOr<ListenAddress> listen = ParseListenAddress(options_.listen);
+    if (!listen.ok()) return listen.status();
     beast::error_code ec;
-    const asio::ip::address address = asio::ip::make_address(host, ec);
+    const asio::ip::address address = asio::ip::make_address(listen->host, ec);
     if (ec) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--listen=", options_.listen, ": not an IP address: ", ec.message()));
     }
-    const tcp::endpoint endpoint(address, static_cast<uint16_t>(port));
+    const tcp::endpoint endpoint(address, static_cast<uint16_t>(listen->port));
     acceptor_.open(endpoint.protocol(), ec);
     if (!ec) acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
     if (!ec) acceptor_.bind(endpoint, ec);
@@ -248,6 +142,7 @@ class WebGateway::Impl {
     stats.bytes_sent = bytes_sent_.load();
     stats.frames_seen = frames_seen_.load();
     stats.tabs_closed_for_input = tabs_closed_for_input_.load();
+    stats.tabs_paused = tabs_paused_.load();
     return stats;
   }
 
@@ -318,6 +213,7 @@ class WebGateway::Impl {
     bytes_sent_.fetch_add(bytes, std::memory_order_relaxed);
   }
   void CountBadInput() { tabs_closed_for_input_.fetch_add(1); }
+  void CountPaused(int change) { tabs_paused_.fetch_add(change); }
   // Moves `tab`'s region to `region` on the mover's thread (a unary call to
   // xformd, which a tab's strand must not wait for). Only a tab's latest
   // region is sent: one asked for while its last is on its way replaces
@@ -331,20 +227,9 @@ class WebGateway::Impl {
  private:
   void Accept();
   void RefreshWorlds() {
-    nlohmann::json json = {{"worlds", nlohmann::json::array()}};
-    absl::StatusOr<std::vector<WorldInfo>> worlds = client_.ListWorlds();
-    if (worlds.ok()) {
-      for (const WorldInfo& world : *worlds) {
-        json["worlds"].push_back({{"name", world.name},
-                                  {"entities", world.entities},
-                                  {"frame", world.frame},
-                                  {"tick_hz", world.tick_hz}});
-      }
-    } else {
-      json["error"] = worlds.status().ToString();
-    }
+    std::string json = WorldsJson(client_.ListWorlds());
     absl::MutexLock lock(&worlds_mu_);
-    worlds_json_ = json.dump();
+    worlds_json_ = std::move(json);
   }
 
   Client& client_;
@@ -353,7 +238,7 @@ class WebGateway::Impl {
   std::string index_html_, app_js_, app_js_map_;
   int port_ = 0;
 
-  std::atomic<int> tabs_open_{0};
+  std::atomic<int> tabs_open_{0}, tabs_paused_{0};
   std::atomic<uint64_t> tabs_opened_{0}, messages_sent_{0}, bytes_sent_{0},
       frames_seen_{0}, tabs_closed_for_input_{0};
 
@@ -470,6 +355,7 @@ class Tab : public std::enable_shared_from_this<Tab> {
 
   ~Tab() {
     mirror_.reset();  // Joins its thread: no callback outlives the tab.
+    if (paused_) gateway_.CountPaused(-1);
     gateway_.TabEnded(id_);
   }
 
@@ -572,26 +458,28 @@ class Tab : public std::enable_shared_from_this<Tab> {
                "binary messages are not accepted", /*bad_input=*/true);
       return;
     }
-    const nlohmann::json message = nlohmann::json::parse(
-        beast::buffers_to_string(inbound_.data()), nullptr,
-        /*allow_exceptions=*/false);
+    const std::optional<TabControl> control =
+        ParseTabControl(beast::buffers_to_string(inbound_.data()));
     inbound_.consume(inbound_.size());
-    if (message.is_object() && message.size() == 1 && message.contains("ack") &&
-        message["ack"].is_number()) {
-      if (unacked_ > 0) --unacked_;
-    } else if (message.is_object() && message.size() == 1 &&
-               message.contains("pause") && message["pause"].is_boolean()) {
-      paused_ = message["pause"].get<bool>();
-      if (!paused_) behind_ = true;  // Whatever built up meanwhile, at once.
-    } else if (message.is_object() && message.size() == 1 &&
-               message.contains("region") && message["region"].is_string()) {
-      if (!MoveRegion(message["region"].get<std::string>())) return;
-    } else {
+    if (!control) {
       CloseFor(websocket::close_code::policy_error,
                "expected {\"ack\": frame}, {\"pause\": true|false} or "
                "{\"region\": \"sphere:x,y,z,r\"}",
                /*bad_input=*/true);
       return;
+    }
+    switch (control->kind) {
+      case TabControl::Kind::kAck:
+        if (unacked_ > 0) --unacked_;
+        break;
+      case TabControl::Kind::kPause:
+        if (control->pause != paused_) gateway_.CountPaused(paused_ ? -1 : 1);
+        paused_ = control->pause;
+        if (!paused_) behind_ = true;  // Whatever built up meanwhile, at once.
+        break;
+      case TabControl::Kind::kRegion:
+        if (!MoveRegion(control->region)) return;
+        break;
     }
     Write();
     ReadControl();

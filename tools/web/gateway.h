@@ -85,6 +85,7 @@ struct GatewayStats {
   uint64_t bytes_sent = 0;
   uint64_t frames_seen = 0;            // Frames the tabs' mirrors applied.
   uint64_t tabs_closed_for_input = 0;  // Bad input from a tab.
+  int tabs_paused = 0;  // Open tabs whose page paused them ({"pause": true}).
 };
 
 class WebGateway {
