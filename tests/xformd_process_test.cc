@@ -41,10 +41,10 @@
 
 namespace {
 
+using xform::WaitUntil;
 using xform::testing::Http2CallHeaders;
 using xform::testing::Http2Frame;
 using xform::testing::Http2RapidResets;
-using xform::WaitUntil;
 using xform::testing::Xformd;
 using xform::tests::ClosedByServer;
 using xform::tests::ConnectFrom;
