@@ -21,6 +21,7 @@
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "tests/random_batches.h"
+#include "tests/wait_until.h"
 #include "xform/client.h"
 #include "xform/world.h"
 
@@ -44,14 +45,18 @@ inline std::unique_ptr<Client> ConnectReady(const std::string& address) {
   options.address = address;
   options.own_connection = true;
   options.deadline = absl::Seconds(10);
-  const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  while (absl::Now() < deadline) {
-    absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
-    // Calls are UNAVAILABLE until recovery is over.
-    if (client.ok() && (*client)->ListWorlds().ok()) return *std::move(client);
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  return nullptr;
+  std::unique_ptr<Client> ready;
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        absl::StatusOr<std::unique_ptr<Client>> client =
+            Client::Connect(options);
+        // Calls are UNAVAILABLE until recovery is over.
+        if (!client.ok() || !(*client)->ListWorlds().ok()) return false;
+        ready = *std::move(client);
+        return true;
+      },
+      absl::Seconds(30), "xformd to answer"));
+  return ready;
 }
 
 // Whether the server's world holds exactly `model`: the same entities, each

@@ -551,21 +551,23 @@ TEST_F(ClientTest, CompactMirrorsStayWithinBoundsThroughSkipsAndResyncs) {
       // makes them, so an empty queue is not the end of one (and one left
       // half read while frames go on is owed past max_pending again, and
       // resent whole).
-      const absl::Time caught_up_by = absl::Now() + kWait;
-      while ((mirrors[2]->frame() < last || mirrors[3]->frame() < last) &&
-             absl::Now() < caught_up_by) {
-        if (mirrors[2]->Update() + mirrors[3]->Update() == 0) {
-          absl::SleepFor(absl::Milliseconds(1));
-        }
-      }
+      EXPECT_TRUE(WaitUntil(
+          [&] {
+            while (mirrors[2]->Update() + mirrors[3]->Update() > 0) {
+            }
+            return mirrors[2]->frame() >= last && mirrors[3]->frame() >= last;
+          },
+          kWait, "the stopped mirrors caught up"));
     }
   }
   const absl::Time deadline = absl::Now() + kWait;
   for (auto& mirror : mirrors) {
-    while (mirror->frame() < last && absl::Now() < deadline) {
-      mirror->Update();
-      absl::SleepFor(absl::Milliseconds(1));
-    }
+    EXPECT_TRUE(WaitUntil(
+        [&] {
+          mirror->Update();
+          return mirror->frame() >= last;
+        },
+        deadline, "each mirror at the last frame"));
     ASSERT_EQ(mirror->frame(), last);
     std::vector<EntityId> ids;
     std::vector<Matrix3x4> worlds;

@@ -32,6 +32,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
+#include "tests/wait_until.h"
 
 extern char** environ;
 
@@ -109,15 +110,12 @@ class NatsCluster {
   // kill takes a while to be; losing another before it is loses a
   // stream's quorum, two failures at once, not one.
   bool WaitCurrent(int i, absl::Duration timeout) {
-    const absl::Time deadline = absl::Now() + timeout;
-    while (absl::Now() < deadline) {
-      if (absl::StrContains(HttpGet(nodes_[i].monitor_port, "/healthz"),
-                            "\"ok\"")) {
-        return true;
-      }
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    return false;
+    return static_cast<bool>(WaitUntil(
+        [&] {
+          return absl::StrContains(HttpGet(nodes_[i].monitor_port, "/healthz"),
+                                   "\"ok\"");
+        },
+        timeout, "nats-server's /healthz ok"));
   }
 
   // A port free now that stays ours across restarts as far as a test can
@@ -211,15 +209,13 @@ class NatsCluster {
   }
 
   void WaitReady(int i) {
-    const absl::Time deadline = absl::Now() + absl::Seconds(20);
-    while (absl::Now() < deadline) {
-      if (Log(i).find("Server is ready", nodes_[i].log_start) !=
-          std::string::npos) {
-        return;
-      }
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    ADD_FAILURE() << "nats-server " << i << " did not start: " << Log(i);
+    EXPECT_TRUE(WaitUntil(
+        [&] {
+          return Log(i).find("Server is ready", nodes_[i].log_start) !=
+                 std::string::npos;
+        },
+        absl::Seconds(20), "nats-server to be ready"))
+        << "nats-server " << i << ": " << Log(i);
   }
 
   // The body of an HTTP/1.0 GET of `path` on a loopback port ("" if it

@@ -11,6 +11,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "tests/wait_until.h"
 
 namespace xform::server {
 namespace {
@@ -38,9 +39,8 @@ TEST(WriteWatchdogTest, CancelsAStuckWriteWithinTimeoutAndAPeriod) {
   auto fresh = std::make_shared<FakeStream>(absl::InfiniteFuture());
   watchdog.Watch(stuck);
   watchdog.Watch(fresh);
-  while (!stuck->cancelled && absl::Now() - start < absl::Seconds(10)) {
-    absl::SleepFor(absl::Milliseconds(1));
-  }
+  EXPECT_TRUE(WaitUntil([&] { return stuck->cancelled.load(); },
+                        absl::Seconds(10), "the stuck stream cancelled"));
   const absl::Duration took = absl::Now() - start;
   EXPECT_TRUE(stuck->cancelled);
   EXPECT_GE(took, absl::Milliseconds(200));
@@ -57,14 +57,12 @@ TEST(WriteWatchdogTest, ForgetsStreamsThatWent) {
     auto stream = std::make_shared<FakeStream>(absl::InfiniteFuture());
     gone = stream;
     watchdog.Watch(stream);
-    while (stream->checks == 0) absl::SleepFor(absl::Milliseconds(1));
+    ASSERT_TRUE(WaitUntil([&] { return stream->checks > 0; }, absl::Seconds(10),
+                          "the stream checked"));
   }
   // The watchdog held it only while checking it: it is gone once released.
-  const absl::Time start = absl::Now();
-  while (!gone.expired() && absl::Now() - start < absl::Seconds(10)) {
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-  EXPECT_TRUE(gone.expired());
+  EXPECT_TRUE(WaitUntil([&] { return gone.expired(); }, absl::Seconds(10),
+                        "the stream released"));
 }
 
 TEST(WriteWatchdogTest, PeriodIsATenthOfTheTimeoutWithinBounds) {

@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "tests/acknowledged_writes.h"
 #include "tests/nats_cluster.h"
+#include "tests/wait_until.h"
 #include "tests/xformd_process.h"
 #include "xform/client.h"
 
@@ -104,15 +105,17 @@ class XformCluster {
     options.own_connection = true;
     options.deadline = deadline;
     options.failover_timeout = failover;
-    const absl::Time give_up = absl::Now() + absl::Seconds(60);
-    while (absl::Now() < give_up) {
-      absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
-      if (client.ok() && (*client)->ListWorlds().ok()) {
-        return *std::move(client);
-      }
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    return nullptr;
+    std::unique_ptr<Client> ready;
+    EXPECT_TRUE(WaitUntil(
+        [&] {
+          absl::StatusOr<std::unique_ptr<Client>> client =
+              Client::Connect(options);
+          if (!client.ok() || !(*client)->ListWorlds().ok()) return false;
+          ready = *std::move(client);
+          return true;
+        },
+        absl::Seconds(60), "a node to answer"));
+    return ready;
   }
 
   NatsCluster nats_;
@@ -127,12 +130,15 @@ class XformCluster {
 inline std::string WaitUntilSame(Client& client, const std::string& world,
                                  const World& model,
                                  absl::Duration timeout = absl::Seconds(20)) {
-  const absl::Time deadline = absl::Now() + timeout;
-  for (;;) {
-    std::string differs = Differs(client, world, model);
-    if (differs.empty() || absl::Now() >= deadline) return differs;
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  std::string differs;
+  // What differs at the deadline is the caller's to report.
+  static_cast<void>(WaitUntil(
+      [&] {
+        differs = Differs(client, world, model);
+        return differs.empty();
+      },
+      timeout, "the node to hold the model"));
+  return differs;
 }
 
 }  // namespace xform::testing

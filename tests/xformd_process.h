@@ -131,12 +131,8 @@ class Xformd {
   // Whether the log holds `text` within `timeout`: for what xformd logs
   // just after the act a test sees (a connection cut off, then logged).
   bool WaitForLog(const std::string& text, absl::Duration timeout) const {
-    const absl::Time deadline = absl::Now() + timeout;
-    while (Log().find(text) == std::string::npos) {
-      if (absl::Now() >= deadline) return false;
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    return true;
+    return static_cast<bool>(WaitUntil(
+        [&] { return Log().find(text) != std::string::npos; }, timeout, text));
   }
 
  private:

@@ -157,6 +157,7 @@ int ServeSubscriberProcess(const ClientOptions& options,
                            double max_rate_hz, int subscribers, int first,
                            int stride, const std::optional<Camera>& camera) {
   std::vector<std::unique_ptr<Subscriber>> subs;
+  subs.reserve(subscribers);
   for (int s = 0; s < subscribers; ++s) {
     subs.push_back(StartStreamSubscriber(options, world, encoding, precision,
                                          max_rate_hz, /*stalls=*/false,
