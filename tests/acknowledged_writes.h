@@ -40,23 +40,29 @@ struct Writer {
   bool in_flight_landed = false;
 };
 
-inline std::unique_ptr<Client> ConnectReady(const std::string& address) {
-  ClientOptions options;
-  options.address = address;
-  options.own_connection = true;
-  options.deadline = absl::Seconds(10);
+// A client made with `options` once a call through it is answered (calls
+// are UNAVAILABLE until recovery is over), or null after `timeout`.
+inline std::unique_ptr<Client> ConnectWhenAnswering(
+    const ClientOptions& options, absl::Duration timeout) {
   std::unique_ptr<Client> ready;
   EXPECT_TRUE(WaitUntil(
       [&] {
         absl::StatusOr<std::unique_ptr<Client>> client =
             Client::Connect(options);
-        // Calls are UNAVAILABLE until recovery is over.
         if (!client.ok() || !(*client)->ListWorlds().ok()) return false;
         ready = *std::move(client);
         return true;
       },
-      absl::Seconds(30), "xformd to answer"));
+      timeout, "xformd to answer"));
   return ready;
+}
+
+inline std::unique_ptr<Client> ConnectReady(const std::string& address) {
+  ClientOptions options;
+  options.address = address;
+  options.own_connection = true;
+  options.deadline = absl::Seconds(10);
+  return ConnectWhenAnswering(options, absl::Seconds(30));
 }
 
 // Whether the server's world holds exactly `model`: the same entities, each

@@ -105,17 +105,7 @@ class XformCluster {
     options.own_connection = true;
     options.deadline = deadline;
     options.failover_timeout = failover;
-    std::unique_ptr<Client> ready;
-    EXPECT_TRUE(WaitUntil(
-        [&] {
-          absl::StatusOr<std::unique_ptr<Client>> client =
-              Client::Connect(options);
-          if (!client.ok() || !(*client)->ListWorlds().ok()) return false;
-          ready = *std::move(client);
-          return true;
-        },
-        absl::Seconds(60), "a node to answer"));
-    return ready;
+    return ConnectWhenAnswering(options, absl::Seconds(60));
   }
 
   NatsCluster nats_;
