@@ -124,15 +124,21 @@ Subscription* Replicator::Impl::Find(SubscriptionId id) const {
   return it == subs_.end() ? nullptr : it->second.get();
 }
 
-void Replicator::Impl::PublishWhole(const World& world, uint64_t frame,
-                                    absl::Time time, uint64_t resumable_from) {
-  std::lock_guard<std::mutex> lock(mu_);
+void Replicator::Impl::TakeInWholeLocked(const World& world, uint64_t frame,
+                                         absl::Time time,
+                                         uint64_t resumable_from) {
   state_.TakeInWhole(world, frame);
   RebuildIndex();
   state_.ClearDestroyedLog(frame);
   frame_ = frame;
   whole_frame_ = std::max(frame, resumable_from);
   frame_time_ = time;
+}
+
+void Replicator::Impl::PublishWhole(const World& world, uint64_t frame,
+                                    absl::Time time, uint64_t resumable_from) {
+  std::lock_guard<std::mutex> lock(mu_);
+  TakeInWholeLocked(world, frame, time, resumable_from);
 }
 
 void Replicator::Impl::Reset(const World& world, uint64_t frame,
@@ -142,12 +148,7 @@ void Replicator::Impl::Reset(const World& world, uint64_t frame,
   {
     std::lock_guard<std::mutex> lock(mu_);
     gone = std::exchange(state_, PublishedState());
-    state_.TakeInWhole(world, frame);
-    RebuildIndex();
-    state_.ClearDestroyedLog(frame);
-    frame_ = frame;
-    whole_frame_ = std::max(frame, resumable_from);
-    frame_time_ = time;
+    TakeInWholeLocked(world, frame, time, resumable_from);
     shared_folds_.erase(shared_folds_.begin(), shared_folds_.end());
     moved_slots_ = SlotBits();
     moved_index_by_slot_.clear();

@@ -53,6 +53,10 @@ class Replicator::Impl {
                     uint64_t resumable_from);
   void Reset(const World& world, uint64_t frame, absl::Time time,
              uint64_t resumable_from);
+  // PublishWhole's and Reset's part: `world` whole at `frame`, taken in
+  // under mu_ (held by the caller).
+  void TakeInWholeLocked(const World& world, uint64_t frame, absl::Time time,
+                         uint64_t resumable_from);
   SubscriptionId Subscribe(SubscriptionOptions options,
                            std::shared_ptr<UpdateSink> sink);
   void Unsubscribe(SubscriptionId id);
