@@ -9,44 +9,139 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "glm/gtc/matrix_transform.hpp"
+#include "glm/mat3x3.hpp"
 
 namespace xform {
+
+// An affine transform in double: what a lookup composes.
+struct History::Affine {
+  glm::dmat3 linear{1.0};
+  glm::dvec3 translation{0.0};
+
+  friend Affine operator*(const Affine& a, const Affine& b) {
+    return {a.linear * b.linear, a.linear * b.translation + a.translation};
+  }
+  Affine Inverse() const {
+    const glm::dmat3 inverse = glm::inverse(linear);
+    return {inverse, -(inverse * translation)};
+  }
+};
+
 namespace {
+
+using Affine = History::Affine;
 
 // A chain deeper than this at a stamp is a loop (tf2's limit is 1000; our
 // chains may be deeper, a loop may not be longer).
 constexpr int kMaxDepth = 1 << 20;
 
-// tf2's Quaternion::slerp, in double: shortest path, no renormalization.
+// sin(x) / x, and acos(1 - y) / sqrt(2y), by their series: for the small
+// angles between samples that come at a rate these are exact to double
+// rounding (the first term left out is below 1e-15 of the result at the
+// bounds Tf2Slerp uses them within) and cost no libm call.
+double SinOverX(double x) {
+  const double x2 = x * x;
+  return 1 - x2 / 6 * (1 - x2 / 20 * (1 - x2 / 42 * (1 - x2 / 72)));
+}
+double AcosNearOne(double y) {
+  return std::sqrt(2 * y) *
+         (1 + y * (1.0 / 12 +
+                   y * (3.0 / 160 + y * (5.0 / 896 + y * 35.0 / 18432))));
+}
+
+// tf2's Quaternion::slerp, in double: shortest path, no renormalization:
+// (a sin((1-t)θ) ± b sin(tθ)) / sin θ, θ half the angle between them.
 glm::dquat Tf2Slerp(const glm::dquat& a, const glm::dquat& b, double t) {
   const double dot = a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
   const double s = std::sqrt(glm::dot(a, a) * glm::dot(b, b));
-  const double theta = std::acos(std::clamp(std::abs(dot) / s, -1.0, 1.0));
-  if (theta == 0) return a;
-  const double d = 1.0 / std::sin(theta);
-  const double s0 = std::sin((1.0 - t) * theta);
-  const double s1 = (dot < 0 ? -1.0 : 1.0) * std::sin(t * theta);
-  return glm::dquat((a.w * s0 + b.w * s1) * d, (a.x * s0 + b.x * s1) * d,
-                    (a.y * s0 + b.y * s1) * d, (a.z * s0 + b.z * s1) * d);
+  const double cos_theta = std::clamp(std::abs(dot) / s, -1.0, 1.0);
+  if (cos_theta == 1.0) return a;
+  double s0;
+  double s1;
+  if (cos_theta > 0.9999) {  // θ below 0.0142: the series.
+    const double theta = AcosNearOne(1 - cos_theta);
+    const double over = 1 / SinOverX(theta);
+    s0 = (1 - t) * SinOverX((1 - t) * theta) * over;
+    s1 = t * SinOverX(t * theta) * over;
+  } else {
+    // One acos and one sincos: sin((1-t)θ) = sin θ cos tθ - cos θ sin tθ.
+    const double theta = std::acos(cos_theta);
+    const double sin_theta = std::sqrt(1.0 - cos_theta * cos_theta);
+    double sin_t;
+    double cos_t;
+    sincos(t * theta, &sin_t, &cos_t);
+    s0 = (sin_theta * cos_t - cos_theta * sin_t) / sin_theta;
+    s1 = sin_t / sin_theta;
+  }
+  if (dot < 0) s1 = -s1;
+  return glm::dquat(a.w * s0 + b.w * s1, a.x * s0 + b.x * s1,
+                    a.y * s0 + b.y * s1, a.z * s0 + b.z * s1);
 }
 
-glm::dmat4 TrsMatrix(const glm::dvec3& position, const glm::dquat& rotation,
-                     const glm::dvec3& scale) {
-  glm::dmat4 m = glm::mat4_cast(rotation);
-  m[0] *= scale.x;
-  m[1] *= scale.y;
-  m[2] *= scale.z;
-  m[3] = glm::dvec4(position, 1.0);
+Affine TrsAffine(const glm::dvec3& position, const glm::dquat& rotation,
+                 const glm::dvec3& scale) {
+  Affine m{glm::mat3_cast(rotation), position};
+  m.linear[0] *= scale.x;
+  m.linear[1] *= scale.y;
+  m.linear[2] *= scale.z;
   return m;
 }
 
-Matrix3x4 ToMatrix3x4(const glm::dmat4& m) {
+// The first index whose stamp is after `stamp`, for a stamp inside the
+// track: guessed from the stamps' spacing (samples mostly come at a rate),
+// then galloped to, so a lookup touches one or two cache lines of a long
+// track rather than a binary search's ten.
+size_t GuessIndex(size_t n, Stamp first, Stamp last, Stamp stamp) {
+  const double span = static_cast<double>(last - first);
+  if (span <= 0 || stamp <= first) return 0;
+  const size_t guess = static_cast<size_t>(static_cast<double>(stamp - first) /
+                                           span * static_cast<double>(n - 1));
+  return std::min(guess, n - 1);
+}
+
+template <typename Track>
+size_t UpperBoundNear(const Track& track, Stamp stamp) {
+  auto stamps = [&track](size_t i) { return track.samples[i].stamp(); };
+  const size_t n = track.samples.size();
+  const size_t guess =
+      GuessIndex(n, track.first_stamp, track.last_stamp, stamp);
+  size_t low;
+  size_t high;
+  if (stamps(guess) <= stamp) {
+    low = guess;
+    size_t step = 1;
+    while (low + step < n && stamps(low + step) <= stamp) {
+      low += step;
+      step *= 2;
+    }
+    high = std::min(n, low + step);
+  } else {
+    high = guess;
+    size_t step = 1;
+    while (high >= step && stamps(high - step) > stamp) {
+      high -= step;
+      step *= 2;
+    }
+    low = high >= step ? high - step : 0;
+  }
+  while (low < high) {  // The first after `stamp` in [low, high).
+    const size_t mid = low + (high - low) / 2;
+    if (stamps(mid) <= stamp) {
+      low = mid + 1;
+    } else {
+      high = mid;
+    }
+  }
+  return low;
+}
+
+Matrix3x4 ToMatrix3x4(const Affine& a) {
   Matrix3x4 out;
   for (int row = 0; row < 3; ++row) {
-    for (int col = 0; col < 4; ++col) {
-      out.m[4 * row + col] = static_cast<float>(m[col][row]);
+    for (int col = 0; col < 3; ++col) {
+      out.m[4 * row + col] = static_cast<float>(a.linear[col][row]);
     }
+    out.m[4 * row + 3] = static_cast<float>(a.translation[row]);
   }
   return out;
 }
@@ -57,6 +152,7 @@ std::string Name(EntityId entity) { return absl::StrCat("entity ", entity); }
 
 template <typename T>
 const T& History::Steps<T>::At(Stamp stamp) const {
+  if (from.size() == 1) return value[0];
   auto it = std::upper_bound(from.begin(), from.end(), stamp);
   return value[it == from.begin() ? 0 : (it - from.begin()) - 1];
 }
@@ -102,12 +198,13 @@ void History::Steps<T>::DropBefore(Stamp stamp) {
 
 template <typename T>
 size_t History::Steps<T>::Bytes() const {
-  return from.capacity() * sizeof(Stamp) + value.capacity() * sizeof(T);
+  // Only what is allocated: one entry lives in the Track.
+  return (from.capacity() > 1 ? from.capacity() * sizeof(Stamp) : 0) +
+         (value.capacity() > 1 ? value.capacity() * sizeof(T) : 0);
 }
 
 size_t History::Track::Bytes() const {
-  return stamps.capacity() * sizeof(Stamp) + poses.capacity() * sizeof(Pose) +
-         parents.Bytes() + scales.Bytes();
+  return samples.capacity() * sizeof(Sample) + parents.Bytes() + scales.Bytes();
 }
 
 History::History(HistoryOptions options)
@@ -123,12 +220,15 @@ void History::AddBytes(size_t before, const Track& track) {
 
 void History::Record(EntityId entity, Stamp stamp, EntityId parent,
                      const Transform& local, SampleKind kind) {
+  if (auto old = tracks_.find(entity); old != tracks_.end() &&
+                                       old->second.destroyed_at != INT64_MAX &&
+                                       kind == SampleKind::kCreate) {
+    samples_ -= old->second.samples.size();
+    bytes_ -= old->second.Bytes();
+    tracks_.erase(old);
+  }
   Track& track = tracks_[entity];
   const size_t before = track.Bytes();
-  if (track.destroyed_at != INT64_MAX && kind == SampleKind::kCreate) {
-    samples_ -= track.stamps.size();
-    track = Track();
-  }
   if (kind == SampleKind::kSet) track.is_static = false;
   Insert(track, stamp, parent, local);
   AddBytes(before, track);
@@ -139,57 +239,57 @@ void History::Record(EntityId entity, Stamp stamp, EntityId parent,
 
 void History::Insert(Track& track, Stamp stamp, EntityId parent,
                      const Transform& local) {
-  if (!track.stamps.empty() && stamp < track.newest() - window_) {
+  if (!track.samples.empty() && stamp < track.newest() - window_) {
     ++refused_old_;  // tf2's TF_OLD_DATA: outside the window already.
     return;
   }
-  const Pose pose{local.position, local.rotation};
-  auto it = std::lower_bound(track.stamps.begin(), track.stamps.end(), stamp);
-  const size_t k = it - track.stamps.begin();
-  const bool has_next = it != track.stamps.end() && *it != stamp;
-  const Stamp next = has_next ? *it : 0;
-  if (it != track.stamps.end() && *it == stamp) {
-    track.poses[k] = pose;  // A second sample at a stamp replaces the first.
+  const Sample sample(stamp, local.position, local.rotation);
+  auto it = std::lower_bound(
+      track.samples.begin(), track.samples.end(), stamp,
+      [](const Sample& s, Stamp at) { return s.stamp() < at; });
+  const size_t k = it - track.samples.begin();
+  const bool exists = it != track.samples.end() && it->stamp() == stamp;
+  const bool has_next = it != track.samples.end() && !exists;
+  const Stamp next = has_next ? it->stamp() : 0;
+  if (exists) {
+    *it = sample;  // A second sample at a stamp replaces the first.
   } else {
-    if (track.stamps.size() == track.stamps.capacity()) {
+    if (track.samples.size() == track.samples.capacity()) {
       // Grow by a quarter, not double: samples are most of a history's
       // memory, and a track's length is steady once its window is full.
-      const size_t capacity = track.stamps.size() * 5 / 4 + 4;
-      track.stamps.reserve(capacity);
-      track.poses.reserve(capacity);
+      track.samples.reserve(track.samples.size() * 5 / 4 + 4);
     }
-    track.stamps.insert(track.stamps.begin() + k, stamp);
-    track.poses.insert(track.poses.begin() + k, pose);
+    track.samples.insert(track.samples.begin() + k, sample);
     ++samples_;
   }
+  track.NoteEnds();
   track.parents.Set(stamp, parent, has_next, next);
   track.scales.Set(stamp, local.scale, has_next, next);
   Compact(track);
 }
 
 size_t History::FirstVisible(const Track& track) const {
-  if (track.stamps.size() <= 1) return 0;
-  return std::lower_bound(track.stamps.begin(), track.stamps.end(),
-                          track.newest() - window_) -
-         track.stamps.begin();
+  if (track.samples.size() <= 1) return 0;
+  return std::lower_bound(
+             track.samples.begin(), track.samples.end(),
+             track.newest() - window_,
+             [](const Sample& s, Stamp at) { return s.stamp() < at; }) -
+         track.samples.begin();
 }
 
 void History::Compact(Track& track, bool force) {
   const size_t drop = FirstVisible(track);
-  const size_t size = track.stamps.size();
+  const size_t size = track.samples.size();
   if (drop == 0 || (!force && drop < (size - drop) / 8 + 4)) return;
   const size_t keep = size - drop;
   const size_t capacity = keep + keep / 8 + 4;
-  std::vector<Stamp> stamps;
-  std::vector<Pose> poses;
-  stamps.reserve(capacity);
-  poses.reserve(capacity);
-  stamps.assign(track.stamps.begin() + drop, track.stamps.end());
-  poses.assign(track.poses.begin() + drop, track.poses.end());
-  track.stamps = std::move(stamps);
-  track.poses = std::move(poses);
-  track.parents.DropBefore(track.stamps.front());
-  track.scales.DropBefore(track.stamps.front());
+  std::vector<Sample> samples;
+  samples.reserve(capacity);
+  samples.assign(track.samples.begin() + drop, track.samples.end());
+  track.samples = std::move(samples);
+  track.NoteEnds();
+  track.parents.DropBefore(track.stamp(0));
+  track.scales.DropBefore(track.stamp(0));
   samples_ -= drop;
 }
 
@@ -209,7 +309,7 @@ void History::DropDestroyed() {
     if (it != tracks_.end() &&
         it->second.destroyed_at == destroyed_.front().first) {
       bytes_ -= it->second.Bytes();
-      samples_ -= it->second.stamps.size();
+      samples_ -= it->second.samples.size();
       tracks_.erase(it);
     }
     destroyed_.pop_front();
@@ -227,62 +327,69 @@ void History::EnforceBound() {
   }
 }
 
-absl::Status History::Gather(EntityId entity, Stamp stamp, EntityId* parent,
-                             glm::dmat4* local, TimedPose* used) const {
-  auto found = tracks_.find(entity);
-  if (found == tracks_.end()) {
+absl::Status History::FindSamples(const Track& track, EntityId entity,
+                                  Stamp stamp, size_t* one, size_t* two) const {
+  auto stamps = [&track](size_t i) { return track.stamp(i); };
+  const size_t last = track.samples.size() - 1;
+  *one = *two = last;
+  if (stamp == 0 || stamp == stamps(last)) return absl::OkStatus();
+  if (stamp > stamps(last)) {
+    if (track.is_static) return absl::OkStatus();
+    return absl::UnavailableError(absl::StrCat(
+        Name(entity), " is known until ", stamps(last), ": lookup at ", stamp,
+        " would extrapolate into the future"));
+  }
+  const size_t after = UpperBoundNear(track, stamp);
+  if (after == 0 || (stamps(after - 1) < track.newest() - window_)) {
+    return absl::OutOfRangeError(absl::StrCat(
+        Name(entity), " is known from ", stamps(FirstVisible(track)),
+        ": lookup at ", stamp, " would extrapolate into the past"));
+  }
+  *one = after - 1;
+  *two = stamps(*one) == stamp || track.is_static ? *one : after;
+  return absl::OkStatus();
+}
+
+absl::Status History::Gather(const Track* found, EntityId entity, Stamp stamp,
+                             Affine* local, TimedPose* used) const {
+  if (found == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat(Name(entity), " has no history: not connected"));
   }
-  const Track& track = found->second;
+  const Track& track = *found;
   if (stamp != 0 ? stamp >= track.destroyed_at
                  : track.destroyed_at != INT64_MAX) {
     return absl::FailedPreconditionError(
         absl::StrCat(Name(entity), " was destroyed at ", track.destroyed_at,
                      ": not connected at ", stamp));
   }
-  const size_t first = FirstVisible(track);
-  const size_t last = track.stamps.size() - 1;
-  size_t one = last;  // The older sample used, and the newer (if two).
-  size_t two = last;
-  if (stamp == 0 || stamp == track.stamps[last]) {
-  } else if (stamp < track.stamps[first]) {
-    return absl::OutOfRangeError(absl::StrCat(
-        Name(entity), " is known from ", track.stamps[first], ": lookup at ",
-        stamp, " would extrapolate into the past"));
-  } else if (stamp > track.stamps[last]) {
-    if (!track.is_static) {
-      return absl::UnavailableError(absl::StrCat(
-          Name(entity), " is known until ", track.stamps[last], ": lookup at ",
-          stamp, " would extrapolate into the future"));
-    }
-  } else {
-    auto it = std::upper_bound(track.stamps.begin() + first, track.stamps.end(),
-                               stamp);
-    two = it - track.stamps.begin();
-    one = two - 1;
-    if (track.stamps[one] == stamp || track.is_static) two = one;
+  size_t one;  // The older sample used, and the newer (the same if one).
+  size_t two;
+  if (absl::Status found_samples =
+          FindSamples(track, entity, stamp, &one, &two);
+      !found_samples.ok()) {
+    return found_samples;
   }
-  const Stamp t1 = track.stamps[one];
-  const Stamp t2 = track.stamps[two];
-  *parent = track.parents.At(t1);
-  const Pose& p1 = track.poses[one];
+  const Stamp t1 = track.stamp(one);
+  const Stamp t2 = track.stamp(two);
+  const EntityId parent = track.parents.At(t1);
+  const Sample& p1 = track.samples[one];
   glm::dvec3 position = p1.position;
   glm::dquat rotation = glm::dquat(p1.rotation);
   glm::dvec3 scale = track.scales.At(t1);
-  if (one != two && *parent == track.parents.At(t2)) {
+  if (one != two && parent == track.parents.At(t2)) {
     // tf2's interpolate: across a re-parent it keeps the older sample.
     const double ratio = static_cast<double>(stamp - t1) / (t2 - t1);
-    const Pose& p2 = track.poses[two];
+    const Sample& p2 = track.samples[two];
     position += (glm::dvec3(p2.position) - position) * ratio;
     rotation = Tf2Slerp(rotation, glm::dquat(p2.rotation), ratio);
     scale += (glm::dvec3(track.scales.At(t2)) - scale) * ratio;
   } else {
     two = one;
   }
-  *local = TrsMatrix(position, rotation, scale);
+  *local = TrsAffine(position, rotation, scale);
   used->oldest_used = std::min(used->oldest_used, t1);
-  used->newest_used = std::max(used->newest_used, track.stamps[two]);
+  used->newest_used = std::max(used->newest_used, track.stamp(two));
   return absl::OkStatus();
 }
 
@@ -340,13 +447,37 @@ absl::StatusOr<Stamp> History::LatestCommonStamp(EntityId target,
   return done(common);
 }
 
+bool History::ResolveChain(EntityId from, EntityId last, Stamp stamp,
+                           Chain* chain) const {
+  for (EntityId frame = from; frame != kNoEntity;) {
+    if (chain->size() > kMaxDepth) return false;
+    auto found = tracks_.find(frame);
+    const Track* track = found == tracks_.end() ? nullptr : &found->second;
+    chain->push_back({frame, track});
+    if (track == nullptr || frame == last) break;
+    if (stamp != 0 ? stamp >= track->destroyed_at
+                   : track->destroyed_at != INT64_MAX) {
+      break;
+    }
+    // The sample this link will read, and the one after it.
+    const size_t guess = GuessIndex(track->samples.size(), track->first_stamp,
+                                    track->last_stamp, stamp);
+    __builtin_prefetch(&track->samples[guess]);
+    __builtin_prefetch(&track->samples[guess] + 1);
+    // The parent at the stamp is the parent at the sample before it (a
+    // parent changes only at a sample).
+    frame = stamp == 0 ? track->parents.value.back() : track->parents.At(stamp);
+  }
+  return true;
+}
+
 absl::StatusOr<TimedPose> History::Walk(EntityId target, EntityId source,
-                                        Stamp stamp, glm::dmat4* pose) const {
+                                        Stamp stamp, Affine* pose) const {
   TimedPose result;
   result.stamp = stamp;
   result.oldest_used = std::numeric_limits<Stamp>::max();
   result.newest_used = std::numeric_limits<Stamp>::min();
-  auto finish = [&result, pose](const glm::dmat4& found) {
+  auto finish = [&result, pose](const Affine& found) {
     *pose = found;
     result.pose = ToMatrix3x4(found);
     if (result.oldest_used > result.newest_used) {
@@ -354,57 +485,55 @@ absl::StatusOr<TimedPose> History::Walk(EntityId target, EntityId source,
     }
     return result;
   };
+  auto loop = [stamp](EntityId from) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(Name(from), "'s chain at ", stamp, " is a loop"));
+  };
   // Up from the source until the origin or a link not known at the stamp.
-  glm::dmat4 source_to_top(1.0);
+  Chain chain;
+  if (!ResolveChain(source, target, stamp, &chain)) return loop(source);
+  Affine source_to_top;
   EntityId top = kNoEntity;
   absl::Status source_error;
-  int depth = 0;
-  for (EntityId frame = source; frame != kNoEntity; ++depth) {
-    EntityId parent;
-    glm::dmat4 local;
-    source_error = Gather(frame, stamp, &parent, &local, &result);
+  for (const ChainLink& link : chain) {
+    Affine local;
+    source_error = Gather(link.track, link.entity, stamp, &local, &result);
     if (!source_error.ok()) {
-      top = frame;
+      top = link.entity;
       break;
     }
-    if (frame == target) return finish(source_to_top);
+    if (link.entity == target) return finish(source_to_top);
     source_to_top = local * source_to_top;
-    frame = parent;
-    if (depth > kMaxDepth) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(Name(source), "'s chain at ", stamp, " is a loop"));
-    }
   }
   // Up from the target until that top.
-  glm::dmat4 target_to_top(1.0);
-  EntityId frame = target;
-  for (depth = 0; frame != top && frame != kNoEntity; ++depth) {
-    EntityId parent;
-    glm::dmat4 local;
-    absl::Status error = Gather(frame, stamp, &parent, &local, &result);
+  chain.clear();
+  if (!ResolveChain(target, top, stamp, &chain)) return loop(target);
+  Affine target_to_top;
+  EntityId frame = kNoEntity;
+  for (const ChainLink& link : chain) {
+    frame = link.entity;
+    if (frame == top) break;
+    Affine local;
+    absl::Status error = Gather(link.track, frame, stamp, &local, &result);
     if (!error.ok()) return error;
-    if (frame == source) return finish(glm::inverse(target_to_top));
+    if (frame == source) return finish(target_to_top.Inverse());
     target_to_top = local * target_to_top;
-    frame = parent;
-    if (depth > kMaxDepth) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(Name(target), "'s chain at ", stamp, " is a loop"));
-    }
+    frame = kNoEntity;  // Its parent, unless a later link says otherwise.
   }
   if (frame != top) return source_error;
-  return finish(glm::inverse(target_to_top) * source_to_top);
+  return finish(target_to_top.Inverse() * source_to_top);
 }
 
 absl::StatusOr<TimedPose> History::LookupExact(EntityId target, EntityId source,
                                                Stamp stamp,
-                                               glm::dmat4* pose) const {
+                                               Affine* pose) const {
   for (EntityId entity : {target, source}) {
     if (entity != kNoEntity && !tracks_.contains(entity)) {
       return absl::NotFoundError(absl::StrCat(Name(entity), " has no history"));
     }
   }
   if (target == source) {
-    *pose = glm::dmat4(1.0);
+    *pose = Affine();
     TimedPose same;
     same.stamp = stamp;
     return same;
@@ -419,18 +548,18 @@ absl::StatusOr<TimedPose> History::LookupExact(EntityId target, EntityId source,
 
 absl::StatusOr<TimedPose> History::Lookup(EntityId target, EntityId source,
                                           Stamp stamp) const {
-  glm::dmat4 pose;
+  Affine pose;
   return LookupExact(target, source, stamp, &pose);
 }
 
 absl::StatusOr<TimedPose> History::Lookup(EntityId target, Stamp target_stamp,
                                           EntityId source, Stamp source_stamp,
                                           EntityId fixed) const {
-  glm::dmat4 source_in_fixed;
+  Affine source_in_fixed;
   absl::StatusOr<TimedPose> in_fixed =
       LookupExact(fixed, source, source_stamp, &source_in_fixed);
   if (!in_fixed.ok()) return in_fixed.status();
-  glm::dmat4 fixed_in_target;
+  Affine fixed_in_target;
   absl::StatusOr<TimedPose> result =
       LookupExact(target, fixed, target_stamp, &fixed_in_target);
   if (!result.ok()) return result.status();

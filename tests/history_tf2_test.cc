@@ -42,7 +42,8 @@ struct Sample {
 // always have smaller ids than their children, so no re-parent makes a loop.
 class Forest {
  public:
-  Forest(uint32_t seed, int entities, int max_depth) : random_(seed) {
+  Forest(uint32_t seed, int entities, int max_depth, bool smooth)
+      : random_(seed), smooth_(smooth) {
     parent_.assign(entities + 1, kNoEntity);
     depth_.assign(entities + 1, 0);
     is_static_.assign(entities + 1, false);
@@ -61,7 +62,7 @@ class Forest {
     std::vector<Sample> samples;
     for (EntityId e = 1; e < parent_.size(); ++e) {
       samples.push_back(
-          {e, kStart, parent_[e], RandomLocal(), SampleKind::kCreate});
+          {e, kStart, parent_[e], LocalAt(e, kStart), SampleKind::kCreate});
     }
     for (int w = 0; w < kWriters; ++w) {
       const Stamp period = kSecond / kRates[w];
@@ -74,7 +75,7 @@ class Forest {
             parent_[e] = PickParent(e, max_depth_);
             kind = SampleKind::kLink;
           }
-          samples.push_back({e, t, parent_[e], RandomLocal(), kind});
+          samples.push_back({e, t, parent_[e], LocalAt(e, t), kind});
         }
       }
     }
@@ -114,6 +115,19 @@ class Forest {
     depth_[e] = 0;
     return kNoEntity;
   }
+  // Smooth motion (as joints and sensors sample it: a small turn between
+  // samples) or a random pose at every sample.
+  Transform LocalAt(EntityId e, Stamp t) {
+    if (!smooth_) return RandomLocal();
+    const double seconds = static_cast<double>(t - kStart) / kSecond;
+    const float angle = static_cast<float>(seconds * (0.2 + 0.1 * (e % 7)));
+    Transform local;
+    local.position = glm::vec3(0.1f * (e % 5), std::sin(angle), 0.3f);
+    local.rotation = glm::normalize(
+        glm::angleAxis(angle, glm::normalize(glm::vec3(1, e % 3, 2))) *
+        glm::quat(0.8f, 0.1f * (e % 4), 0.2f, 0.3f));
+    return local;
+  }
   Transform RandomLocal() {
     Transform t;
     t.position = glm::vec3(Uniform(-1, 1), Uniform(-1, 1), Uniform(-1, 1));
@@ -128,6 +142,7 @@ class Forest {
   std::vector<bool> is_static_;
   std::vector<int> writer_;
   int max_depth_ = 0;
+  bool smooth_ = false;
 };
 
 void Feed(const Sample& s, bool is_static, History* history, Tf2Oracle* tf2) {
@@ -214,13 +229,14 @@ struct OracleCase {
   int entities;
   int max_depth;
   double seconds;
+  bool smooth = false;
 };
 
 class HistoryVsTf2 : public testing::TestWithParam<OracleCase> {};
 
 TEST_P(HistoryVsTf2, LookupsAgree) {
   const OracleCase c = GetParam();
-  Forest forest(c.seed, c.entities, c.max_depth);
+  Forest forest(c.seed, c.entities, c.max_depth, c.smooth);
   History history;  // 10 s, as tf2's default.
   Tf2Oracle tf2(10.0);
   for (const Sample& s : forest.Write(c.seconds)) {
@@ -281,7 +297,8 @@ INSTANTIATE_TEST_SUITE_P(
     Forests, HistoryVsTf2,
     testing::Values(OracleCase{1, 40, 10, 3.0}, OracleCase{2, 120, 50, 4.0},
                     OracleCase{3, 60, 50, 12.0},  // Past the 10 s window.
-                    OracleCase{4, 200, 20, 2.0}));
+                    OracleCase{4, 200, 20, 2.0},
+                    OracleCase{5, 80, 30, 3.0, /*smooth=*/true}));
 
 }  // namespace
 }  // namespace xform

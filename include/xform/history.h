@@ -54,9 +54,9 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
 #include "glm/gtc/quaternion.hpp"
-#include "glm/mat4x4.hpp"
 #include "glm/vec3.hpp"
 #include "xform/transform.h"
 
@@ -92,6 +92,9 @@ enum class SampleKind : uint8_t {
 
 class History {
  public:
+  // An affine transform in double: what lookups compose (src/history.cc).
+  struct Affine;
+
   explicit History(HistoryOptions options = {});
 
   // `entity` had `local` under `parent` at `stamp`.
@@ -124,17 +127,34 @@ class History {
   size_t MemoryBytes() const;
 
  private:
-  struct Pose {
+  // One pose sample: stamp, position, rotation; scale and parent are kept
+  // apart, as they rarely change. The stamp is two 32-bit halves so that a
+  // sample is 36 bytes, and one cache line holds the stamp a lookup probes
+  // with the pose it then reads.
+  struct Sample {
+    Sample() = default;
+    Sample(Stamp at, const glm::vec3& p, const glm::quat& r)
+        : stamp_low(static_cast<uint32_t>(at)),
+          stamp_high(static_cast<int32_t>(at >> 32)),
+          position(p),
+          rotation(r) {}
+    Stamp stamp() const {
+      return static_cast<Stamp>((static_cast<uint64_t>(stamp_high) << 32) |
+                                stamp_low);
+    }
+    uint32_t stamp_low;
+    int32_t stamp_high;
     glm::vec3 position;
     glm::quat rotation;
   };
-  static_assert(sizeof(Pose) == 28);
+  static_assert(sizeof(Sample) == 36);
   // A value that changes rarely (parent, scale), kept as the stamps it
   // changes at: entry k holds from its stamp until entry k + 1's.
   template <typename T>
   struct Steps {
-    std::vector<Stamp> from;
-    std::vector<T> value;
+    // Inline for the usual one entry: no allocation, no cache miss.
+    absl::InlinedVector<Stamp, 1> from;
+    absl::InlinedVector<T, 1> value;
     const T& At(Stamp stamp) const;  // The entry holding at `stamp`.
     // Makes `value` hold at `stamp` without changing what holds at
     // `next_sample` (the sample after it, if `has_next`).
@@ -143,11 +163,19 @@ class History {
     void DropBefore(Stamp stamp);
     size_t Bytes() const;
   };
-  // One entity's samples, stamps ascending, in columns.
+  // One entity's samples, stamps ascending.
   struct Track {
-    Stamp newest() const { return stamps.back(); }
-    std::vector<Stamp> stamps;
-    std::vector<Pose> poses;
+    Stamp newest() const { return last_stamp; }
+    Stamp stamp(size_t i) const { return samples[i].stamp(); }
+    // The first and last samples' stamps, kept here too so that a lookup
+    // guesses where its stamp lies without touching the ends of `samples`.
+    void NoteEnds() {
+      first_stamp = samples.front().stamp();
+      last_stamp = samples.back().stamp();
+    }
+    std::vector<Sample> samples;
+    Stamp first_stamp = 0;
+    Stamp last_stamp = 0;
     Steps<EntityId> parents;
     Steps<glm::vec3> scales;
     Stamp destroyed_at = INT64_MAX;
@@ -165,20 +193,39 @@ class History {
   void EnforceBound();
   void DropDestroyed();
   void AddBytes(size_t before, const Track& track);
-  // tf2's gather: `entity`'s parent and local matrix at `stamp` (0: its
-  // newest), widening `used` to the samples taken.
-  absl::Status Gather(EntityId entity, Stamp stamp, EntityId* parent,
-                      glm::dmat4* local, TimedPose* used) const;
+  // The samples of `track` to interpolate between at `stamp` (the same
+  // twice when one holds), or why none do.
+  absl::Status FindSamples(const Track& track, EntityId entity, Stamp stamp,
+                           size_t* one, size_t* two) const;
+  // tf2's gather: `entity`'s local transform at `stamp` (0: its newest),
+  // from its `track` (null when it has none), widening `used` to the
+  // samples taken.
+  absl::Status Gather(const Track* track, EntityId entity, Stamp stamp,
+                      Affine* local, TimedPose* used) const;
+  // A chain up from an entity: each link's entity and track, resolved by
+  // parent at a stamp before any sample is read, so that the samples the
+  // lookup will read are fetched from memory together, not one link after
+  // another.
+  struct ChainLink {
+    EntityId entity;
+    const Track* track;  // Null when the entity has no history.
+  };
+  using Chain = absl::InlinedVector<ChainLink, 32>;
+  // Links from `from` up to the origin, or through `last` (included), or
+  // to an entity without a parent at `stamp`. False when longer than any
+  // chain can be: a loop.
+  bool ResolveChain(EntityId from, EntityId last, Stamp stamp,
+                    Chain* chain) const;
   // tf2's getLatestTimeAndParent: false when the entity has no parent now.
   bool LatestOf(EntityId entity, Stamp* stamp, EntityId* parent) const;
   absl::StatusOr<Stamp> LatestCommonStamp(EntityId target,
                                           EntityId source) const;
   // tf2's walkToTopParent at a stamp that is not 0; `pose` in double.
   absl::StatusOr<TimedPose> Walk(EntityId target, EntityId source, Stamp stamp,
-                                 glm::dmat4* pose) const;
+                                 Affine* pose) const;
   // Lookup, with the pose in double too.
   absl::StatusOr<TimedPose> LookupExact(EntityId target, EntityId source,
-                                        Stamp stamp, glm::dmat4* pose) const;
+                                        Stamp stamp, Affine* pose) const;
 
   Stamp window_;
   size_t max_bytes_;
