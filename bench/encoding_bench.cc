@@ -93,7 +93,7 @@ void BM_EncodeRaw(benchmark::State& state) {
   const Frame& f = SceneFrame();
   size_t bytes = 0;
   for (auto _ : state) {
-    v1::FrameUpdateWriter writer(1, absl::Now(), 64 << 20, false);
+    v1::FrameUpdateWriter writer(1, absl::Now(), 0, 64 << 20, false);
     writer.Moved(f.ids, f.after[0].m.data());
     std::vector<v1::FrameUpdate> parts = writer.Finish(0);
     std::string out = parts[0].SerializeAsString();
@@ -154,7 +154,7 @@ BENCHMARK(BM_EncodeCompactDeltasInWorldOrder);
 // the matrices' field is copied again at each doubling.
 void BM_DecodeRaw(benchmark::State& state) {
   const Frame& f = SceneFrame();
-  v1::FrameUpdateWriter writer(1, absl::Now(), 64 << 20, false);
+  v1::FrameUpdateWriter writer(1, absl::Now(), 0, 64 << 20, false);
   writer.Moved(f.ids, f.after[0].m.data());
   const std::string bytes = writer.Finish(0)[0].SerializeAsString();
   const bool recycled = state.range(0) != 0;

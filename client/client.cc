@@ -30,13 +30,14 @@ absl::Status FromGrpc(const grpc::Status& status) {
 }
 
 void Prepare(const ClientOptions& options, bool with_deadline,
-             grpc::ClientContext* context) {
+             grpc::ClientContext* context, absl::Duration wait) {
   if (!options.token.empty()) {
     context->AddMetadata("authorization",
                          absl::StrCat("Bearer ", options.token));
   }
   if (with_deadline) {
-    context->set_deadline(absl::ToChronoTime(absl::Now() + options.deadline));
+    context->set_deadline(
+        absl::ToChronoTime(absl::Now() + options.deadline + wait));
   }
 }
 
@@ -293,13 +294,14 @@ absl::Status Call(const ClientOptions& options, Nodes& nodes,
                                                           const Request&,
                                                           Response*),
                   const Request& request, Response* response,
-                  const std::string* world = nullptr) {
+                  const std::string* world = nullptr,
+                  absl::Duration wait = absl::ZeroDuration()) {
   Attempts attempts(
       options, nodes,
       world != nullptr ? nodes.WriterOf(*world) : nodes.current());
   for (;;) {
     grpc::ClientContext context;
-    Prepare(options, /*with_deadline=*/true, &context);
+    Prepare(options, /*with_deadline=*/true, &context, wait);
     const grpc::Status status =
         (attempts.channel().stub.get()->*method)(&context, request, response);
     if (status.ok()) {
@@ -386,6 +388,8 @@ class StreamBatchWriter final : public BatchWriter {
     v1::ApplyRequest request;
     request.set_world(world_);
     request.set_end_frame(options.end_frame);
+  request.set_stamp_nanos(options.stamp);
+    request.set_stamp_nanos(options.stamp);
     request.set_client_id(options_.client_id);
     request.set_write_id(nodes_.NextWriteId());
     v1::AppendCommands(batch, &request);
@@ -548,6 +552,7 @@ absl::StatusOr<uint64_t> Client::Apply(absl::string_view world,
   const std::string name(world);
   request.set_world(name);
   request.set_end_frame(options.end_frame);
+  request.set_stamp_nanos(options.stamp);
   request.set_client_id(options_.client_id);
   // The same on every try: the batch applies once.
   request.set_write_id(nodes_->NextWriteId());
@@ -617,6 +622,53 @@ absl::StatusOr<uint32_t> Client::DrainNode(absl::string_view node, bool drain) {
     return s;
   }
   return response.worlds_moved();
+}
+
+absl::StatusOr<TimedPose> Client::LookupTransform(
+    absl::string_view world, EntityId target, EntityId source,
+    const LookupOptions& options) {
+  absl::StatusOr<std::vector<TimedPose>> poses =
+      LookupTransforms(world, target, {&source, 1}, options);
+  if (!poses.ok()) return poses.status();
+  if (poses->size() != 1) {
+    return absl::InternalError("a lookup answered without its pose");
+  }
+  return poses->front();
+}
+
+absl::StatusOr<std::vector<TimedPose>> Client::LookupTransforms(
+    absl::string_view world, EntityId target,
+    absl::Span<const EntityId> sources, const LookupOptions& options) {
+  v1::LookupTransformRequest request;
+  request.set_world(std::string(world));
+  request.set_target(target);
+  request.mutable_source()->Add(sources.begin(), sources.end());
+  request.set_stamp_nanos(options.stamp);
+  if (options.fixed) {
+    request.set_fixed_frame(*options.fixed);
+    request.set_use_fixed_frame(true);
+    request.set_target_stamp_nanos(options.target_stamp);
+  }
+  request.set_timeout_ms(static_cast<uint32_t>(
+      std::min<int64_t>(absl::ToInt64Milliseconds(options.timeout), UINT32_MAX)));
+  v1::LookupTransformResponse response;
+  if (absl::Status s =
+          Call(options_, *nodes_, &v1::Xform::Stub::LookupTransform, request,
+               &response, /*world=*/nullptr, options.timeout);
+      !s.ok()) {
+    return s;
+  }
+  return v1::TimedPosesFromWire(response);
+}
+
+absl::StatusOr<std::vector<EntityState>> Client::ReadAt(
+    absl::string_view world, absl::Span<const EntityId> entities,
+    Stamp stamp) {
+  v1::ReadRequest request;
+  request.set_world(std::string(world));
+  request.mutable_entity()->Add(entities.begin(), entities.end());
+  request.set_at_stamp_nanos(stamp);
+  return ReadWith(options_, *nodes_, request);
 }
 
 absl::Status Client::SkipRecord(absl::string_view world, uint64_t record) {

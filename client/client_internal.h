@@ -89,9 +89,11 @@ std::string SubscribeMethod();
 absl::Status FromGrpc(const grpc::Status& status);
 
 // Puts the token (if any) on `context`, and the unary deadline when
-// `with_deadline`.
+// `with_deadline`, `wait` later for a call the server may hold that long
+// (a lookup waiting for data).
 void Prepare(const ClientOptions& options, bool with_deadline,
-             grpc::ClientContext* context);
+             grpc::ClientContext* context,
+             absl::Duration wait = absl::ZeroDuration());
 
 // The address a refusal redirects to (the trailing metadata
 // xform-owner-address), or "".

@@ -65,6 +65,25 @@ ABSL_FLAG(uint64_t, resume_frames, 600,
           "what changed since (its view whole past them): 10 s at 60 Hz. "
           "Costs a log of the entities destroyed in them, at most "
           "--max_pending");
+ABSL_FLAG(double, history_seconds, 10,
+          "How far back each world keeps where each entity was (stamped "
+          "local poses and parents, for LookupTransform and Read at a "
+          "stamp): from each entity's newest sample, as tf2's cache; 0: "
+          "none (docs/time.md)");
+ABSL_FLAG(uint64_t, history_mb, 256,
+          "MiB one world's history may hold; past it the world's window "
+          "shrinks (GetWorld says to what); 0: no bound");
+ABSL_FLAG(double, max_stamp_ahead_seconds, 60,
+          "How far past a world's newest stamp a batch's stamp_nanos may be "
+          "before it is refused OUT_OF_RANGE");
+ABSL_FLAG(uint32_t, max_lookup_wait_ms, 10'000,
+          "The longest a LookupTransform waits for data newer than its world "
+          "holds (its timeout_ms is cut to this)");
+ABSL_FLAG(uint64_t, max_waiting_lookups, 1024,
+          "Lookups that may wait for data on one world at once; more are "
+          "refused RESOURCE_EXHAUSTED");
+ABSL_FLAG(uint64_t, max_lookup_sources, 4096,
+          "Sources one LookupTransform may name");
 ABSL_FLAG(uint64_t, snapshot_burst_mb, 128,
           "MiB that streamed snapshots may hold, server-wide, in parts made "
           "ahead of their streams so as to end while their world changes "
@@ -230,6 +249,26 @@ class Problems {
   std::vector<std::string> list_;
 };
 
+// The time flags (docs/time.md) into `limits`.
+void TimeLimitsFromFlags(Problems& problems, Limits& limits) {
+  const double window = absl::GetFlag(FLAGS_history_seconds);
+  problems.Unless(window >= 0 && window <= 86'400,
+                  "--history_seconds must be in [0, 86400]");
+  const double ahead = absl::GetFlag(FLAGS_max_stamp_ahead_seconds);
+  problems.Unless(ahead > 0 && ahead <= 1e9,
+                  "--max_stamp_ahead_seconds must be in (0, 1e9]");
+  problems.Unless(absl::GetFlag(FLAGS_history_mb) <= (uint64_t{1} << 20),
+                  "--history_mb must be at most 1048576 (1 TiB)");
+  problems.Unless(absl::GetFlag(FLAGS_max_lookup_sources) > 0,
+                  "--max_lookup_sources must be at least 1");
+  limits.history.window_nanos = static_cast<Stamp>(window * 1e9);
+  limits.history.max_bytes = absl::GetFlag(FLAGS_history_mb) << 20;
+  limits.history.max_ahead_nanos = static_cast<Stamp>(ahead * 1e9);
+  limits.max_lookup_wait_ms = absl::GetFlag(FLAGS_max_lookup_wait_ms);
+  limits.max_waiting_lookups = absl::GetFlag(FLAGS_max_waiting_lookups);
+  limits.max_lookup_sources = absl::GetFlag(FLAGS_max_lookup_sources);
+}
+
 Limits LimitsFromFlags(Problems& problems) {
   for (const auto& [value, name] :
        {std::pair{absl::GetFlag(FLAGS_max_worlds), "--max_worlds"},
@@ -278,6 +317,7 @@ Limits LimitsFromFlags(Problems& problems) {
   limits.resume_frames = absl::GetFlag(FLAGS_resume_frames);
   limits.snapshot_burst_bytes = absl::GetFlag(FLAGS_snapshot_burst_mb) << 20;
   limits.max_message_bytes = max_message;
+  TimeLimitsFromFlags(problems, limits);
   return limits;
 }
 

@@ -393,6 +393,20 @@ absl::Status History::Gather(const Track* found, EntityId entity, Stamp stamp,
   return absl::OkStatus();
 }
 
+Stamp History::NewestOf(EntityId entity) const {
+  auto found = tracks_.find(entity);
+  return found == tracks_.end() ? 0 : found->second.newest();
+}
+
+absl::StatusOr<EntityId> History::ParentAt(EntityId entity,
+                                           Stamp stamp) const {
+  auto found = tracks_.find(entity);
+  if (found == tracks_.end()) {
+    return absl::NotFoundError(absl::StrCat(Name(entity), " has no history"));
+  }
+  return found->second.parents.At(stamp);
+}
+
 bool History::LatestOf(EntityId entity, Stamp* stamp, EntityId* parent) const {
   auto found = tracks_.find(entity);
   if (found == tracks_.end()) return false;

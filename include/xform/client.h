@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "xform/history.h"
 #include "xform/message_size.h"
 #include "xform/stream_stats.h"
 #include "xform/subscriber_info.h"
@@ -146,6 +148,23 @@ struct NodeInfo {
 struct ApplyOptions {
   // Publishes a frame once the batch applies (driven worlds).
   bool end_frame = false;
+  // When the batch's poses were true, on the clock the world's writers
+  // agree on (docs/time.md); 0: the server's Unix time at apply.
+  Stamp stamp = 0;
+};
+
+// A lookup in a world's history (Client::LookupTransform, docs/time.md).
+struct LookupOptions {
+  // The stamp to look up at; 0: the latest at which every link between
+  // target and source is known (tf2's rule).
+  Stamp stamp = 0;
+  // How long the server may wait for data newer than it holds before it
+  // answers DEADLINE_EXCEEDED (at most its --max_lookup_wait_ms).
+  absl::Duration timeout = absl::ZeroDuration();
+  // tf2's advanced lookup: the sources at `stamp`, in the target's frame at
+  // `target_stamp`, through `fixed` (which did not move between).
+  std::optional<EntityId> fixed;
+  Stamp target_stamp = 0;
 };
 
 // A stream of batches for a writer that sends one every frame (a physics
@@ -203,6 +222,22 @@ class Client {
       absl::string_view world, absl::Span<const EntityId> entities);
   absl::StatusOr<std::vector<EntityState>> ReadSubtree(absl::string_view world,
                                                        EntityId root);
+
+  // `source`'s pose in `target`'s frame (kNoEntity: the world's origin) at
+  // a stamp, interpolated from the world's history as tf2 does; or many
+  // sources at once, all or nothing. Errors: NOT_FOUND (no history),
+  // FAILED_PRECONDITION (not connected then), OUT_OF_RANGE (older than the
+  // history), DEADLINE_EXCEEDED (newer than known, after options.timeout).
+  absl::StatusOr<TimedPose> LookupTransform(absl::string_view world,
+                                            EntityId target, EntityId source,
+                                            const LookupOptions& options = {});
+  absl::StatusOr<std::vector<TimedPose>> LookupTransforms(
+      absl::string_view world, EntityId target,
+      absl::Span<const EntityId> sources, const LookupOptions& options = {});
+  // World matrices at a stamp, from the world's history.
+  absl::StatusOr<std::vector<EntityState>> ReadAt(
+      absl::string_view world, absl::Span<const EntityId> entities,
+      Stamp stamp);
 
   // A cluster's nodes, by name (a single xformd: itself).
   absl::StatusOr<std::vector<NodeInfo>> ListNodes();

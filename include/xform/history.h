@@ -115,6 +115,12 @@ class History {
                                    EntityId source, Stamp source_stamp,
                                    EntityId fixed) const;
 
+  // `entity`'s newest sample's stamp; 0 when it has no history.
+  Stamp NewestOf(EntityId entity) const;
+  // `entity`'s parent at `stamp` (at its newest for a stamp past it);
+  // NOT_FOUND when it has no history.
+  absl::StatusOr<EntityId> ParentAt(EntityId entity, Stamp stamp) const;
+
   // The window now (options' until the memory bound shrinks it).
   Stamp window() const { return window_; }
   // The newest stamp recorded, over all entities (0 before any).

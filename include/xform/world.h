@@ -146,6 +146,10 @@ using Command =
 // link `reparented`, then take `moved_world` as the world matrices.
 struct FrameChanges {
   uint64_t frame = 0;  // The frame these changes close.
+  // When the poses it carries were true (history.h's Stamp), on the clock
+  // its writers agree on: set by whoever stamps the world's batches (a
+  // server), not by World; 0 for none.
+  int64_t stamp = 0;
 
   // Entities alive now whose world matrix was recomputed during the frame,
   // each once, with its matrix now: 12 floats per entity in moved_world, in

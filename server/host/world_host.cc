@@ -118,6 +118,7 @@ absl::StatusOr<uint64_t> HostedWorld::Apply(const v1::ApplyRequest& request,
     absl::MutexLock lock(&mu_);
     ApplyHeld(request, *commands, creates, journaled, limits, applied);
   }
+  if (applied.frame.ok()) AnswerWaitingLookups();
   if (applied.repeated) return Repeated(*std::move(applied.repeated));
   if (!applied.frame.ok()) return applied.frame.status();
   if (applied.acknowledgement) {
@@ -129,7 +130,7 @@ absl::StatusOr<uint64_t> HostedWorld::Apply(const v1::ApplyRequest& request,
 }
 
 void HostedWorld::ApplyHeld(const v1::ApplyRequest& request,
-                            absl::Span<const Command> commands, size_t creates,
+                            std::vector<Command>& commands, size_t creates,
                             std::string& journaled, const Limits& limits,
                             Applied& applied) {
   if (!refusal_.ok()) {
@@ -141,14 +142,25 @@ void HostedWorld::ApplyHeld(const v1::ApplyRequest& request,
     applied.repeated = *seen;
     return;
   }
+  absl::StatusOr<Stamp> stamp =
+      history_.StampOf(request.stamp_nanos(), absl::Now());
+  if (!stamp.ok()) {
+    applied.frame = stamp.status();
+    return;
+  }
   // (A log taken or dropped since it was encoded: as the log is now.)
   if (log_ == nullptr) {
     journaled.clear();
   } else if (journaled.empty() && !commands.empty()) {
     request.SerializeToString(&journaled);
   }
-  applied.frame = ApplyLocked(commands, request.client_id(), creates, journaled,
-                              limits, applied.acknowledgement);
+  // The record carries the stamp the batch was given, so that every
+  // replica records the same history.
+  if (!journaled.empty() && request.stamp_nanos() == 0) {
+    v1::AppendStampNanos(*stamp, &journaled);
+  }
+  applied.frame = ApplyLocked(commands, *stamp, request.client_id(), creates,
+                              journaled, limits, applied.acknowledgement);
   if (applied.frame.ok() && !request.write_id().empty()) {
     applied.outcome = applied.acknowledgement ? std::make_shared<WriteOutcome>()
                                               : WriteOutcome::Settled();
@@ -180,7 +192,7 @@ absl::StatusOr<uint64_t> HostedWorld::Repeated(
 }
 
 absl::StatusOr<uint64_t> HostedWorld::ApplyLocked(
-    absl::Span<const Command> commands, const std::string& client_id,
+    std::vector<Command>& commands, Stamp stamp, const std::string& client_id,
     size_t creates, const std::string& journaled, const Limits& limits,
     std::optional<WorldLog::Acknowledgement>& acknowledgement) {
   if (world_.size() + creates > limits.max_entities_per_world) {
@@ -201,7 +213,10 @@ absl::StatusOr<uint64_t> HostedWorld::ApplyLocked(
     return absl::OkStatus();
   };
   world_.set_max_ancestor_walk(limits.max_ancestor_walk);
+  WorldHistory::Prepared prepared;
+  history_.Prepare(commands, stamp, world_, prepared);
   if (absl::Status s = world_.Apply(commands, journal); !s.ok()) return s;
+  history_.Record(commands, stamp, world_, prepared);
   if (!journaled.empty()) open_frame_logged_ = true;
   // Remember who set what, for subscribers that want no echo. Tracked only
   // once such a subscriber exists; anonymous writes ("") block suppression.
@@ -331,15 +346,23 @@ absl::Status HostedWorld::ApplyLogged(absl::string_view batch, uint64_t frame) {
   absl::StatusOr<std::vector<Command>> commands =
       v1::ToCommands(request, std::numeric_limits<size_t>::max());
   if (!commands.ok()) return commands.status();
-  absl::MutexLock publishing(&publish_mu_);
-  OpenLoggedFrame(frame);
-  absl::MutexLock lock(&mu_);
-  if (absl::Status applied = world_.Apply(*commands); !applied.ok()) {
-    return absl::DataLossError(
-        absl::StrCat("a logged batch does not apply: ", applied.message()));
+  {
+    absl::MutexLock publishing(&publish_mu_);
+    OpenLoggedFrame(frame);
+    absl::MutexLock lock(&mu_);
+    // The writer's stamp (its record carries the one it gave the batch).
+    const Stamp stamp = request.stamp_nanos();
+    WorldHistory::Prepared prepared;
+    history_.Prepare(*commands, stamp, world_, prepared);
+    if (absl::Status applied = world_.Apply(*commands); !applied.ok()) {
+      return absl::DataLossError(
+          absl::StrCat("a logged batch does not apply: ", applied.message()));
+    }
+    history_.Record(*commands, stamp, world_, prepared);
+    open_frame_logged_ = true;
+    recent_writes_.Add(request.write_id(), {frame, WriteOutcome::Settled()});
   }
-  open_frame_logged_ = true;
-  recent_writes_.Add(request.write_id(), {frame, WriteOutcome::Settled()});
+  AnswerWaitingLookups();
   return absl::OkStatus();
 }
 
@@ -385,19 +408,34 @@ absl::Status HostedWorld::Read(const v1::ReadRequest& request,
   if (entities.empty()) {
     return absl::InvalidArgumentError("name entities or a subtree to read");
   }
+  if (request.at_stamp_nanos() != 0 && request.subtree() != kNoEntity) {
+    return absl::InvalidArgumentError(
+        "at_stamp_nanos reads listed entities, not a subtree");
+  }
   if (entities.size() * v1::kReadBytesPerEntity > limits.max_message_bytes) {
     return absl::ResourceExhaustedError(
         absl::StrCat("reading ", entities.size(),
                      " entities exceeds the message size limit"));
   }
+  const History* history = history_.history();
+  if (request.at_stamp_nanos() != 0 && history == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "world ", Quoted(name_), " keeps no history (--history_seconds=0)"));
+  }
   for (EntityId e : entities) {
     absl::StatusOr<Transform> local = world_.Local(e);
     if (!local.ok()) return local.status();
-    v1::AppendEntityState({.entity = e,
-                           .parent = *world_.Parent(e),
-                           .local = *local,
-                           .world = *world_.WorldMatrix(e)},
-                          response);
+    Matrix3x4 world = *world_.WorldMatrix(e);
+    if (request.at_stamp_nanos() != 0) {
+      absl::StatusOr<TimedPose> then =
+          history->Lookup(kNoEntity, e, request.at_stamp_nanos());
+      if (!then.ok()) return then.status();
+      world = then->pose;
+    }
+    v1::AppendEntityState(
+        {.entity = e, .parent = *world_.Parent(e), .local = *local, .world = world},
+        response);
+    response->add_stamp_nanos(history == nullptr ? 0 : history->NewestOf(e));
   }
   return absl::OkStatus();
 }
@@ -431,6 +469,7 @@ absl::Status HostedWorld::CloseFrameLocked(
   const bool partial = open_frame_partial_;
   const bool logged = open_frame_logged_;
   world_.EndFrame(&changes_);
+  changes_.stamp = history_.newest();
   closed_at_ = absl::Now();
   closed_writers_.clear();
   closed_writers_.swap(writers_);
@@ -473,6 +512,7 @@ v1::WorldInfo HostedWorld::Info() const {
   {
     absl::MutexLock lock(&mu_);
     info.set_entities(world_.size());
+    history_.Fill(info.mutable_history());
   }
   info.set_frame(replicator_.frame());
   info.set_subscribers(static_cast<uint32_t>(replicator_.subscribers()));
@@ -561,6 +601,7 @@ absl::StatusOr<std::shared_ptr<HostedWorld>> WorldHost::Create(
       request.name(), mode, tick_hz, limits_.max_pending, burst_budget_, owner,
       fanout_, limits_.resume_frames);
   world->replicator().set_region_cell_size(limits_.region_cell_size);
+  world->SetHistoryLimits(limits_.history);
   world->replicator().set_region_views_to_sort_moves(
       limits_.region_views_to_sort_moves);
   if (logs_ != nullptr) {
@@ -615,6 +656,7 @@ absl::StatusOr<std::shared_ptr<HostedWorld>> WorldHost::Add(
       create.name(), create.mode(), create.tick_hz(), limits_.max_pending,
       burst_budget_, recovered.stored.owner(), fanout_, limits_.resume_frames);
   world->replicator().set_region_cell_size(limits_.region_cell_size);
+  world->SetHistoryLimits(limits_.history);
   world->replicator().set_region_views_to_sort_moves(
       limits_.region_views_to_sort_moves);
   const size_t size = recovered.world.size();
@@ -662,6 +704,7 @@ bool WorldHost::Remove(absl::string_view name, const absl::Status& status) {
   }
   ticker.reset();
   world->replicator().EndAll(status);
+  world->EndLookups(status);
   return true;
 }
 
@@ -705,12 +748,18 @@ absl::Status WorldHost::Delete(absl::string_view name) {
 }
 
 void WorldHost::EndAllStreams(const absl::Status& status) {
-  for (const auto& world : List()) world->replicator().EndAll(status);
+  for (const auto& world : List()) {
+    world->replicator().EndAll(status);
+    world->EndLookups(status);
+  }
 }
 
 absl::Time WorldHost::PollOnce() {
   const absl::Time now = absl::Now();
-  for (const auto& world : List()) world->replicator().Flush(now);
+  for (const auto& world : List()) {
+    world->replicator().Flush(now);
+    world->ExpireLookups(now);
+  }
   bool trim = false;
   {
     absl::MutexLock lock(&mu_);

@@ -14,6 +14,7 @@
 #define XFORM_SERVER_HOST_WORLD_HOST_H_
 
 #include <atomic>
+#include <map>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -24,6 +25,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/any_invocable.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -34,6 +36,7 @@
 #include "server/base/periodic_thread.h"
 #include "server/cluster/view/cluster_view.h"
 #include "server/host/recent_writes.h"
+#include "server/host/world_history.h"
 #include "server/host/world_log.h"
 #include "server/replication/burst_budget.h"
 #include "server/replication/fanout_pool.h"
@@ -74,6 +77,15 @@ struct Limits {
   // Frames a subscriber whose stream broke may resume from (see
   // SubscribeRequest.resume_from_frame): 10 s at 60 Hz.
   uint64_t resume_frames = 600;
+  // Time (docs/time.md): each world's history, and lookups in it.
+  HistoryLimits history;
+  // The longest a LookupTransform waits for data not yet known
+  // (--max_lookup_wait_ms), the lookups that may wait on one world at once
+  // (--max_waiting_lookups), and the sources of one lookup
+  // (--max_lookup_sources).
+  uint32_t max_lookup_wait_ms = 10'000;
+  size_t max_waiting_lookups = 1024;
+  size_t max_lookup_sources = 4096;
   // Region views (SubscribeRequest.region): the edge of the cells they are
   // found by, in world units; the most cells one region, grown by its
   // margin, may cover; how often a subscription's region may move.
@@ -116,6 +128,24 @@ class HostedWorld : public SnapshotSource {
                                  const Limits& limits);
   absl::Status Read(const v1::ReadRequest& request, const Limits& limits,
                     v1::ReadResponse* response) const;
+
+  // Time (world_lookup.cc). Before the world is served: what history it
+  // keeps (none by default).
+  void SetHistoryLimits(const HistoryLimits& limits);
+  // A LookupTransform, answered through `done`: at once (on the calling
+  // thread), or, when a link is not known yet at the stamp and the request
+  // may wait, by the batch that brings the data (on its thread, after the
+  // world's lock is released) or at `deadline` (on the poller's: DEADLINE
+  // EXCEEDED naming how far the data reaches). No thread waits meanwhile.
+  using LookupDone =
+      absl::AnyInvocable<void(absl::Status, v1::LookupTransformResponse)>;
+  void LookupTransform(const v1::LookupTransformRequest& request,
+                       const Limits& limits, absl::Time deadline,
+                       LookupDone done);
+  // Answers the waiting lookups whose deadline passed (the poller's), or
+  // all of them with `status` (shutdown, deletion).
+  void ExpireLookups(absl::Time now);
+  void EndLookups(const absl::Status& status);
   // Closes the current frame and hands its changes to the replicator. The
   // world is locked only to close it (World::EndFrame): batches and reads
   // do not wait for the frame's encoding or its subscribers. Nothing where
@@ -206,6 +236,8 @@ class HostedWorld : public SnapshotSource {
   absl::Mutex publish_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable absl::Mutex mu_;  // The writer lock: one batch, read or close.
   World world_ ABSL_GUARDED_BY(mu_);
+  // Its stamps and where its entities were (world_history.h).
+  WorldHistory history_ ABSL_GUARDED_BY(mu_);
   // Who set which entities directly in the open frame (echo suppression).
   FrameWriters writers_ ABSL_GUARDED_BY(mu_);
   // The frame being published, and its writers: reused by every
@@ -225,13 +257,13 @@ class HostedWorld : public SnapshotSource {
   // Apply() with the world held: a repeat found, or the batch applied
   // (encoding it for the log if one came since).
   void ApplyHeld(const v1::ApplyRequest& request,
-                 absl::Span<const Command> commands, size_t creates,
+                 std::vector<Command>& commands, size_t creates,
                  std::string& journaled, const Limits& limits, Applied& applied)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Apply()'s work on the world: the batch applied (and journaled), or
-  // refused whole; the frame it is in.
+  // Apply()'s work on the world: the batch applied (and journaled) and
+  // recorded in history at `stamp`, or refused whole; the frame it is in.
   absl::StatusOr<uint64_t> ApplyLocked(
-      absl::Span<const Command> commands, const std::string& client_id,
+      std::vector<Command>& commands, Stamp stamp, const std::string& client_id,
       size_t creates, const std::string& journaled, const Limits& limits,
       std::optional<WorldLog::Acknowledgement>& acknowledgement)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -266,6 +298,24 @@ class HostedWorld : public SnapshotSource {
   // repeats; a record lost stops the world's writes.
   absl::Status AwaitLogged(WorldLog::Acknowledgement acknowledgement,
                            WriteOutcome* outcome) ABSL_LOCKS_EXCLUDED(mu_);
+  // Lookups waiting for data (world_lookup.cc), by the stamp they need:
+  // retried when a batch brings the world's newest stamp up to it.
+  struct WaitingLookup {
+    v1::LookupTransformRequest request;
+    absl::Time deadline;
+    LookupDone done;
+  };
+  // The lookups `request` asks for, into `response`, with the world held.
+  absl::Status LookupLocked(const v1::LookupTransformRequest& request,
+                            v1::LookupTransformResponse* response) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // After a batch: answers the waiting lookups it may have brought the data
+  // for. Takes the locks itself.
+  void AnswerWaitingLookups() ABSL_LOCKS_EXCLUDED(mu_, waiting_mu_);
+  absl::Mutex waiting_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  std::multimap<Stamp, WaitingLookup> waiting_ ABSL_GUARDED_BY(waiting_mu_);
+  // waiting_.size(), read without the lock after every batch.
+  std::atomic<size_t> waiting_count_{0};
   Replicator replicator_;
   std::shared_ptr<WorldLog> log_ ABSL_GUARDED_BY(mu_);
   // Whether it has a log, read without the lock: a batch is encoded for it

@@ -418,6 +418,7 @@ class Replicator::Impl {
   // nothing of the frames before it.
   uint64_t whole_frame_ = 0;
   absl::Time frame_time_;
+  int64_t frame_stamp_ = 0;  // FrameChanges::stamp of the frame published last.
   std::mt19937_64 ids_{std::random_device()()};  // Subscriptions' ids.
   absl::flat_hash_map<SubscriptionId, std::unique_ptr<Subscription>> subs_;
   // The folds of kept frames made since the last frame was published, for

@@ -43,6 +43,7 @@ void Replicator::Impl::Publish(const FrameChanges& changes, absl::Time time,
     PlaceMoved(changes);
     frame_ = changes.frame;
     frame_time_ = time;
+    frame_stamp_ = changes.stamp;
     // Folds end at the frame published last. (Not clear(): GCC 12 sees a
     // null dereference in its inlined shared_ptr destructors.)
     shared_folds_.erase(shared_folds_.begin(), shared_folds_.end());
@@ -556,7 +557,7 @@ Noting& Replicator::Impl::Fold(Subscription& s,
 
 std::vector<std::shared_ptr<const Outgoing>> Replicator::Impl::FrameParts(
     const FrameChanges& changes, absl::Time time, size_t max_bytes) {
-  v1::FrameUpdateWriter writer(changes.frame, time, max_bytes,
+  v1::FrameUpdateWriter writer(changes.frame, time, changes.stamp, max_bytes,
                                /*snapshot=*/false);
   writer.Destroyed(changes.destroyed);
   // Created entities are among the moved too, with their matrix: find it, so

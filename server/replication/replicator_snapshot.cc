@@ -62,6 +62,7 @@ void WriteEntry(SnapshotEntry kind, EntityId e, EntityId parent,
 struct BurstCopy {
   uint64_t frame = 0;
   absl::Time time;
+  int64_t stamp = 0;
   uint32_t first_part = 0;
   uint64_t frames_skipped = 0;
   bool keeps_view = false;
@@ -108,7 +109,8 @@ struct BurstCopy {
   v1::FrameUpdate MakePart(size_t k) const {
     const size_t begin = k * entries_a_part;
     const size_t end = std::min(size, begin + entries_a_part);
-    v1::FrameUpdateWriter writer(frame, time, entries_a_part * kEntryBytes,
+    v1::FrameUpdateWriter writer(frame, time, stamp,
+                                 entries_a_part * kEntryBytes,
                                  /*snapshot=*/true,
                                  first_part + static_cast<uint32_t>(k));
     writer.Reserve(end - begin);
@@ -284,7 +286,7 @@ std::shared_ptr<const Outgoing> Replicator::Impl::NextSnapshotPart(
     }
     return Burst(s, part_bytes);
   }
-  v1::FrameUpdateWriter writer(frame_, frame_time_, part_bytes,
+  v1::FrameUpdateWriter writer(frame_, frame_time_, frame_stamp_, part_bytes,
                                /*snapshot=*/true, snap.part);
   // What the subscriber had and is gone, first, as the proto orders a part.
   const size_t gone = std::min(snap.gone.size(), writer.room() / kIdBytes);
@@ -314,7 +316,7 @@ std::shared_ptr<const Outgoing> Replicator::Impl::Burst(Subscription& s,
   StreamedSnapshot& snap = *s.in<Snapshotting>().snapshot;
   // What is gone, first, made now: ids only, and rare.
   if (!snap.gone.empty()) {
-    v1::FrameUpdateWriter writer(frame_, frame_time_, part_bytes,
+    v1::FrameUpdateWriter writer(frame_, frame_time_, frame_stamp_, part_bytes,
                                  /*snapshot=*/true, snap.part);
     writer.Destroyed(snap.gone);
     snap.gone.clear();
@@ -330,6 +332,7 @@ std::shared_ptr<const Outgoing> Replicator::Impl::Burst(Subscription& s,
   if (copy == nullptr) copy = MakeBurstCopy(snap.stale.count);
   copy->frame = frame_;
   copy->time = frame_time_;
+  copy->stamp = frame_stamp_;
   copy->first_part = snap.part;
   copy->frames_skipped = snap.skipped_before;
   copy->keeps_view = snap.kept_view_after.has_value();

@@ -250,7 +250,8 @@ void Replicator::Impl::MakeParts(
     Subscription& s, absl::Time now, const OwedSlots& owed,
     const absl::flat_hash_map<EntityId, std::optional<Matrix3x4>>* held) {
   // In the order the proto promises across parts.
-  v1::FrameUpdateWriter writer(frame_, frame_time_, s.options.part_budget_bytes,
+  v1::FrameUpdateWriter writer(frame_, frame_time_, frame_stamp_,
+                               s.options.part_budget_bytes,
                                /*snapshot=*/false);
   writer.Destroyed(owed.destroyed);
   for (Slot slot : owed.entered) {

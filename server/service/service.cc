@@ -243,6 +243,42 @@ grpc::ServerUnaryReactor* XformService::Read(
       });
 }
 
+grpc::ServerUnaryReactor* XformService::LookupTransform(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* bytes,
+    grpc::ByteBuffer* response_bytes) {
+  // Held until the answer, which may come from another thread later.
+  auto hold = std::make_shared<CallHold>(active_calls_);
+  const size_t request_bytes = bytes->Length();
+  absl::StatusOr<Caller> caller =
+      Admit(host_, *gatekeeper_, *context, "LookupTransform");
+  if (!caller.ok()) {
+    return Done(refusals_, context, caller.status(), nullptr, request_bytes);
+  }
+  v1::LookupTransformRequest request;
+  if (absl::Status parsed = ParseRequest(*bytes, &request); !parsed.ok()) {
+    return Done(refusals_, context, parsed, &*caller, request_bytes);
+  }
+  absl::StatusOr<std::shared_ptr<HostedWorld>> world =
+      WorldFor(host_, *caller, kRead, request.world(), "LookupTransform");
+  if (!world.ok()) {
+    return Done(refusals_, context, world.status(), &*caller, request_bytes);
+  }
+  const auto call_deadline = context->deadline();
+  const absl::Time deadline =
+      call_deadline == std::chrono::system_clock::time_point::max()
+          ? absl::InfiniteFuture()
+          : absl::FromChrono(call_deadline);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  (*world)->LookupTransform(
+      request, host_.limits(), deadline,
+      [reactor, response_bytes, hold = std::move(hold)](
+          absl::Status status, v1::LookupTransformResponse response) {
+        if (status.ok()) SerializeResponse(response, response_bytes);
+        reactor->Finish(ToGrpc(status));
+      });
+  return reactor;
+}
+
 namespace {
 
 // RESOURCE_EXHAUSTED for a region whose cells are past --max_region_cells.

@@ -61,8 +61,8 @@ using RawXformService = v1::Xform::WithRawCallbackMethod_CreateWorld<
                                         v1::Xform::WithRawCallbackMethod_DrainNode<
                                             v1::Xform::
                                                 WithRawCallbackMethod_SkipRecord<
-                                                    v1::Xform::
-                                                        Service>>>>>>>>>>>>>;
+                                                    v1::Xform::WithRawCallbackMethod_LookupTransform<
+                                                        v1::Xform::Service>>>>>>>>>>>>>>;
 
 class XformService final : public RawXformService {
  public:
@@ -97,6 +97,10 @@ class XformService final : public RawXformService {
                    Bytes* response) override;
   Unary* SkipRecord(grpc::CallbackServerContext* context, const Bytes* request,
                     Bytes* response) override;
+  // Answered when the world has the data (HostedWorld::LookupTransform):
+  // no thread waits for it.
+  Unary* LookupTransform(grpc::CallbackServerContext* context,
+                         const Bytes* request, Bytes* response) override;
 
   // Shutdown: ends every stream with `status`. Subscribers finish after their
   // write in flight; writers after their batch in flight, at once when they

@@ -14,10 +14,11 @@
 namespace xform::v1 {
 
 FrameUpdateWriter::FrameUpdateWriter(uint64_t frame, absl::Time time,
-                                     size_t max_bytes, bool snapshot,
-                                     uint32_t first_part)
+                                     int64_t stamp_nanos, size_t max_bytes,
+                                     bool snapshot, uint32_t first_part)
     : frame_(frame),
       time_nanos_(absl::ToUnixNanos(time)),
+      stamp_nanos_(stamp_nanos),
       max_bytes_(std::max<size_t>(max_bytes, kEntryBytes)),
       snapshot_(snapshot),
       first_part_(first_part) {}
@@ -102,6 +103,7 @@ void FrameUpdateWriter::Start() {
   FrameUpdate& u = parts_.emplace_back();
   u.set_frame(frame_);
   u.set_server_time_unix_nanos(time_nanos_);
+  u.set_stamp_nanos(stamp_nanos_);
   u.set_snapshot(snapshot_);
   u.set_part(first_part_ + static_cast<uint32_t>(parts_.size() - 1));
   used_ = 0;

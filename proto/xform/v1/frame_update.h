@@ -40,8 +40,9 @@ class FrameUpdateWriter {
   static constexpr size_t kEntryBytes = 3 * kIdBytes + kMatrixBytes;
 
   // Parts are numbered from `first_part` (a streamed snapshot's next).
-  FrameUpdateWriter(uint64_t frame, absl::Time time, size_t max_bytes,
-                    bool snapshot, uint32_t first_part = 0);
+  // `stamp_nanos`: FrameUpdate.stamp_nanos.
+  FrameUpdateWriter(uint64_t frame, absl::Time time, int64_t stamp_nanos,
+                    size_t max_bytes, bool snapshot, uint32_t first_part = 0);
 
   // Whether `bytes` more still fit in the current part (or the first).
   bool Fits(size_t bytes) const {
@@ -77,6 +78,7 @@ class FrameUpdateWriter {
 
   const uint64_t frame_;
   const int64_t time_nanos_;
+  const int64_t stamp_nanos_;
   const size_t max_bytes_;
   const bool snapshot_;
   const uint32_t first_part_;

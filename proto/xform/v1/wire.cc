@@ -10,6 +10,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
+#include "google/protobuf/wire_format_lite.h"
 #include "xform/v1/compact_moves.h"
 
 namespace xform::v1 {
@@ -67,6 +70,41 @@ void AppendEntityState(const EntityState& state, ReadResponse* response) {
   response->add_parent(state.parent);
   AppendTransform(state.local, response->mutable_local());
   response->mutable_world()->Add(state.world.m.begin(), state.world.m.end());
+}
+
+void AppendStampNanos(int64_t stamp, std::string* serialized_request) {
+  google::protobuf::io::StringOutputStream stream(serialized_request);
+  google::protobuf::io::CodedOutputStream coded(&stream);
+  coded.WriteTag(google::protobuf::internal::WireFormatLite::MakeTag(
+      ApplyRequest::kStampNanosFieldNumber,
+      google::protobuf::internal::WireFormatLite::WIRETYPE_VARINT));
+  coded.WriteVarint64(static_cast<uint64_t>(stamp));
+}
+
+void AppendTimedPose(EntityId source, const xform::TimedPose& pose,
+                     LookupTransformResponse* response) {
+  TimedPose& out = *response->add_poses();
+  out.set_source(source);
+  out.mutable_pose()->Add(pose.pose.m.begin(), pose.pose.m.end());
+  out.set_stamp_nanos(pose.stamp);
+  out.set_oldest_used_nanos(pose.oldest_used);
+  out.set_newest_used_nanos(pose.newest_used);
+}
+
+absl::StatusOr<std::vector<xform::TimedPose>> TimedPosesFromWire(
+    const LookupTransformResponse& response) {
+  std::vector<xform::TimedPose> out;
+  out.reserve(response.poses_size());
+  for (const TimedPose& pose : response.poses()) {
+    if (pose.pose_size() != kMatrixFloats) {
+      return absl::InternalError("malformed TimedPose from the server");
+    }
+    out.push_back({.pose = MatrixFromWire(pose.pose().data()),
+                   .stamp = pose.stamp_nanos(),
+                   .oldest_used = pose.oldest_used_nanos(),
+                   .newest_used = pose.newest_used_nanos()});
+  }
+  return out;
 }
 
 absl::StatusOr<std::vector<EntityState>> EntityStatesFromWire(

@@ -9,12 +9,14 @@
 
 #include <cstddef>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "xform/history.h"
 #include "xform/region.h"
 #include "xform/stream_stats.h"
 #include "xform/subscriber_info.h"
@@ -54,6 +56,18 @@ void AppendEntityState(const EntityState& state, ReadResponse* response);
 // INTERNAL when the response's arrays disagree in length.
 absl::StatusOr<std::vector<EntityState>> EntityStatesFromWire(
     const ReadResponse& response);
+
+// Appends ApplyRequest.stamp_nanos = `stamp` to a serialized ApplyRequest
+// (a later field wins when it is parsed): a journaled batch that asked for
+// the server's clock records the stamp it was given, without encoding the
+// batch again.
+void AppendStampNanos(int64_t stamp, std::string* serialized_request);
+
+// A lookup's result (LookupTransformResponse.poses), both ways.
+void AppendTimedPose(EntityId source, const xform::TimedPose& pose,
+                     LookupTransformResponse* response);
+absl::StatusOr<std::vector<xform::TimedPose>> TimedPosesFromWire(
+    const LookupTransformResponse& response);
 
 // A world's stream counts (WorldInfo.stream), both ways.
 void StreamStatsToWire(const xform::StreamStats& stats, StreamStats* out);

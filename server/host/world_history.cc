@@ -1,0 +1,149 @@
+// Copyright 2026 The xform Authors.
+
+#include "server/host/world_history.h"
+
+#include <algorithm>
+#include <utility>
+#include <variant>
+
+#include "absl/strings/str_cat.h"
+
+namespace xform::server {
+namespace {
+
+EntityId SetEntity(const Command& command) {
+  if (const auto* set = std::get_if<SetLocalOp>(&command)) return set->entity;
+  if (const auto* set = std::get_if<SetWorldOp>(&command)) return set->entity;
+  return kNoEntity;
+}
+
+}  // namespace
+
+WorldHistory::WorldHistory(HistoryLimits limits) : limits_(limits) {
+  if (limits.window_nanos > 0) {
+    history_ = std::make_unique<History>(HistoryOptions{
+        .window_nanos = limits.window_nanos, .max_bytes = limits.max_bytes});
+  }
+}
+
+absl::StatusOr<Stamp> WorldHistory::StampOf(int64_t requested,
+                                            absl::Time now) const {
+  if (requested == 0) return absl::ToUnixNanos(now);
+  if (requested < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("stamp_nanos ", requested, " is negative"));
+  }
+  if (newest_ != 0 && requested - newest_ > limits_.max_ahead_nanos) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "stamp_nanos ", requested, " is more than ",
+        limits_.max_ahead_nanos / 1e9, " s past the world's newest stamp, ",
+        newest_, " (--max_stamp_ahead_seconds)"));
+  }
+  return requested;
+}
+
+void WorldHistory::Prepare(std::vector<Command>& commands, Stamp stamp,
+                           const World& world, Prepared& prepared) {
+  if (history_ != nullptr) {
+    // Late sets leave the batch, in order; the rest keep theirs.
+    auto late = [&](const Command& command) {
+      const EntityId entity = SetEntity(command);
+      return entity != kNoEntity && stamp < history_->NewestOf(entity);
+    };
+    if (std::any_of(commands.begin(), commands.end(), late)) {
+      for (const Command& command : commands) {
+        if (late(command)) prepared.late.push_back(command);
+      }
+      commands.erase(std::remove_if(commands.begin(), commands.end(), late),
+                     commands.end());
+    }
+  }
+  for (const Command& command : commands) {
+    const auto* destroy = std::get_if<DestroyOp>(&command);
+    if (destroy == nullptr || history_ == nullptr) continue;
+    if (destroy->mode == DestroyMode::kSubtree) {
+      absl::StatusOr<std::vector<EntityId>> subtree =
+          world.Subtree(destroy->entity);
+      if (subtree.ok()) {
+        prepared.destroyed.insert(prepared.destroyed.end(), subtree->begin(),
+                                  subtree->end());
+      }
+    } else {
+      prepared.destroyed.push_back(destroy->entity);
+      absl::StatusOr<std::vector<EntityId>> children =
+          world.Children(destroy->entity);
+      if (children.ok()) {
+        prepared.kept_children.insert(prepared.kept_children.end(),
+                                      children->begin(), children->end());
+      }
+    }
+  }
+}
+
+void WorldHistory::RecordLateSet(const Command& command, Stamp stamp) {
+  const EntityId entity = SetEntity(command);
+  absl::StatusOr<EntityId> parent = history_->ParentAt(entity, stamp);
+  if (!parent.ok()) return;
+  if (const auto* set = std::get_if<SetLocalOp>(&command)) {
+    history_->Record(entity, stamp, *parent, Normalized(set->local),
+                     SampleKind::kSet);
+    return;
+  }
+  // A late set-world: its local under the parent as the parent was then.
+  const auto& set = std::get<SetWorldOp>(command);
+  Matrix3x4 parent_world;
+  if (*parent != kNoEntity) {
+    absl::StatusOr<TimedPose> then = history_->Lookup(kNoEntity, *parent, stamp);
+    if (!then.ok()) return;  // Not known then: nothing to record it against.
+    parent_world = then->pose;
+  }
+  history_->Record(
+      entity, stamp, *parent,
+      LocalForWorld(parent_world, ToMatrix(Normalized(set.world))),
+      SampleKind::kSet);
+}
+
+void WorldHistory::Record(absl::Span<const Command> commands, Stamp stamp,
+                          const World& world, const Prepared& prepared) {
+  newest_ = std::max(newest_, stamp);
+  ++version_;
+  if (history_ == nullptr) return;
+  for (const Command& late : prepared.late) RecordLateSet(late, stamp);
+  // Structure is recorded no earlier than what the entity holds already.
+  auto record = [&](EntityId entity, SampleKind kind) {
+    absl::StatusOr<Transform> local = world.Local(entity);
+    if (!local.ok()) return;  // Gone again later in the batch.
+    const Stamp at = kind == SampleKind::kSet
+                         ? stamp
+                         : std::max(stamp, history_->NewestOf(entity));
+    history_->Record(entity, at, *world.Parent(entity), *local, kind);
+  };
+  for (const Command& command : commands) {
+    if (const auto* create = std::get_if<CreateOp>(&command)) {
+      record(create->entity, SampleKind::kCreate);
+    } else if (const auto* link = std::get_if<LinkOp>(&command)) {
+      record(link->entity, SampleKind::kLink);
+    } else if (const EntityId set = SetEntity(command); set != kNoEntity) {
+      record(set, SampleKind::kSet);
+    }
+  }
+  for (EntityId entity : prepared.destroyed) {
+    if (world.Has(entity)) continue;  // Created again later in the batch.
+    history_->RecordDestroy(entity,
+                            std::max(stamp, history_->NewestOf(entity)));
+  }
+  for (EntityId child : prepared.kept_children) {
+    record(child, SampleKind::kLink);
+  }
+}
+
+void WorldHistory::Fill(v1::WorldHistory* info) const {
+  info->set_newest_stamp_nanos(newest_);
+  if (history_ == nullptr) return;
+  info->set_window_nanos(history_->window());
+  info->set_samples(history_->samples());
+  info->set_bytes(history_->MemoryBytes());
+  info->set_refused_old(history_->refused_old());
+}
+
+}  // namespace xform::server
