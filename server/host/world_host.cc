@@ -514,6 +514,8 @@ v1::WorldInfo HostedWorld::Info() const {
     info.set_entities(world_.size());
     history_.Fill(info.mutable_history());
   }
+  info.mutable_history()->set_waiting_lookups(
+      static_cast<uint32_t>(waiting_count_.load(std::memory_order_acquire)));
   info.set_frame(replicator_.frame());
   info.set_subscribers(static_cast<uint32_t>(replicator_.subscribers()));
   v1::StreamStatsToWire(replicator_.stream_stats(), info.mutable_stream());
