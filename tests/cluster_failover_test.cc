@@ -67,6 +67,33 @@ void WriteBatches(Client& client, Writer& w, int batches) {
   }
 }
 
+// What node `client` answers to lookups of every entity of `model` in the
+// world's origin, at the latest stamp and at stamps between the writer's
+// batches (their stamps the writer's clock gave them, carried by the log):
+// each pose's bytes or its error, one line each.
+std::string LookupAnswers(Client& client, const std::string& world,
+                          const World& model) {
+  std::string answers;
+  model.ForEach([&](EntityId e, EntityId, const Matrix3x4&) {
+    absl::StatusOr<TimedPose> latest = client.LookupTransform(world, 0, e);
+    absl::StrAppend(&answers, e, ": ", latest.status().ToString());
+    if (!latest.ok()) return;
+    for (const Stamp back : {Stamp{0}, Stamp{1'000'000}, Stamp{37'000'000}}) {
+      absl::StatusOr<TimedPose> then = client.LookupTransform(
+          world, 0, e, {.stamp = latest->stamp - back});
+      absl::StrAppend(&answers, " | ", then.status().ToString());
+      if (then.ok()) {
+        absl::StrAppend(&answers, " ",
+                        absl::BytesToHexString(absl::string_view(
+                            reinterpret_cast<const char*>(&then->pose),
+                            sizeof then->pose)));
+      }
+    }
+    absl::StrAppend(&answers, "\n");
+  });
+  return answers;
+}
+
 TEST(ClusterFailoverTest, EveryNodeIsAnExactReplicaAndWritesGoToTheWriter) {
   XformCluster cluster(3, 3);
   std::unique_ptr<Client> first = cluster.ClientOf(0);
@@ -142,6 +169,18 @@ TEST(ClusterFailoverTest, EveryNodeIsAnExactReplicaAndWritesGoToTheWriter) {
       EXPECT_EQ(info->writer_address, cluster.Address(0));
       EXPECT_EQ(info->answered_by, XformCluster::Name(node));
     }
+  }
+  // Every replica holds the writer's history, bit for bit: the same
+  // lookups get the same answers on every node.
+  std::unique_ptr<Client> writer_node = cluster.ClientOf(0);
+  const std::string expected =
+      LookupAnswers(*writer_node, writers[0].world, writers[0].model);
+  EXPECT_NE(expected.find("OK"), std::string::npos);
+  for (int node = 1; node < cluster.size(); ++node) {
+    std::unique_ptr<Client> client = cluster.ClientOf(node);
+    EXPECT_EQ(LookupAnswers(*client, writers[0].world, writers[0].model),
+              expected)
+        << "node " << node;
   }
   absl::StatusOr<std::vector<NodeInfo>> nodes = third->ListNodes();
   ASSERT_TRUE(nodes.ok()) << nodes.status();
