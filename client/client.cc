@@ -344,6 +344,13 @@ WorldInfo FromWire(const v1::WorldInfo& info) {
   out.frame = info.frame();
   out.subscribers = info.subscribers();
   out.stream = v1::StreamStatsFromWire(info.stream());
+  const v1::WorldHistory& history = info.history();
+  out.history = {.window = absl::Nanoseconds(history.window_nanos()),
+                 .newest_stamp = history.newest_stamp_nanos(),
+                 .samples = history.samples(),
+                 .bytes = history.bytes(),
+                 .refused_old = history.refused_old(),
+                 .waiting_lookups = history.waiting_lookups()};
   if (info.has_placement()) {
     const v1::WorldPlacement& placement = info.placement();
     out.writer_node = placement.owner_node();

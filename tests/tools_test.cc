@@ -95,6 +95,33 @@ TEST_F(ToolsTest, XformctlManagesWorldsAndEntities) {
   EXPECT_EQ(Ctl("worlds delete w").exit_code, 0);
 }
 
+TEST_F(ToolsTest, XformctlStampsWritesAndLooksUpAtAStamp) {
+  ASSERT_EQ(Ctl("worlds create w --mode=driven").exit_code, 0);
+  ASSERT_EQ(Ctl("entities create w 1 --position=0,1,0 --stamp=1000000000")
+                .exit_code,
+            0);
+  ASSERT_EQ(Ctl("entities create w 2 --parent=1 --position=1,0,0 "
+                "--stamp=1000000000")
+                .exit_code,
+            0);
+  ASSERT_EQ(Ctl("entities set w 1 --position=4,1,0 --stamp=2000000000")
+                .exit_code,
+            0);
+  Ran looked = Ctl("lookup w 0 2 --at=1500000000 --json");
+  ASSERT_EQ(looked.exit_code, 0) << looked.err;
+  const Json pose = Json::parse(looked.out);
+  EXPECT_EQ(pose["stamp_nanos"], 1500000000);
+  EXPECT_FLOAT_EQ(pose["pose"][3].get<float>(), 3.0f);  // (0 + 4) / 2 + 1.
+  Ran then = Ctl("entities get w 2 --at=1250000000 --json");
+  ASSERT_EQ(then.exit_code, 0) << then.err;
+  EXPECT_FLOAT_EQ(Json::parse(then.out)["world"][3].get<float>(), 2.0f);
+  Ran later = Ctl("lookup w 0 2 --at=3000000000 --wait=100ms");
+  EXPECT_EQ(later.exit_code, 1);
+  EXPECT_THAT(later.err, HasSubstr("DEADLINE_EXCEEDED"));
+  EXPECT_THAT(later.err, HasSubstr("known until 2000000000"));
+  EXPECT_THAT(Ctl("worlds info w").out, HasSubstr("10s window"));
+}
+
 TEST_F(ToolsTest, XformctlErrorsCarryTheServersStatus) {
   Ran missing = Ctl("worlds info nope");
   EXPECT_EQ(missing.exit_code, 1);

@@ -37,7 +37,14 @@ Json ToJson(const WorldInfo& w) {
                {"entities", w.entities},
                {"frame", w.frame},
                {"subscribers", w.subscribers},
-               {"stream", ToJson(w.stream)}};
+               {"stream", ToJson(w.stream)},
+               {"history",
+                {{"window_seconds", absl::ToDoubleSeconds(w.history.window)},
+                 {"newest_stamp_nanos", w.history.newest_stamp},
+                 {"samples", w.history.samples},
+                 {"bytes", w.history.bytes},
+                 {"refused_old", w.history.refused_old},
+                 {"waiting_lookups", w.history.waiting_lookups}}}};
   if (!w.answered_by.empty()) {
     json["cluster"] = {
         {"writer_node", w.writer_node},
@@ -128,6 +135,15 @@ std::string ToText(const WorldInfo& w) {
   std::string text = absl::StrFormat(
       "%-24s %-7s %7.1f Hz %10u entities  frame %-9u %u subscribers", w.name,
       ModeName(w.mode), w.tick_hz, w.entities, w.frame, w.subscribers);
+  absl::StrAppend(
+      &text, "\nhistory: ",
+      w.history.window == absl::ZeroDuration()
+          ? std::string("none")
+          : absl::StrFormat("%s window, %u samples, %.1f MB, newest stamp %d, "
+                            "%u lookups waiting",
+                            absl::FormatDuration(w.history.window),
+                            w.history.samples, w.history.bytes / 1e6,
+                            w.history.newest_stamp, w.history.waiting_lookups));
   if (!w.answered_by.empty()) {
     absl::StrAppend(&text, "  written at ",
                     w.writer_node.empty() ? "(none now)" : w.writer_node);

@@ -53,6 +53,15 @@ ABSL_FLAG(bool, keep_world, false,
           "entities link: keep the world transform (default: the local)");
 ABSL_FLAG(bool, subtree, false, "entities get: the entity and all below it");
 ABSL_FLAG(bool, end_frame, false, "writes: publish a frame (driven worlds)");
+ABSL_FLAG(int64_t, stamp, 0,
+          "writes: when the poses were true, in ns on the world's writers' "
+          "clock (0: the server's Unix time)");
+ABSL_FLAG(int64_t, at, 0,
+          "lookup, entities get: the stamp to look up at, in ns (lookup: 0 "
+          "is the latest every link is known at)");
+ABSL_FLAG(absl::Duration, wait, absl::ZeroDuration(),
+          "lookup: how long the server may wait for data newer than it "
+          "holds");
 // watch
 ABSL_FLAG(std::string, entities, "", "watch: only these ids (a,b,c)");
 ABSL_FLAG(std::string, subtrees, "", "watch: only the subtrees of these ids");
@@ -270,8 +279,10 @@ class Ctl {
   }
 
   int EntitiesGet(const std::vector<std::string>& args) {
+    const Stamp at = absl::GetFlag(FLAGS_at);
     absl::StatusOr<std::vector<EntityState>> read =
-        absl::GetFlag(FLAGS_subtree) && ids_.size() == 1
+        at != 0 ? client_.ReadAt(args[0], ids_, at)
+        : absl::GetFlag(FLAGS_subtree) && ids_.size() == 1
             ? client_.ReadSubtree(args[0], ids_[0])
             : client_.Read(args[0], ids_);
     if (!read.ok()) return Fail(read.status());
@@ -287,6 +298,27 @@ class Ctl {
                 e.entity, e.parent, local[0], local[1], local[2], local[3],
                 local[4], local[5], local[6], local[7], local[8], local[9],
                 absl::StrJoin(e.world.m, " ")));
+    }
+    return 0;
+  }
+
+  // Sources' poses in the target's frame at a stamp (docs/time.md).
+  int Lookup(const std::vector<std::string>& args) {
+    absl::StatusOr<std::vector<TimedPose>> poses = client_.LookupTransforms(
+        args[0], ids_[0], absl::MakeConstSpan(ids_).subspan(1),
+        {.stamp = absl::GetFlag(FLAGS_at), .timeout = absl::GetFlag(FLAGS_wait)});
+    if (!poses.ok()) return Fail(poses.status());
+    for (size_t k = 0; k < poses->size(); ++k) {
+      const TimedPose& pose = (*poses)[k];
+      Print({{"target", ids_[0]},
+             {"source", ids_[k + 1]},
+             {"stamp_nanos", pose.stamp},
+             {"oldest_used_nanos", pose.oldest_used},
+             {"newest_used_nanos", pose.newest_used},
+             {"pose", pose.pose.m}},
+            absl::StrFormat("%u in %u at %d (samples %d..%d)\n  pose  %s",
+                            ids_[k + 1], ids_[0], pose.stamp, pose.oldest_used,
+                            pose.newest_used, absl::StrJoin(pose.pose.m, " ")));
     }
     return 0;
   }
@@ -317,7 +349,9 @@ class Ctl {
   int Write(const std::string& world, const xform::Command& op,
             const std::string& done) {
     absl::StatusOr<uint64_t> frame = client_.Apply(
-        world, {op}, {.end_frame = absl::GetFlag(FLAGS_end_frame)});
+        world, {op},
+        {.end_frame = absl::GetFlag(FLAGS_end_frame),
+         .stamp = absl::GetFlag(FLAGS_stamp)});
     if (!frame.ok()) return Fail(frame.status());
     Print({{"ok", done}, {"frame", *frame}},
           absl::StrCat(done, " (frame ", *frame, ")"));
@@ -405,9 +439,17 @@ const Command kCommands[] = {
      "[--scale=x,y,z]",
      "Changes the given parts of an entity's local transform.", 2, false,
      &Ctl::EntitiesSet},
-    {"entities get", "xformctl entities get WORLD ID... [--subtree]",
-     "Prints entities' parent, local transform and world matrix.", 2, true,
-     &Ctl::EntitiesGet},
+    {"entities get",
+     "xformctl entities get WORLD ID... [--subtree] [--at=STAMP_NS]",
+     "Prints entities' parent, local transform, world matrix (at a stamp, "
+     "from the world's history, with --at).",
+     2, true, &Ctl::EntitiesGet},
+    {"lookup",
+     "xformctl lookup WORLD TARGET SOURCE... [--at=STAMP_NS] [--wait=1s]",
+     "Each source's pose in the target's frame (0: the world's origin) at "
+     "a stamp, interpolated from the world's history as tf2's "
+     "lookupTransform; --wait lets the server wait for newer data.",
+     3, true, &Ctl::Lookup},
     {"watch",
      "xformctl watch WORLD [--entities=a,b] [--subtrees=a,b] "
      "[--region=box:x0,y0,z0,x1,y1,z1|sphere:x,y,z,r] [--rate_hz=HZ] "
@@ -451,6 +493,11 @@ const Command* Find(absl::string_view name) {
   return nullptr;
 }
 
+// Commands named by one word; the others take two ("worlds create").
+bool IsOneWord(absl::string_view command) {
+  return command == "watch" || command == "lookup";
+}
+
 int Ctl::Run(const Invocation& in) {
   const Command* command = Find(in.command);
   if (command == nullptr) {
@@ -460,7 +507,7 @@ int Ctl::Run(const Invocation& in) {
                         : in.operands.size() != command->operands) {
     return UsageError("wrong number of operands", in.command);
   }
-  if (absl::StartsWith(in.command, "entities")) {
+  if (absl::StartsWith(in.command, "entities") || in.command == "lookup") {
     for (size_t i = 1; i < in.operands.size(); ++i) {
       EntityId id;
       if (!absl::SimpleAtoi(in.operands[i], &id)) {
@@ -581,7 +628,7 @@ int main(int argc, char** argv) {
   }
   if (help || argc == 1) {
     std::string command = absl::StrJoin(words, " ");
-    if (!words.empty() && words[0] == "watch") command = "watch";
+    if (!words.empty() && xform::IsOneWord(words[0])) command = words[0];
     xform::PrintUsage(stdout, command);
     return argc == 1 ? xform::kUsageError : 0;
   }
@@ -589,7 +636,7 @@ int main(int argc, char** argv) {
   xform::Invocation in;
   size_t next = 1;
   if (next < positional.size()) in.command = positional[next++];
-  if (in.command != "watch" && next < positional.size()) {
+  if (!xform::IsOneWord(in.command) && next < positional.size()) {
     absl::StrAppend(&in.command, " ", positional[next++]);
   }
   for (; next < positional.size(); ++next) {

@@ -110,6 +110,18 @@ struct WorldOptions {
   double tick_hz = 0;  // kTick only; 0 takes the server's default.
 };
 
+// How far back a world's history reaches (docs/time.md).
+struct WorldHistoryInfo {
+  // Each entity's samples span this (0: the world keeps no history); less
+  // than --history_seconds once the world's --history_mb bites.
+  absl::Duration window;
+  Stamp newest_stamp = 0;  // The newest stamp applied.
+  uint64_t samples = 0;
+  uint64_t bytes = 0;
+  uint64_t refused_old = 0;  // Samples older than their entity's window.
+  uint32_t waiting_lookups = 0;
+};
+
 struct WorldInfo {
   std::string name;
   FrameMode mode = FrameMode::kServerDefault;
@@ -132,6 +144,7 @@ struct WorldInfo {
   // skips that record (Client::SkipRecord).
   std::string wedged;
   uint64_t wedged_record = 0;
+  WorldHistoryInfo history;
 };
 
 // A node of a cluster (Client::ListNodes).
