@@ -298,5 +298,51 @@ TEST(RecoveryTest, NotServingUntilRecoveryIsDone) {
   std::filesystem::remove_all(data_dir);
 }
 
+// A set that came late (older than its entity's newest sample) went into
+// history only; its journal record says so, so that recovery applies what
+// the live world applied, even for a batch that was late whole.
+TEST(RecoveryTest, LateSetsStayOutOfTheLiveWorldAfterKill9) {
+  const std::string data_dir =
+      absl::StrCat(::testing::TempDir(), "xform_late_", getpid());
+  std::filesystem::remove_all(data_dir);
+  const std::vector<std::string> flags = {absl::StrCat("--data_dir=", data_dir),
+                                          "--fsync=always",
+                                          "--snapshot_every=100GiB"};
+  constexpr Stamp kS = 1'000'000'000;
+  {
+    testing::Xformd server(flags);
+    std::unique_ptr<Client> client = ConnectReady(server.address());
+    ASSERT_NE(client, nullptr) << server.Log();
+    ASSERT_TRUE(client->CreateWorld("w", {}).ok());
+    ASSERT_TRUE(client
+                    ->Apply("w", {CreateOp{1, kNoEntity, At(0)},
+                                  CreateOp{2, kNoEntity, At(0)}},
+                            {.stamp = kS})
+                    .ok());
+    ASSERT_TRUE(client
+                    ->Apply("w", {SetLocalOp{1, At(30)}, SetLocalOp{2, At(30)}},
+                            {.stamp = 3 * kS})
+                    .ok());
+    // Late for 1 only; then late whole.
+    ASSERT_TRUE(client
+                    ->Apply("w", {SetLocalOp{1, At(20)}, SetLocalOp{2, At(20)}},
+                            {.stamp = 2 * kS})
+                    .ok());
+    ASSERT_TRUE(client
+                    ->Apply("w", {SetLocalOp{2, At(40)}}, {.stamp = 4 * kS})
+                    .ok());
+    ASSERT_TRUE(
+        client->Apply("w", {SetLocalOp{1, At(10)}}, {.stamp = kS + 1}).ok());
+    server.Kill();
+  }
+  testing::Xformd server(flags);
+  std::unique_ptr<Client> client = ConnectReady(server.address());
+  ASSERT_NE(client, nullptr) << server.Log();
+  absl::StatusOr<std::vector<EntityState>> now = client->Read("w", {1, 2});
+  ASSERT_TRUE(now.ok()) << now.status() << server.Log();
+  EXPECT_FLOAT_EQ((*now)[0].local.position.x, 30);
+  EXPECT_FLOAT_EQ((*now)[1].local.position.x, 40);
+}
+
 }  // namespace
 }  // namespace xform

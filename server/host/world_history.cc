@@ -42,22 +42,24 @@ absl::StatusOr<Stamp> WorldHistory::StampOf(int64_t requested,
   return requested;
 }
 
-void WorldHistory::Prepare(std::vector<Command>& commands, Stamp stamp,
-                           const World& world, Prepared& prepared) {
-  if (history_ != nullptr) {
-    // Late sets leave the batch, in order; the rest keep theirs.
-    auto late = [&](const Command& command) {
-      const EntityId entity = SetEntity(command);
-      return entity != kNoEntity && stamp < history_->NewestOf(entity);
-    };
-    if (std::any_of(commands.begin(), commands.end(), late)) {
-      for (const Command& command : commands) {
-        if (late(command)) prepared.late.push_back(command);
-      }
-      commands.erase(std::remove_if(commands.begin(), commands.end(), late),
-                     commands.end());
-    }
+void WorldHistory::TakeLateSets(std::vector<Command>& commands, Stamp stamp,
+                                Prepared& prepared) const {
+  if (history_ == nullptr) return;
+  // Late sets leave the batch, in order; the rest keep theirs.
+  auto late = [&](const Command& command) {
+    const EntityId entity = SetEntity(command);
+    return entity != kNoEntity && stamp < history_->NewestOf(entity);
+  };
+  if (std::none_of(commands.begin(), commands.end(), late)) return;
+  for (const Command& command : commands) {
+    if (late(command)) prepared.late.push_back(command);
   }
+  commands.erase(std::remove_if(commands.begin(), commands.end(), late),
+                 commands.end());
+}
+
+void WorldHistory::Prepare(absl::Span<const Command> commands,
+                           const World& world, Prepared& prepared) const {
   for (const Command& command : commands) {
     const auto* destroy = std::get_if<DestroyOp>(&command);
     if (destroy == nullptr || history_ == nullptr) continue;

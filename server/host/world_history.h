@@ -67,12 +67,16 @@ class WorldHistory {
     std::vector<EntityId> destroyed;
     std::vector<EntityId> kept_children;
   };
-  // Moves the late sets out of `commands` (see above): the rest apply to
-  // the live world. Fills `prepared` from `world` as it is before the
-  // batch; nothing is recorded until Record (a refused batch leaves no
-  // trace).
-  void Prepare(std::vector<Command>& commands, Stamp stamp,
-               const World& world, Prepared& prepared);
+  // The writer's: moves the late sets out of `commands` into
+  // `prepared.late` (see above); the rest apply to the live world. (A
+  // replica takes them from the writer's record instead: it may not hold
+  // the history that made them late.)
+  void TakeLateSets(std::vector<Command>& commands, Stamp stamp,
+                    Prepared& prepared) const;
+  // Fills the rest of `prepared` from `world` as it is before the batch.
+  // Nothing is recorded until Record: a refused batch leaves no trace.
+  void Prepare(absl::Span<const Command> commands, const World& world,
+               Prepared& prepared) const;
   // Records what the batch did, with `world` in its state after.
   void Record(absl::Span<const Command> commands, Stamp stamp,
               const World& world, const Prepared& prepared);

@@ -78,6 +78,11 @@ absl::StatusOr<std::vector<Command>> HostedWorld::Validated(
   if (absl::Status id = v1::CheckWriteId(request.write_id()); !id.ok()) {
     return id;
   }
+  if (!request.history_only().empty()) {
+    return absl::InvalidArgumentError(
+        "history_only is the server's, in its journal; a client sends sets "
+        "with a stamp instead");
+  }
   return v1::ToCommands(request, limits.max_batch);
 }
 
@@ -191,9 +196,30 @@ absl::StatusOr<uint64_t> HostedWorld::Repeated(
   return write.frame;
 }
 
+namespace {
+
+// The record of a batch that had late sets: its live commands, and the late
+// ones apart (ApplyRequest.history_only), so that a replica or a recovery
+// applies what the writer applied live without knowing what made them late.
+// Only for such batches: the record is otherwise the request as sent.
+std::string JournaledWithLateSets(const std::string& journaled,
+                                  absl::Span<const Command> live,
+                                  absl::Span<const Command> late) {
+  v1::ApplyRequest record;
+  record.ParseFromString(journaled);
+  record.clear_commands();
+  v1::AppendCommands(live, &record);
+  v1::ApplyRequest late_sets;
+  v1::AppendCommands(late, &late_sets);
+  record.mutable_history_only()->Swap(late_sets.mutable_commands());
+  return record.SerializeAsString();
+}
+
+}  // namespace
+
 absl::StatusOr<uint64_t> HostedWorld::ApplyLocked(
     std::vector<Command>& commands, Stamp stamp, const std::string& client_id,
-    size_t creates, const std::string& journaled, const Limits& limits,
+    size_t creates, std::string& journaled, const Limits& limits,
     std::optional<WorldLog::Acknowledgement>& acknowledgement) {
   if (world_.size() + creates > limits.max_entities_per_world) {
     return absl::ResourceExhaustedError(
@@ -214,7 +240,11 @@ absl::StatusOr<uint64_t> HostedWorld::ApplyLocked(
   };
   world_.set_max_ancestor_walk(limits.max_ancestor_walk);
   WorldHistory::Prepared prepared;
-  history_.Prepare(commands, stamp, world_, prepared);
+  history_.TakeLateSets(commands, stamp, prepared);
+  if (!prepared.late.empty() && !journaled.empty()) {
+    journaled = JournaledWithLateSets(journaled, commands, prepared.late);
+  }
+  history_.Prepare(commands, world_, prepared);
   if (absl::Status s = world_.Apply(commands, journal); !s.ok()) return s;
   history_.Record(commands, stamp, world_, prepared);
   if (!journaled.empty()) open_frame_logged_ = true;
@@ -350,10 +380,13 @@ absl::Status HostedWorld::ApplyLogged(absl::string_view batch, uint64_t frame) {
     absl::MutexLock publishing(&publish_mu_);
     OpenLoggedFrame(frame);
     absl::MutexLock lock(&mu_);
-    // The writer's stamp (its record carries the one it gave the batch).
+    // The writer's stamp and late sets: its record carries them.
     const Stamp stamp = request.stamp_nanos();
     WorldHistory::Prepared prepared;
-    history_.Prepare(*commands, stamp, world_, prepared);
+    absl::StatusOr<std::vector<Command>> late = v1::HistoryOnlyCommands(request);
+    if (!late.ok()) return late.status();
+    prepared.late = *std::move(late);
+    history_.Prepare(*commands, world_, prepared);
     if (absl::Status applied = world_.Apply(*commands); !applied.ok()) {
       return absl::DataLossError(
           absl::StrCat("a logged batch does not apply: ", applied.message()));

@@ -264,7 +264,7 @@ class HostedWorld : public SnapshotSource {
   // recorded in history at `stamp`, or refused whole; the frame it is in.
   absl::StatusOr<uint64_t> ApplyLocked(
       std::vector<Command>& commands, Stamp stamp, const std::string& client_id,
-      size_t creates, const std::string& journaled, const Limits& limits,
+      size_t creates, std::string& journaled, const Limits& limits,
       std::optional<WorldLog::Acknowledgement>& acknowledgement)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Closes the open frame into changes_ (and closed_writers_); if its

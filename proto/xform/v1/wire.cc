@@ -376,6 +376,57 @@ absl::Status AppendLinks(int k, const LinkCommand& link,
 
 }  // namespace
 
+namespace {
+
+// `wire`'s commands appended to `commands`, or why they are malformed.
+absl::Status AppendWireCommands(
+    const google::protobuf::RepeatedPtrField<Command>& wire,
+    std::vector<xform::Command>* commands) {
+  for (int k = 0; k < wire.size(); ++k) {
+    const Command& c = wire.Get(k);
+    switch (c.kind_case()) {
+      case Command::kCreate:
+        if (absl::Status s = AppendCreates(k, c.create(), commands); !s.ok()) {
+          return s;
+        }
+        break;
+      case Command::kDestroy:
+        for (EntityId e : c.destroy().entity()) {
+          commands->emplace_back(DestroyOp{
+              e, c.destroy().keep_children() ? DestroyMode::kReparentChildren
+                                             : DestroyMode::kSubtree});
+        }
+        break;
+      case Command::kLink:
+        if (absl::Status s = AppendLinks(k, c.link(), commands); !s.ok()) {
+          return s;
+        }
+        break;
+      case Command::kSetLocal:
+        if (absl::Status s = AppendTransformOps<SetLocalOp>(
+                k, "set_local", c.set_local().entity(), c.set_local().local(),
+                commands);
+            !s.ok()) {
+          return s;
+        }
+        break;
+      case Command::kSetWorld:
+        if (absl::Status s = AppendTransformOps<SetWorldOp>(
+                k, "set_world", c.set_world().entity(), c.set_world().world(),
+                commands);
+            !s.ok()) {
+          return s;
+        }
+        break;
+      default:
+        return Malformed(k, "empty command");
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<xform::Command>> ToCommands(
     const ApplyRequest& request, size_t max_batch) {
   const size_t named = EntitiesNamed(request);
@@ -385,49 +436,25 @@ absl::StatusOr<std::vector<xform::Command>> ToCommands(
   }
   std::vector<xform::Command> commands;
   commands.reserve(named);
-  for (int k = 0; k < request.commands_size(); ++k) {
-    const Command& c = request.commands(k);
-    switch (c.kind_case()) {
-      case Command::kCreate:
-        if (absl::Status s = AppendCreates(k, c.create(), &commands); !s.ok()) {
-          return s;
-        }
-        break;
-      case Command::kDestroy:
-        for (EntityId e : c.destroy().entity()) {
-          commands.emplace_back(DestroyOp{
-              e, c.destroy().keep_children() ? DestroyMode::kReparentChildren
-                                             : DestroyMode::kSubtree});
-        }
-        break;
-      case Command::kLink:
-        if (absl::Status s = AppendLinks(k, c.link(), &commands); !s.ok()) {
-          return s;
-        }
-        break;
-      case Command::kSetLocal:
-        if (absl::Status s = AppendTransformOps<SetLocalOp>(
-                k, "set_local", c.set_local().entity(), c.set_local().local(),
-                &commands);
-            !s.ok()) {
-          return s;
-        }
-        break;
-      case Command::kSetWorld:
-        if (absl::Status s = AppendTransformOps<SetWorldOp>(
-                k, "set_world", c.set_world().entity(), c.set_world().world(),
-                &commands);
-            !s.ok()) {
-          return s;
-        }
-        break;
-      default:
-        return Malformed(k, "empty command");
-    }
+  if (absl::Status s = AppendWireCommands(request.commands(), &commands);
+      !s.ok()) {
+    return s;
   }
-  if (commands.empty() && !request.end_frame()) {
+  // (A journaled batch whose sets all came late has none to apply live.)
+  if (commands.empty() && !request.end_frame() &&
+      request.history_only().empty()) {
     return absl::InvalidArgumentError(
         "empty batch: no commands and no end_frame");
+  }
+  return commands;
+}
+
+absl::StatusOr<std::vector<xform::Command>> HistoryOnlyCommands(
+    const ApplyRequest& request) {
+  std::vector<xform::Command> commands;
+  if (absl::Status s = AppendWireCommands(request.history_only(), &commands);
+      !s.ok()) {
+    return s;
   }
   return commands;
 }

@@ -116,6 +116,10 @@ size_t EntitiesNamed(const ApplyRequest& request);
 absl::StatusOr<std::vector<xform::Command>> ToCommands(
     const ApplyRequest& request, size_t max_batch);
 
+// A journaled batch's late sets (ApplyRequest.history_only).
+absl::StatusOr<std::vector<xform::Command>> HistoryOnlyCommands(
+    const ApplyRequest& request);
+
 // Appends `batch` to `request` as wire commands, one per run of consecutive
 // commands of the same kind and mode, so a batch of N set-locals travels as
 // one structure-of-arrays command.
