@@ -237,6 +237,24 @@ void History::Record(EntityId entity, Stamp stamp, EntityId parent,
   if (max_bytes_ != 0 && MemoryBytes() > max_bytes_) EnforceBound();
 }
 
+bool History::RecordSet(EntityId entity, Stamp stamp,
+                        const Transform& local) {
+  auto found = tracks_.find(entity);
+  if (found == tracks_.end()) return false;
+  Track& track = found->second;
+  const size_t before = track.Bytes();
+  track.is_static = false;
+  // The parent is the newest's unless the sample lands before another.
+  const EntityId parent = stamp >= track.newest()
+                              ? track.parents.value.back()
+                              : track.parents.At(stamp);
+  Insert(track, stamp, parent, local);
+  AddBytes(before, track);
+  newest_ = std::max(newest_, stamp);
+  if (max_bytes_ != 0 && MemoryBytes() > max_bytes_) EnforceBound();
+  return true;
+}
+
 void History::Insert(Track& track, Stamp stamp, EntityId parent,
                      const Transform& local) {
   if (!track.samples.empty() && stamp < track.newest() - window_) {
@@ -244,20 +262,22 @@ void History::Insert(Track& track, Stamp stamp, EntityId parent,
     return;
   }
   const Sample sample(stamp, local.position, local.rotation);
-  auto it = std::lower_bound(
-      track.samples.begin(), track.samples.end(), stamp,
-      [](const Sample& s, Stamp at) { return s.stamp() < at; });
-  const size_t k = it - track.samples.begin();
-  const bool exists = it != track.samples.end() && it->stamp() == stamp;
-  const bool has_next = it != track.samples.end() && !exists;
-  const Stamp next = has_next ? it->stamp() : 0;
+  // Usually after the last: no search.
+  size_t k = track.samples.size();
+  if (!track.samples.empty() && stamp <= track.newest()) {
+    k = std::lower_bound(
+            track.samples.begin(), track.samples.end(), stamp,
+            [](const Sample& s, Stamp at) { return s.stamp() < at; }) -
+        track.samples.begin();
+  }
+  const bool exists = k < track.samples.size() && track.stamp(k) == stamp;
+  const bool has_next = k < track.samples.size() && !exists;
+  const Stamp next = has_next ? track.stamp(k) : 0;
   if (exists) {
-    *it = sample;  // A second sample at a stamp replaces the first.
+    track.samples[k] = sample;  // A second sample at a stamp replaces it.
   } else {
     if (track.samples.size() == track.samples.capacity()) {
-      // Grow by a quarter, not double: samples are most of a history's
-      // memory, and a track's length is steady once its window is full.
-      track.samples.reserve(track.samples.size() * 5 / 4 + 4);
+      k -= MakeRoom(track);
     }
     track.samples.insert(track.samples.begin() + k, sample);
     ++samples_;
@@ -265,7 +285,31 @@ void History::Insert(Track& track, Stamp stamp, EntityId parent,
   track.NoteEnds();
   track.parents.Set(stamp, parent, has_next, next);
   track.scales.Set(stamp, local.scale, has_next, next);
-  Compact(track);
+}
+
+size_t History::MakeRoom(Track& track) {
+  // Samples left of the window are dropped in place once they are a
+  // sixteenth of the track (so each is moved about 16 times at most);
+  // else the track grows by an eighth, not doubles: samples are most of a
+  // history's memory, and a track's length is steady once its window is
+  // full, so its capacity settles about a sixteenth above it and no
+  // insert allocates.
+  const size_t size = track.samples.size();
+  const size_t drop = FirstVisible(track);
+  if (drop > 0 && drop >= size / 16) {
+    DropFront(track, drop);
+    return drop;
+  }
+  track.samples.reserve(size + size / 8 + 4);
+  return 0;
+}
+
+void History::DropFront(Track& track, size_t drop) {
+  track.samples.erase(track.samples.begin(), track.samples.begin() + drop);
+  track.NoteEnds();
+  track.parents.DropBefore(track.stamp(0));
+  track.scales.DropBefore(track.stamp(0));
+  samples_ -= drop;
 }
 
 size_t History::FirstVisible(const Track& track) const {
@@ -277,20 +321,11 @@ size_t History::FirstVisible(const Track& track) const {
          track.samples.begin();
 }
 
-void History::Compact(Track& track, bool force) {
-  const size_t drop = FirstVisible(track);
-  const size_t size = track.samples.size();
-  if (drop == 0 || (!force && drop < (size - drop) / 8 + 4)) return;
-  const size_t keep = size - drop;
-  const size_t capacity = keep + keep / 8 + 4;
-  std::vector<Sample> samples;
-  samples.reserve(capacity);
-  samples.assign(track.samples.begin() + drop, track.samples.end());
-  track.samples = std::move(samples);
-  track.NoteEnds();
-  track.parents.DropBefore(track.stamp(0));
-  track.scales.DropBefore(track.stamp(0));
-  samples_ -= drop;
+void History::Shrink(Track& track) {
+  if (const size_t drop = FirstVisible(track); drop > 0) {
+    DropFront(track, drop);
+  }
+  track.samples.shrink_to_fit();
 }
 
 void History::RecordDestroy(EntityId entity, Stamp stamp) {
@@ -321,7 +356,7 @@ void History::EnforceBound() {
     window_ -= window_ / 4;
     for (auto& [entity, track] : tracks_) {
       const size_t before = track.Bytes();
-      Compact(track, /*force=*/true);
+      Shrink(track);
       AddBytes(before, track);
     }
   }

@@ -342,6 +342,18 @@ TEST(RecoveryTest, LateSetsStayOutOfTheLiveWorldAfterKill9) {
   ASSERT_TRUE(now.ok()) << now.status() << server.Log();
   EXPECT_FLOAT_EQ((*now)[0].local.position.x, 30);
   EXPECT_FLOAT_EQ((*now)[1].local.position.x, 40);
+  // Its entities are in history again, as they were at the newest stamp
+  // the journal held, and hold from there until they move.
+  absl::StatusOr<TimedPose> held =
+      client->LookupTransform("w", 0, 2, {.stamp = 9 * kS});
+  ASSERT_TRUE(held.ok()) << held.status();
+  EXPECT_FLOAT_EQ(held->pose.translation().x, 40);
+  ASSERT_TRUE(client->Apply("w", {SetLocalOp{2, At(50)}}, {.stamp = 6 * kS})
+                  .ok());
+  absl::StatusOr<TimedPose> between =
+      client->LookupTransform("w", 0, 2, {.stamp = 5 * kS});
+  ASSERT_TRUE(between.ok()) << between.status();
+  EXPECT_FLOAT_EQ(between->pose.translation().x, 45);
 }
 
 }  // namespace

@@ -139,9 +139,9 @@ TEST(HistoryTest, WindowPrunesAndRefusesSamplesOlderThanIt) {
   EXPECT_EQ(history.Lookup(kNoEntity, 1, 850 * kMs).status().code(),
             absl::StatusCode::kOutOfRange);
   EXPECT_FLOAT_EQ(XOf(history.Lookup(kNoEntity, 1, 950 * kMs)), 950);
-  // Pruned storage stays within an eighth of the window's samples (plus a
-  // few): columns do not double as they grow.
-  EXPECT_LE(history.samples(), 101u + 101 / 8 + 4);
+  // Storage stays within a quarter of the window's samples: tracks do not
+  // double as they grow, and drop what left the window in place.
+  EXPECT_LE(history.samples(), 101u * 5 / 4);
   history.Record(1, 500 * kMs, kNoEntity, At(0), SampleKind::kSet);
   EXPECT_EQ(history.refused_old(), 1u);
 }

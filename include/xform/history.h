@@ -100,6 +100,15 @@ class History {
   // `entity` had `local` under `parent` at `stamp`.
   void Record(EntityId entity, Stamp stamp, EntityId parent,
               const Transform& local, SampleKind kind);
+  // A pose set: as Record, under the parent `entity` has at its newest
+  // sample (a set changes no parent), without the caller finding it.
+  // False, recording nothing, for an entity without history.
+  bool RecordSet(EntityId entity, Stamp stamp, const Transform& local);
+  // Brings `entity`'s entry toward the cache ahead of a Record of it: a
+  // batch's loop prefetches a few entities ahead, so that the misses of
+  // scattered entities overlap.
+  void Prefetch(EntityId entity) const { tracks_.prefetch(entity); }
+
   // `entity` was destroyed at `stamp`. An entity created again later starts
   // a new history.
   void RecordDestroy(EntityId entity, Stamp stamp);
@@ -192,10 +201,12 @@ class History {
               const Transform& local);
   // The first sample of `track` inside the window.
   size_t FirstVisible(const Track& track) const;
-  // Drops samples outside the window from the front once they are an eighth
-  // of the track (or any, `force`d), into columns an eighth larger than
-  // what is left.
-  void Compact(Track& track, bool force = false);
+  // Room for one more sample in a full track: by dropping the samples
+  // left of the window, or growing. Returns how many were dropped.
+  size_t MakeRoom(Track& track);
+  void DropFront(Track& track, size_t drop);
+  // Drops what is left of the window and gives back spare capacity.
+  void Shrink(Track& track);
   void EnforceBound();
   void DropDestroyed();
   void AddBytes(size_t before, const Track& track);

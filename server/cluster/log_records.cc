@@ -178,7 +178,9 @@ absl::Status RecordReplay::Apply(const LogRecord& record) {
     world.RestartFrames(record.frame);
   }
   std::string write_id;
-  if (absl::Status s = ReplayBatch(record.batch, world, &write_id); !s.ok()) {
+  if (absl::Status s = ReplayBatch(record.batch, world, &write_id,
+                                   &world_.newest_stamp);
+      !s.ok()) {
     return s;
   }
   if (!write_id.empty()) {

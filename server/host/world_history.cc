@@ -44,7 +44,8 @@ absl::StatusOr<Stamp> WorldHistory::StampOf(int64_t requested,
 
 void WorldHistory::TakeLateSets(std::vector<Command>& commands, Stamp stamp,
                                 Prepared& prepared) const {
-  if (history_ == nullptr) return;
+  // No entity has a sample newer than the world's newest stamp.
+  if (history_ == nullptr || stamp >= newest_) return;
   // Late sets leave the batch, in order; the rest keep theirs.
   auto late = [&](const Command& command) {
     const EntityId entity = SetEntity(command);
@@ -120,13 +121,27 @@ void WorldHistory::Record(absl::Span<const Command> commands, Stamp stamp,
                          : std::max(stamp, history_->NewestOf(entity));
     history_->Record(entity, at, *world.Parent(entity), *local, kind);
   };
-  for (const Command& command : commands) {
-    if (const auto* create = std::get_if<CreateOp>(&command)) {
+  for (size_t k = 0; k < commands.size(); ++k) {
+    if (k + internal::kPrefetchAhead < commands.size()) {
+      const Command& ahead = commands[k + internal::kPrefetchAhead];
+      if (const EntityId set = SetEntity(ahead); set != kNoEntity) {
+        history_->Prefetch(set);
+      }
+    }
+    const Command& command = commands[k];
+    if (const auto* set = std::get_if<SetLocalOp>(&command)) {
+      // The local as given (the world keeps it normalized, so does this),
+      // under the parent the history has: no look-up in the world.
+      if (!history_->RecordSet(set->entity, stamp, Normalized(set->local))) {
+        record(set->entity, SampleKind::kSet);
+      }
+    } else if (const auto* create = std::get_if<CreateOp>(&command)) {
       record(create->entity, SampleKind::kCreate);
     } else if (const auto* link = std::get_if<LinkOp>(&command)) {
       record(link->entity, SampleKind::kLink);
-    } else if (const EntityId set = SetEntity(command); set != kNoEntity) {
-      record(set, SampleKind::kSet);
+    } else if (const EntityId set_world = SetEntity(command);
+               set_world != kNoEntity) {
+      record(set_world, SampleKind::kSet);
     }
   }
   for (EntityId entity : prepared.destroyed) {
@@ -137,6 +152,17 @@ void WorldHistory::Record(absl::Span<const Command> commands, Stamp stamp,
   for (EntityId child : prepared.kept_children) {
     record(child, SampleKind::kLink);
   }
+}
+
+void WorldHistory::Restart(const World& world, Stamp stamp) {
+  *this = WorldHistory(limits_);
+  newest_ = stamp;
+  ++version_;
+  if (history_ == nullptr) return;
+  world.ForEach([&](EntityId entity, EntityId parent, const Matrix3x4&) {
+    history_->Record(entity, std::max<Stamp>(stamp, 1), parent,
+                     *world.Local(entity), SampleKind::kCreate);
+  });
 }
 
 void WorldHistory::Fill(v1::WorldHistory* info) const {

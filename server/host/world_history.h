@@ -81,6 +81,13 @@ class WorldHistory {
   void Record(absl::Span<const Command> commands, Stamp stamp,
               const World& world, const Prepared& prepared);
 
+  // A world restored (from --data_dir, or a cluster's log): every entity
+  // enters history as it is, created at `stamp` (or 1 ns, the earliest,
+  // when the records held none). Its history before is not kept, and that
+  // sample holds until the entity's next: it was there at the newest stamp
+  // the records held. O(entities).
+  void Restart(const World& world, Stamp stamp);
+
   // The newest stamp of any batch applied (0: none yet).
   Stamp newest() const { return newest_; }
   // Grows with every batch recorded: waiting lookups wait for it to move.

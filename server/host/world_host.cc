@@ -300,6 +300,7 @@ void HostedWorld::Restore(RecoveredWorld& recovered) {
   absl::MutexLock publishing(&publish_mu_);
   absl::MutexLock lock(&mu_);
   world_ = std::move(recovered.world);
+  history_.Restart(world_, recovered.newest_stamp);
   open_frame_logged_ = open_frame_partial_ = recovered.partial_frame;
   for (const auto& [id, frame] : recovered.write_ids) {
     recent_writes_.Add(id, {frame, WriteOutcome::Settled()});
@@ -314,6 +315,7 @@ void HostedWorld::Reset(RecoveredWorld& reloaded) {
   absl::MutexLock publishing(&publish_mu_);
   absl::MutexLock lock(&mu_);
   world_ = std::move(reloaded.world);
+  history_.Restart(world_, reloaded.newest_stamp);
   open_frame_logged_ = open_frame_partial_ = reloaded.partial_frame;
   writers_.clear();
   recent_writes_.Clear();

@@ -118,6 +118,9 @@ struct RecoveredWorld {
   std::vector<std::pair<std::string, uint64_t>> write_ids;
   // The history its frames continue (StoredWorld.history); 0: a new one.
   uint64_t history = 0;
+  // The newest stamp of the batches replayed (0: none): its entities enter
+  // the world's history there (world_history.h).
+  int64_t newest_stamp = 0;
   // Where its writes go: `log` (null: nowhere, a cluster's replica, which
   // follows the log another node writes).
   std::shared_ptr<WorldLog> log;

@@ -23,12 +23,15 @@
 namespace xform::server {
 
 absl::Status ReplayBatch(absl::string_view batch, World& world,
-                         std::string* write_id) {
+                         std::string* write_id, int64_t* newest_stamp) {
   v1::ApplyRequest request;
   if (!request.ParseFromArray(batch.data(), static_cast<int>(batch.size()))) {
     return absl::DataLossError("a batch that does not parse");
   }
   if (write_id != nullptr) *write_id = request.write_id();
+  if (newest_stamp != nullptr) {
+    *newest_stamp = std::max(*newest_stamp, request.stamp_nanos());
+  }
   absl::StatusOr<std::vector<Command>> commands =
       v1::ToCommands(request, std::numeric_limits<size_t>::max());
   absl::Status applied =

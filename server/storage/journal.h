@@ -62,9 +62,11 @@ inline constexpr uint32_t kMaxRecordPayload = uint32_t{1} << 30;
 // A batch as a log holds it (an ApplyRequest as its client encoded it)
 // applied again to `world` in recovery, whichever log held it. DataLoss
 // when it does not parse or no longer applies.
-// `write_id`, if given, takes the batch's write id (ApplyRequest.write_id).
+// `write_id`, if given, takes the batch's write id (ApplyRequest.write_id);
+// `newest_stamp`, if given, is raised to the batch's stamp.
 absl::Status ReplayBatch(absl::string_view batch, World& world,
-                         std::string* write_id = nullptr);
+                         std::string* write_id = nullptr,
+                         int64_t* newest_stamp = nullptr);
 
 // A record's bytes: header and payload.
 std::string EncodeRecord(RecordType type, uint64_t frame,

@@ -476,7 +476,8 @@ absl::Status Replay(const JournalRecord& record, bool first,
     return absl::DataLossError("a world record after the first");
   }
   std::string write_id;
-  if (absl::Status s = ReplayBatch(record.payload, recovered.world, &write_id);
+  if (absl::Status s = ReplayBatch(record.payload, recovered.world, &write_id,
+                                   &recovered.newest_stamp);
       !s.ok()) {
     return s;
   }
