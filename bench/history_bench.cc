@@ -260,7 +260,9 @@ void BM_RecordFrameOfSets(benchmark::State& state) {
     world_seconds += SecondsSince(start);
     start = std::chrono::steady_clock::now();
     for (size_t k = 0; k < sets.size(); ++k) {
-      if (k + 8 < sets.size()) history.Prefetch(sets[k + 8].entity);
+      // As xformd records a batch (server/host/world_history.cc).
+      if (k + 16 < sets.size()) history.Prefetch(sets[k + 16].entity);
+      if (k + 8 < sets.size()) history.PrefetchSamples(sets[k + 8].entity);
       history.RecordSet(sets[k].entity, stamp, sets[k].local);
     }
     history_seconds += SecondsSince(start);

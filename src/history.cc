@@ -237,6 +237,12 @@ void History::Record(EntityId entity, Stamp stamp, EntityId parent,
   if (max_bytes_ != 0 && MemoryBytes() > max_bytes_) EnforceBound();
 }
 
+void History::PrefetchSamples(EntityId entity) const {
+  auto found = tracks_.find(entity);
+  if (found == tracks_.end() || found->second.samples.empty()) return;
+  __builtin_prefetch(&found->second.samples.back() + 1, /*rw=*/1);
+}
+
 bool History::RecordSet(EntityId entity, Stamp stamp,
                         const Transform& local) {
   auto found = tracks_.find(entity);

@@ -108,6 +108,9 @@ class History {
   // batch's loop prefetches a few entities ahead, so that the misses of
   // scattered entities overlap.
   void Prefetch(EntityId entity) const { tracks_.prefetch(entity); }
+  // The second stage, a few entities later (its entry in the cache by
+  // then): the end of its samples, where the next one goes.
+  void PrefetchSamples(EntityId entity) const;
 
   // `entity` was destroyed at `stamp`. An entity created again later starts
   // a new history.

@@ -121,12 +121,17 @@ void WorldHistory::Record(absl::Span<const Command> commands, Stamp stamp,
                          : std::max(stamp, history_->NewestOf(entity));
     history_->Record(entity, at, *world.Parent(entity), *local, kind);
   };
+  // Two stages ahead: an entity's entry, then (once that is in the cache)
+  // the end of its samples.
+  constexpr size_t kAhead = internal::kPrefetchAhead;
   for (size_t k = 0; k < commands.size(); ++k) {
-    if (k + internal::kPrefetchAhead < commands.size()) {
-      const Command& ahead = commands[k + internal::kPrefetchAhead];
-      if (const EntityId set = SetEntity(ahead); set != kNoEntity) {
-        history_->Prefetch(set);
-      }
+    if (k + 2 * kAhead < commands.size()) {
+      const EntityId ahead = SetEntity(commands[k + 2 * kAhead]);
+      if (ahead != kNoEntity) history_->Prefetch(ahead);
+    }
+    if (k + kAhead < commands.size()) {
+      const EntityId ahead = SetEntity(commands[k + kAhead]);
+      if (ahead != kNoEntity) history_->PrefetchSamples(ahead);
     }
     const Command& command = commands[k];
     if (const auto* set = std::get_if<SetLocalOp>(&command)) {
