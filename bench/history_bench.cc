@@ -228,13 +228,14 @@ void BM_MemoryVsTf2(benchmark::State& state) {
 BENCHMARK(BM_MemoryVsTf2)->Unit(benchmark::kMillisecond)->Iterations(1);
 
 // What history adds to a server's frame: the 100k-entity world with 1% of
-// it set a frame (at 60 Hz), recorded as xformd records a batch, against
-// the World applying the same sets: ns a set each, and the ratio.
+// it set a frame (at 60 Hz) for a minute, recorded as xformd records a
+// batch, against the World applying the same sets: ns a set each, the
+// ratio, and the memory it holds with a window of range(0) seconds.
 void BM_RecordFrameOfSets(benchmark::State& state) {
   constexpr EntityId kEntities = 100'000;
   constexpr int kMoved = 1000;
   World world;
-  History history;
+  History history({.window_nanos = state.range(0) * kSecond});
   std::vector<CreateOp> creates;
   for (EntityId e = 1; e <= kEntities; ++e) {
     creates.push_back({e, e % 10 == 1 ? kNoEntity : e - 1, Transform()});
@@ -274,8 +275,11 @@ void BM_RecordFrameOfSets(benchmark::State& state) {
   state.counters["samples"] = static_cast<double>(history.samples());
   state.counters["history_mb"] = history.MemoryBytes() / 1e6;
 }
-BENCHMARK(BM_RecordFrameOfSets)->Unit(benchmark::kMicrosecond)->Iterations(
-    3600);  // A minute at 60 Hz.
+BENCHMARK(BM_RecordFrameOfSets)
+    ->Arg(10)
+    ->Arg(60)
+    ->Unit(benchmark::kMicrosecond)
+    ->Iterations(3600);  // A minute at 60 Hz.
 
 }  // namespace
 }  // namespace xform
