@@ -350,7 +350,10 @@ WorldInfo FromWire(const v1::WorldInfo& info) {
                  .samples = history.samples(),
                  .bytes = history.bytes(),
                  .refused_old = history.refused_old(),
-                 .waiting_lookups = history.waiting_lookups()};
+                 .waiting_lookups = history.waiting_lookups(),
+                 .time_model = history.time_model() == v1::TIME_MODEL_TF2
+                                   ? TimeModel::kTf2
+                                   : TimeModel::kHold};
   if (info.has_placement()) {
     const v1::WorldPlacement& placement = info.placement();
     out.writer_node = placement.owner_node();
@@ -486,6 +489,9 @@ absl::StatusOr<WorldInfo> Client::CreateWorld(absl::string_view name,
   request.set_name(std::string(name));
   request.set_mode(ToWire(options.mode));
   request.set_tick_hz(options.tick_hz);
+  request.set_time_model(options.time_model == TimeModel::kTf2
+                             ? v1::TIME_MODEL_TF2
+                             : v1::TIME_MODEL_HOLD);
   v1::WorldInfo response;
   if (absl::Status s = Call(options_, *nodes_, &v1::Xform::Stub::CreateWorld,
                             request, &response);

@@ -208,7 +208,9 @@ size_t History::Track::Bytes() const {
 }
 
 History::History(HistoryOptions options)
-    : window_(options.window_nanos), max_bytes_(options.max_bytes) {}
+    : window_(options.window_nanos),
+      max_bytes_(options.max_bytes),
+      hold_to_newest_(options.hold_to_newest) {}
 
 size_t History::MemoryBytes() const {
   return bytes_ + tracks_.capacity() * (sizeof(std::pair<EntityId, Track>) + 1);
@@ -375,9 +377,10 @@ absl::Status History::FindSamples(const Track& track, EntityId entity,
   *one = *two = last;
   if (stamp == 0 || stamp == stamps(last)) return absl::OkStatus();
   if (stamp > stamps(last)) {
-    if (track.is_static) return absl::OkStatus();
+    const Stamp known_until = hold_to_newest_ ? newest_ : stamps(last);
+    if (track.is_static || stamp <= known_until) return absl::OkStatus();
     return absl::UnavailableError(absl::StrCat(
-        Name(entity), " is known until ", stamps(last), ": lookup at ", stamp,
+        Name(entity), " is known until ", known_until, ": lookup at ", stamp,
         " would extrapolate into the future"));
   }
   const size_t after = UpperBoundNear(track, stamp);
@@ -453,7 +456,7 @@ bool History::LatestOf(EntityId entity, Stamp* stamp, EntityId* parent) const {
   if (found == tracks_.end()) return false;
   const Track& track = found->second;
   if (track.destroyed_at != INT64_MAX) return false;
-  *stamp = track.is_static ? 0 : track.newest();
+  *stamp = track.is_static ? 0 : hold_to_newest_ ? newest_ : track.newest();
   *parent = track.parents.value.back();
   return true;
 }

@@ -64,6 +64,22 @@ TEST(HistoryTest, DynamicEntityPastItsNewestIsNotKnownYet) {
   EXPECT_THAT(earlier.message(), HasSubstr("known from 100000000"));
 }
 
+TEST(HistoryTest, HoldingToNewestAnEntityStaysUntilTheWorldsNewestStamp) {
+  History history({.hold_to_newest = true});
+  history.Record(1, 100 * kMs, kNoEntity, At(0), SampleKind::kCreate);
+  history.Record(1, 200 * kMs, kNoEntity, At(10), SampleKind::kSet);
+  history.Record(2, 100 * kMs, kNoEntity, At(0), SampleKind::kCreate);
+  history.Record(2, 500 * kMs, kNoEntity, At(7), SampleKind::kSet);
+  // 1 did not move after 200 ms: the batches up to 500 ms said so.
+  EXPECT_FLOAT_EQ(XOf(history.Lookup(kNoEntity, 1, 400 * kMs)), 10);
+  absl::StatusOr<TimedPose> latest = history.Lookup(2, 1, 0);
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_EQ(latest->stamp, 500 * kMs);
+  absl::Status later = history.Lookup(kNoEntity, 1, 600 * kMs).status();
+  EXPECT_EQ(later.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(later.message(), HasSubstr("known until 500000000"));
+}
+
 TEST(HistoryTest, ReparentIsAJumpAndOldLookupsWalkTheOldChain) {
   History history;
   history.Record(1, 100 * kMs, kNoEntity, At(100), SampleKind::kCreate);

@@ -176,6 +176,48 @@ TEST_F(TimeTest, WaitingLookupPastItsTimeoutNamesTheNewestStamp) {
   EXPECT_GE(absl::Now() - asked, absl::Milliseconds(200));
 }
 
+TEST_F(TimeTest, AnEntityThatStoppedIsKnownUntilTheWorldsNewestStamp) {
+  // "w" holds (the default): a writer sends only what moved.
+  ASSERT_TRUE(client_
+                  ->CreateWorld("tf2", {.mode = FrameMode::kDriven,
+                                        .time_model = TimeModel::kTf2})
+                  .ok());
+  for (const char* world : {"w", "tf2"}) {
+    ASSERT_TRUE(client_
+                    ->Apply(world,
+                            {CreateOp{1, kNoEntity, At(0)},
+                             CreateOp{3, kNoEntity, At(0)}},
+                            {.stamp = kT0})
+                    .ok());
+    ASSERT_TRUE(client_
+                    ->Apply(world, {SetLocalOp{1, At(10)}},
+                            {.stamp = kT0 + 100 * kMs})
+                    .ok());
+    ASSERT_TRUE(client_
+                    ->Apply(world, {SetLocalOp{3, At(5)}},
+                            {.stamp = kT0 + 500 * kMs})
+                    .ok());
+  }
+  absl::StatusOr<TimedPose> held =
+      client_->LookupTransform("w", 0, 1, {.stamp = kT0 + 400 * kMs});
+  ASSERT_TRUE(held.ok()) << held.status();
+  EXPECT_FLOAT_EQ(held->pose.translation().x, 10);
+  absl::Status unknown =
+      client_->LookupTransform("tf2", 0, 1, {.stamp = kT0 + 400 * kMs})
+          .status();
+  EXPECT_EQ(unknown.code(), absl::StatusCode::kDeadlineExceeded) << unknown;
+  EXPECT_THAT(unknown.message(),
+              HasSubstr(absl::StrCat("known until ", kT0 + 100 * kMs)));
+  // Past the world's newest stamp, neither knows yet.
+  EXPECT_EQ(client_->LookupTransform("w", 0, 1, {.stamp = kT0 + 600 * kMs})
+                .status()
+                .code(),
+            absl::StatusCode::kDeadlineExceeded);
+  absl::StatusOr<WorldInfo> info = client_->GetWorld("tf2");
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->history.time_model, TimeModel::kTf2);
+}
+
 TEST_F(TimeTest, LateSampleFillsHistoryAndMovesNoLiveView) {
   MoveRoot(2);  // 1 at x=20 now (stamp 200 ms).
   // A sample from 150 ms arrives late.

@@ -40,6 +40,8 @@ Json ToJson(const WorldInfo& w) {
                {"stream", ToJson(w.stream)},
                {"history",
                 {{"window_seconds", absl::ToDoubleSeconds(w.history.window)},
+                 {"time_model",
+                  w.history.time_model == TimeModel::kTf2 ? "tf2" : "hold"},
                  {"newest_stamp_nanos", w.history.newest_stamp},
                  {"samples", w.history.samples},
                  {"bytes", w.history.bytes},
@@ -139,9 +141,11 @@ std::string ToText(const WorldInfo& w) {
       &text, "\nhistory: ",
       w.history.window == absl::ZeroDuration()
           ? std::string("none")
-          : absl::StrFormat("%s window, %u samples, %.1f MB, newest stamp %d, "
-                            "%u lookups waiting",
+          : absl::StrFormat("%s window (%s), %u samples, %.1f MB, newest "
+                            "stamp %d, %u lookups waiting",
                             absl::FormatDuration(w.history.window),
+                            w.history.time_model == TimeModel::kTf2 ? "tf2"
+                                                                    : "hold",
                             w.history.samples, w.history.bytes / 1e6,
                             w.history.newest_stamp, w.history.waiting_lookups));
   if (!w.answered_by.empty()) {

@@ -97,6 +97,15 @@ ABSL_FLAG(bool, max_rate, false,
           "instead of at --hz: the server's write throughput");
 ABSL_FLAG(double, stall_s, 0,
           "One subscriber stops reading for this long, a third of the way in");
+ABSL_FLAG(bool, stamp, false,
+          "Writers stamp each batch with their own clock (Unix time) "
+          "instead of leaving it to the server's");
+ABSL_FLAG(double, lookups_per_second, 0,
+          "Clients beside the load ask LookupTransform this many times a "
+          "second in all: a random entity in the world's origin at a stamp "
+          "100 ms ago; their latency goes in the report");
+ABSL_FLAG(int, lookup_clients, 2,
+          "--lookups_per_second: over this many connections");
 ABSL_FLAG(double, seconds, 10, "Measured seconds per mode");
 ABSL_FLAG(int, rounds, 1,
           "Run the modes (and encodings) in turn this many times and report "
@@ -212,6 +221,9 @@ void WorkloadFlags(Config& config) {
   config.rounds = absl::GetFlag(FLAGS_rounds);
   config.server_pid = absl::GetFlag(FLAGS_server_pid);
   config.precision = tools::PrecisionFlag();
+  config.stamp = absl::GetFlag(FLAGS_stamp);
+  config.lookups_per_second = absl::GetFlag(FLAGS_lookups_per_second);
+  config.lookup_clients = std::max(1, absl::GetFlag(FLAGS_lookup_clients));
 }
 
 // Everything the flags say, checked in one place.

@@ -42,6 +42,9 @@ ABSL_FLAG(bool, json, false, "Print JSON (one object per line)");
 // worlds create
 ABSL_FLAG(std::string, mode, "tick", "worlds create: tick or driven");
 ABSL_FLAG(double, tick_hz, 0, "worlds create: tick rate (0: server default)");
+ABSL_FLAG(std::string, time_model, "hold",
+          "worlds create: hold (an entity is known until the world's newest "
+          "stamp) or tf2 (only to its own newest sample)");
 // entities
 ABSL_FLAG(uint64_t, parent, 0, "entities create: the parent (0: a root)");
 ABSL_FLAG(std::string, position, "", "x,y,z");
@@ -197,6 +200,12 @@ class Ctl {
       return UsageError("--mode is tick or driven", "worlds create");
     }
     options.tick_hz = absl::GetFlag(FLAGS_tick_hz);
+    const std::string time_model = absl::GetFlag(FLAGS_time_model);
+    if (time_model == "tf2") {
+      options.time_model = TimeModel::kTf2;
+    } else if (time_model != "hold") {
+      return UsageError("--time_model is hold or tf2", "worlds create");
+    }
     return PrintWorld(client_.CreateWorld(args[0], options));
   }
 
@@ -402,7 +411,7 @@ const Command kCommands[] = {
      false, &Ctl::WorldsList},
     {"worlds create",
      "xformctl worlds create NAME [--mode=tick|driven] "
-     "[--tick_hz=HZ]",
+     "[--tick_hz=HZ] [--time_model=hold|tf2]",
      "Creates a world. A tick world publishes frames at its rate; a driven "
      "world when a write says --end_frame.",
      1, false, &Ctl::WorldsCreate},

@@ -105,9 +105,17 @@ enum class FrameMode {
   kDriven,         // Publishes when a batch says end_frame.
 };
 
+// How far a world's history knows an entity that has not moved lately
+// (docs/time.md).
+enum class TimeModel {
+  kHold,  // Until the world's newest stamp: writers send what moved.
+  kTf2,   // Only to its own newest sample, as tf2: links sent at a rate.
+};
+
 struct WorldOptions {
   FrameMode mode = FrameMode::kServerDefault;
   double tick_hz = 0;  // kTick only; 0 takes the server's default.
+  TimeModel time_model = TimeModel::kHold;
 };
 
 // How far back a world's history reaches (docs/time.md).
@@ -120,6 +128,7 @@ struct WorldHistoryInfo {
   uint64_t bytes = 0;
   uint64_t refused_old = 0;  // Samples older than their entity's window.
   uint32_t waiting_lookups = 0;
+  TimeModel time_model = TimeModel::kHold;
 };
 
 struct WorldInfo {

@@ -19,7 +19,10 @@
 //   - An entity that was created and never set since is static: its pose
 //     holds from its creation on, at any later stamp. Once set, it is known
 //     only from its oldest sample to its newest; outside that a lookup fails,
-//     as tf2's extrapolation does.
+//     as tf2's extrapolation does. Unless `hold_to_newest`: then its newest
+//     sample holds until the newest stamp recorded for any entity (a
+//     writer that sends only what moved says, with each batch, that the
+//     rest stayed where it was).
 //   - A destroyed entity is not connected to anything from the stamp of its
 //     destruction on; its history before it is kept for the window.
 //   - Samples are pruned per entity as in tf2: those older than the entity's
@@ -72,6 +75,9 @@ struct HistoryOptions {
   // window shrinks by a quarter and every entity is pruned to it, until the
   // history fits (window() says how far back it reaches then).
   size_t max_bytes = 0;
+  // An entity's newest sample holds until newest() (above); false: tf2's
+  // model, each link known only up to its own newest sample.
+  bool hold_to_newest = false;
 };
 
 // What a lookup found: `source`'s pose in `target`'s frame.
@@ -249,6 +255,7 @@ class History {
 
   Stamp window_;
   size_t max_bytes_;
+  bool hold_to_newest_;
   Stamp newest_ = 0;
   size_t samples_ = 0;
   size_t bytes_ = 0;

@@ -21,8 +21,10 @@ EntityId SetEntity(const Command& command) {
 
 WorldHistory::WorldHistory(HistoryLimits limits) : limits_(limits) {
   if (limits.window_nanos > 0) {
-    history_ = std::make_unique<History>(HistoryOptions{
-        .window_nanos = limits.window_nanos, .max_bytes = limits.max_bytes});
+    history_ = std::make_unique<History>(
+        HistoryOptions{.window_nanos = limits.window_nanos,
+                       .max_bytes = limits.max_bytes,
+                       .hold_to_newest = limits.hold_to_newest});
   }
 }
 
@@ -172,6 +174,8 @@ void WorldHistory::Restart(const World& world, Stamp stamp) {
 
 void WorldHistory::Fill(v1::WorldHistory* info) const {
   info->set_newest_stamp_nanos(newest_);
+  info->set_time_model(limits_.hold_to_newest ? v1::TIME_MODEL_HOLD
+                                              : v1::TIME_MODEL_TF2);
   if (history_ == nullptr) return;
   info->set_window_nanos(history_->window());
   info->set_samples(history_->samples());

@@ -622,6 +622,9 @@ absl::StatusOr<std::shared_ptr<HostedWorld>> WorldHost::Create(
   } else if (tick_hz != 0) {
     return absl::InvalidArgumentError("a driven world has no tick_hz");
   }
+  if (!v1::TimeModel_IsValid(request.time_model())) {
+    return absl::InvalidArgumentError("unknown time model");
+  }
   absl::MutexLock creating(&create_mu_);
   {
     absl::MutexLock lock(&mu_);
@@ -638,7 +641,7 @@ absl::StatusOr<std::shared_ptr<HostedWorld>> WorldHost::Create(
       request.name(), mode, tick_hz, limits_.max_pending, burst_budget_, owner,
       fanout_, limits_.resume_frames);
   world->replicator().set_region_cell_size(limits_.region_cell_size);
-  world->SetHistoryLimits(limits_.history);
+  world->SetHistoryLimits(limits_.history, request.time_model());
   world->replicator().set_region_views_to_sort_moves(
       limits_.region_views_to_sort_moves);
   if (logs_ != nullptr) {
@@ -648,6 +651,7 @@ absl::StatusOr<std::shared_ptr<HostedWorld>> WorldHost::Create(
     create.set_name(request.name());
     create.set_mode(mode);
     create.set_tick_hz(mode == v1::FRAME_MODE_TICK ? tick_hz : 0);
+    create.set_time_model(request.time_model());
     stored.set_owner(owner);
     stored.set_history(world->replicator().history());
     absl::StatusOr<std::shared_ptr<WorldLog>> log = logs_->CreateWorld(stored);
@@ -693,7 +697,7 @@ absl::StatusOr<std::shared_ptr<HostedWorld>> WorldHost::Add(
       create.name(), create.mode(), create.tick_hz(), limits_.max_pending,
       burst_budget_, recovered.stored.owner(), fanout_, limits_.resume_frames);
   world->replicator().set_region_cell_size(limits_.region_cell_size);
-  world->SetHistoryLimits(limits_.history);
+  world->SetHistoryLimits(limits_.history, create.time_model());
   world->replicator().set_region_views_to_sort_moves(
       limits_.region_views_to_sort_moves);
   const size_t size = recovered.world.size();

@@ -130,8 +130,8 @@ class HostedWorld : public SnapshotSource {
                     v1::ReadResponse* response) const;
 
   // Time (world_lookup.cc). Before the world is served: what history it
-  // keeps (none by default).
-  void SetHistoryLimits(const HistoryLimits& limits);
+  // keeps, and its time model (CreateWorldRequest.time_model).
+  void SetHistoryLimits(HistoryLimits limits, v1::TimeModel model);
   // A LookupTransform, answered through `done`: at once (on the calling
   // thread), or, when a link is not known yet at the stamp and the request
   // may wait, by the batch that brings the data (on its thread, after the

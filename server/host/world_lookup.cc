@@ -34,7 +34,8 @@ absl::Status Expired(const absl::Status& unavailable) {
 
 }  // namespace
 
-void HostedWorld::SetHistoryLimits(const HistoryLimits& limits) {
+void HostedWorld::SetHistoryLimits(HistoryLimits limits, v1::TimeModel model) {
+  limits.hold_to_newest = model != v1::TIME_MODEL_TF2;
   absl::MutexLock lock(&mu_);
   history_ = WorldHistory(limits);
 }

@@ -199,6 +199,17 @@ LoadRun::Written LoadRun::WriteFor(const std::string& mode, absl::Time start,
             &written.entities[w]);
     });
   }
+  const int lookers = config_.lookups_per_second > 0 ? config_.lookup_clients
+                                                     : 0;
+  written.lookup_ms.resize(lookers);
+  written.lookup_errors.resize(lookers);
+  written.lookup_error.resize(lookers);
+  for (int c = 0; c < lookers; ++c) {
+    writers.emplace_back([&, c] {
+      LookUp(c, start + duration, &written.lookup_ms[c],
+             &written.lookup_errors[c], &written.lookup_error[c]);
+    });
+  }
   for (absl::Time tick = start + absl::Seconds(1); tick < start + duration;
        tick += absl::Seconds(1)) {
     absl::SleepFor(tick - absl::Now());
@@ -275,6 +286,38 @@ void LoadRun::Written::Into(ModeResult& result) const {
   for (uint64_t n : entities) {
     result.entities_per_s +=
         static_cast<double>(n) / absl::ToDoubleSeconds(elapsed);
+  }
+  for (size_t c = 0; c < lookup_ms.size(); ++c) {
+    result.lookup_ms.insert(result.lookup_ms.end(), lookup_ms[c].begin(),
+                            lookup_ms[c].end());
+    result.lookup_errors += lookup_errors[c];
+    if (result.lookup_error.empty()) result.lookup_error = lookup_error[c];
+  }
+}
+
+void LoadRun::LookUp(int c, absl::Time end, std::vector<double>* ms,
+                     uint64_t* errors, std::string* error) {
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options_);
+  if (!client.ok()) {
+    *error = client.status().ToString();
+    return;
+  }
+  std::mt19937 rng(1000 + c);
+  const absl::Duration period =
+      absl::Seconds(config_.lookup_clients / config_.lookups_per_second);
+  for (absl::Time next = absl::Now(); next < end; next += period) {
+    const EntityId source = 1 + rng() % static_cast<EntityId>(config_.entities);
+    const Stamp at = absl::ToUnixNanos(absl::Now() - absl::Milliseconds(100));
+    const absl::Time sent = absl::Now();
+    absl::StatusOr<TimedPose> pose =
+        (*client)->LookupTransform(config_.world, kNoEntity, source,
+                                   {.stamp = at});
+    ms->push_back(absl::ToDoubleMilliseconds(absl::Now() - sent));
+    if (!pose.ok()) {
+      ++*errors;
+      if (error->empty()) *error = pose.status().ToString();
+    }
+    absl::SleepFor(next + period - absl::Now());
   }
 }
 
@@ -394,7 +437,11 @@ void LoadRun::Write(int w, absl::Time end, std::atomic<uint64_t>* written,
       ++cursor;
     }
     const absl::Time sent = absl::Now();
-    if (!(*writer)->Write(batch, {.end_frame = config_.driven}).ok()) return;
+    const Stamp stamp = config_.stamp ? absl::ToUnixNanos(absl::Now()) : 0;
+    if (!(*writer)->Write(batch, {.end_frame = config_.driven, .stamp = stamp})
+             .ok()) {
+      return;
+    }
     const absl::Time acknowledged = absl::Now();
     apply_ms->push_back(absl::ToDoubleMilliseconds(acknowledged - sent));
     acks_.Add(acknowledged, batch.size());

@@ -76,6 +76,13 @@ struct Config {
   // child of a SubscriberProcess), subscriber s in process s % this.
   int subscriber_processes = 1;
   std::vector<std::string> self;  // This process's command line.
+  // Writers stamp their batches (Unix time) rather than the server.
+  bool stamp = false;
+  // LookupTransform calls a second beside the load, over lookup_clients
+  // connections (0: none): a random entity in the origin's frame 100 ms
+  // ago.
+  double lookups_per_second = 0;
+  int lookup_clients = 2;
 };
 
 // The options every client of a run connects with, from `client`'s (its
@@ -97,6 +104,10 @@ struct ModeResult {
   // What xformd counted its streams of the world were sent while the
   // writers ran (WorldInfo::stream, after less before; the gauge as after).
   StreamStats server_streams;
+  // The lookups beside the load: each one's time, and those refused.
+  std::vector<double> lookup_ms;
+  uint64_t lookup_errors = 0;
+  std::string lookup_error;  // The first.
 };
 
 class LoadRun {
@@ -129,6 +140,9 @@ class LoadRun {
   struct Written {
     std::vector<std::vector<double>> apply_ms;  // A writer's each.
     std::vector<uint64_t> entities;             // A writer's each.
+    std::vector<std::vector<double>> lookup_ms;  // A lookup client's each.
+    std::vector<uint64_t> lookup_errors;
+    std::vector<std::string> lookup_error;
     absl::Duration elapsed;
     double frames = 0;  // A writer's, on average.
 
@@ -154,6 +168,10 @@ class LoadRun {
   // Writer w's entities' motions: each moves on from where it is, a
   // frame's worth of its own motion each time it is set.
   std::vector<Motion> MotionsOf(int w, const std::vector<EntityId>& mine) const;
+
+  // One lookup client, at its share of the rate, until `end`.
+  void LookUp(int c, absl::Time end, std::vector<double>* ms,
+              uint64_t* errors, std::string* error);
 
   // Writer w moves its share of the movable entities, a new set each frame,
   // over its own streaming connection, at the frame rate.

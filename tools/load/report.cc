@@ -51,6 +51,10 @@ Json ToJson(const ModeResult& r) {
           {"apply_p50_ms", Percentile(r.apply_ms, 0.5)},
           {"apply_p99_ms", Percentile(r.apply_ms, 0.99)},
           {"apply_max_ms", Percentile(r.apply_ms, 1.0)},
+          {"lookups", r.lookup_ms.size()},
+          {"lookup_p50_ms", Percentile(r.lookup_ms, 0.5)},
+          {"lookup_p99_ms", Percentile(r.lookup_ms, 0.99)},
+          {"lookup_errors", r.lookup_errors},
           {"server_cpu_ms_per_frame", r.server_cpu_ms_per_frame},
           {"server_rss_mb", r.server_rss_mb},
           {"redis_cpu_ms_per_frame", r.redis_cpu_ms_per_frame},
@@ -308,6 +312,21 @@ void PrintWriteTable(const Config& c, const std::vector<ModeResult>& results) {
   }
 }
 
+// The lookups beside the load, if any.
+void PrintLookupTable(const Config& c, const std::vector<ModeResult>& results) {
+  if (c.lookups_per_second <= 0) return;
+  absl::PrintF(
+      "\n| mode | lookups/s | lookup p50 | p99 | max | refused |\n"
+      "|---|---|---|---|---|---|\n");
+  for (const ModeResult& r : results) {
+    absl::PrintF("| %s | %.0f | %.3f ms | %.3f ms | %.3f ms | %u%s |\n",
+                 Label(c, r), r.lookup_ms.size() / c.seconds,
+                 Percentile(r.lookup_ms, 0.5), Percentile(r.lookup_ms, 0.99),
+                 Percentile(r.lookup_ms, 1.0), r.lookup_errors,
+                 r.lookup_error.empty() ? "" : " (" + r.lookup_error + ")");
+  }
+}
+
 // A single run's p99 on a noisy machine says little; the median of the
 // rounds' says more, and the spread says how much.
 void PrintMedians(const Config& c, const std::vector<ModeResult>& results,
@@ -340,6 +359,7 @@ void PrintTable(const Config& c, const std::vector<ModeResult>& results) {
   PrintServerStreamLines(c, results);
   PrintArrivalTable(c, results, figures);
   PrintWriteTable(c, results);
+  PrintLookupTable(c, results);
   PrintMedians(c, results, figures);
   std::fflush(stdout);
 }
