@@ -398,7 +398,7 @@ class StreamBatchWriter final : public BatchWriter {
     v1::ApplyRequest request;
     request.set_world(world_);
     request.set_end_frame(options.end_frame);
-  request.set_stamp_nanos(options.stamp);
+    request.set_stamp_nanos(options.stamp);
     request.set_stamp_nanos(options.stamp);
     request.set_client_id(options_.client_id);
     request.set_write_id(nodes_.NextWriteId());
@@ -662,8 +662,8 @@ absl::StatusOr<std::vector<TimedPose>> Client::LookupTransforms(
     request.set_use_fixed_frame(true);
     request.set_target_stamp_nanos(options.target_stamp);
   }
-  request.set_timeout_ms(static_cast<uint32_t>(
-      std::min<int64_t>(absl::ToInt64Milliseconds(options.timeout), UINT32_MAX)));
+  request.set_timeout_ms(static_cast<uint32_t>(std::min<int64_t>(
+      absl::ToInt64Milliseconds(options.timeout), UINT32_MAX)));
   v1::LookupTransformResponse response;
   if (absl::Status s =
           Call(options_, *nodes_, &v1::Xform::Stub::LookupTransform, request,
@@ -675,8 +675,7 @@ absl::StatusOr<std::vector<TimedPose>> Client::LookupTransforms(
 }
 
 absl::StatusOr<std::vector<EntityState>> Client::ReadAt(
-    absl::string_view world, absl::Span<const EntityId> entities,
-    Stamp stamp) {
+    absl::string_view world, absl::Span<const EntityId> entities, Stamp stamp) {
   v1::ReadRequest request;
   request.set_world(std::string(world));
   request.mutable_entity()->Add(entities.begin(), entities.end());

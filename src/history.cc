@@ -245,17 +245,15 @@ void History::PrefetchSamples(EntityId entity) const {
   __builtin_prefetch(&found->second.samples.back() + 1, /*rw=*/1);
 }
 
-bool History::RecordSet(EntityId entity, Stamp stamp,
-                        const Transform& local) {
+bool History::RecordSet(EntityId entity, Stamp stamp, const Transform& local) {
   auto found = tracks_.find(entity);
   if (found == tracks_.end()) return false;
   Track& track = found->second;
   const size_t before = track.Bytes();
   track.is_static = false;
   // The parent is the newest's unless the sample lands before another.
-  const EntityId parent = stamp >= track.newest()
-                              ? track.parents.value.back()
-                              : track.parents.At(stamp);
+  const EntityId parent = stamp >= track.newest() ? track.parents.value.back()
+                                                  : track.parents.At(stamp);
   Insert(track, stamp, parent, local);
   AddBytes(before, track);
   newest_ = std::max(newest_, stamp);
@@ -442,8 +440,7 @@ Stamp History::NewestOf(EntityId entity) const {
   return found == tracks_.end() ? 0 : found->second.newest();
 }
 
-absl::StatusOr<EntityId> History::ParentAt(EntityId entity,
-                                           Stamp stamp) const {
+absl::StatusOr<EntityId> History::ParentAt(EntityId entity, Stamp stamp) const {
   auto found = tracks_.find(entity);
   if (found == tracks_.end()) {
     return absl::NotFoundError(absl::StrCat(Name(entity), " has no history"));

@@ -79,8 +79,8 @@ std::string LookupAnswers(Client& client, const std::string& world,
     absl::StrAppend(&answers, e, ": ", latest.status().ToString());
     if (!latest.ok()) return;
     for (const Stamp back : {Stamp{0}, Stamp{1'000'000}, Stamp{37'000'000}}) {
-      absl::StatusOr<TimedPose> then = client.LookupTransform(
-          world, 0, e, {.stamp = latest->stamp - back});
+      absl::StatusOr<TimedPose> then =
+          client.LookupTransform(world, 0, e, {.stamp = latest->stamp - back});
       absl::StrAppend(&answers, " | ", then.status().ToString());
       if (then.ok()) {
         absl::StrAppend(&answers, " ",

@@ -315,8 +315,9 @@ TEST(RecoveryTest, LateSetsStayOutOfTheLiveWorldAfterKill9) {
     ASSERT_NE(client, nullptr) << server.Log();
     ASSERT_TRUE(client->CreateWorld("w", {}).ok());
     ASSERT_TRUE(client
-                    ->Apply("w", {CreateOp{1, kNoEntity, At(0)},
-                                  CreateOp{2, kNoEntity, At(0)}},
+                    ->Apply("w",
+                            {CreateOp{1, kNoEntity, At(0)},
+                             CreateOp{2, kNoEntity, At(0)}},
                             {.stamp = kS})
                     .ok());
     ASSERT_TRUE(client
@@ -328,9 +329,8 @@ TEST(RecoveryTest, LateSetsStayOutOfTheLiveWorldAfterKill9) {
                     ->Apply("w", {SetLocalOp{1, At(20)}, SetLocalOp{2, At(20)}},
                             {.stamp = 2 * kS})
                     .ok());
-    ASSERT_TRUE(client
-                    ->Apply("w", {SetLocalOp{2, At(40)}}, {.stamp = 4 * kS})
-                    .ok());
+    ASSERT_TRUE(
+        client->Apply("w", {SetLocalOp{2, At(40)}}, {.stamp = 4 * kS}).ok());
     ASSERT_TRUE(
         client->Apply("w", {SetLocalOp{1, At(10)}}, {.stamp = kS + 1}).ok());
     server.Kill();
@@ -348,8 +348,8 @@ TEST(RecoveryTest, LateSetsStayOutOfTheLiveWorldAfterKill9) {
       client->LookupTransform("w", 0, 2, {.stamp = 9 * kS});
   ASSERT_TRUE(held.ok()) << held.status();
   EXPECT_FLOAT_EQ(held->pose.translation().x, 40);
-  ASSERT_TRUE(client->Apply("w", {SetLocalOp{2, At(50)}}, {.stamp = 6 * kS})
-                  .ok());
+  ASSERT_TRUE(
+      client->Apply("w", {SetLocalOp{2, At(50)}}, {.stamp = 6 * kS}).ok());
   absl::StatusOr<TimedPose> between =
       client->LookupTransform("w", 0, 2, {.stamp = 5 * kS});
   ASSERT_TRUE(between.ok()) << between.status();

@@ -6,6 +6,8 @@
 // samples that fill history without moving live subscribers, and the
 // refusals: stamps too far ahead, too many waiting lookups, no history.
 
+#include "absl/time/time.h"
+
 #include <future>
 #include <memory>
 #include <string>
@@ -13,7 +15,6 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -55,11 +56,11 @@ class TimeTest : public testing::Test {
   // Root 1 at x=0 and its child 2 at x=1, created at kT0; then 1 moves to
   // x = 10 * k at kT0 + 100 ms * k, for k in 1..n.
   void MoveRoot(int n) {
-    ASSERT_TRUE(client_
-                    ->Apply("w",
-                            {CreateOp{1, kNoEntity, At(0)}, CreateOp{2, 1, At(1)}},
-                            {.end_frame = true, .stamp = kT0})
-                    .ok());
+    ASSERT_TRUE(
+        client_
+            ->Apply("w", {CreateOp{1, kNoEntity, At(0)}, CreateOp{2, 1, At(1)}},
+                    {.end_frame = true, .stamp = kT0})
+            .ok());
     for (int k = 1; k <= n; ++k) {
       ASSERT_TRUE(client_
                       ->Apply("w", {SetLocalOp{1, At(10.0f * k)}},
@@ -108,10 +109,11 @@ TEST_F(TimeTest, ManySourcesAndTheAdvancedFormInOneCall) {
   EXPECT_FLOAT_EQ((*poses)[0].pose.translation().x, 10);
   EXPECT_FLOAT_EQ((*poses)[1].pose.translation().x, 11);
   // Where 2 was at 100 ms, in 1's frame at 200 ms (1 moved 10 since).
-  absl::StatusOr<TimedPose> advanced = client_->LookupTransform(
-      "w", 1, 2,
-      {.stamp = kT0 + 100 * kMs, .fixed = kNoEntity,
-       .target_stamp = kT0 + 200 * kMs});
+  absl::StatusOr<TimedPose> advanced =
+      client_->LookupTransform("w", 1, 2,
+                               {.stamp = kT0 + 100 * kMs,
+                                .fixed = kNoEntity,
+                                .target_stamp = kT0 + 200 * kMs});
   ASSERT_TRUE(advanced.ok()) << advanced.status();
   EXPECT_FLOAT_EQ(advanced->pose.translation().x, -9);
 }
@@ -129,13 +131,12 @@ TEST_F(TimeTest, ErrorsSayHowFarTheDataReaches) {
               HasSubstr(absl::StrCat("known until ", kT0 + 200 * kMs)));
   EXPECT_EQ(client_->LookupTransform("w", 0, 77).status().code(),
             absl::StatusCode::kNotFound);
-  ASSERT_TRUE(client_->Apply("w", {DestroyOp{2}}, {.stamp = kT0 + 250 * kMs})
-                  .ok());
-  EXPECT_EQ(
-      client_->LookupTransform("w", 0, 2, {.stamp = kT0 + 260 * kMs})
-          .status()
-          .code(),
-      absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(
+      client_->Apply("w", {DestroyOp{2}}, {.stamp = kT0 + 250 * kMs}).ok());
+  EXPECT_EQ(client_->LookupTransform("w", 0, 2, {.stamp = kT0 + 260 * kMs})
+                .status()
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
   EXPECT_FLOAT_EQ(XAt(kNoEntity, 2, kT0 + 200 * kMs), 21);
 }
 
@@ -165,11 +166,12 @@ TEST_F(TimeTest, WaitingLookupIsAnsweredByTheBatchThatBringsItsData) {
 TEST_F(TimeTest, WaitingLookupPastItsTimeoutNamesTheNewestStamp) {
   MoveRoot(1);
   const absl::Time asked = absl::Now();
-  absl::Status late = client_
-                          ->LookupTransform("w", 0, 2,
-                                            {.stamp = kT0 + 500 * kMs,
-                                             .timeout = absl::Milliseconds(200)})
-                          .status();
+  absl::Status late =
+      client_
+          ->LookupTransform(
+              "w", 0, 2,
+              {.stamp = kT0 + 500 * kMs, .timeout = absl::Milliseconds(200)})
+          .status();
   EXPECT_EQ(late.code(), absl::StatusCode::kDeadlineExceeded) << late;
   EXPECT_THAT(late.message(),
               HasSubstr(absl::StrCat("known until ", kT0 + 100 * kMs)));
@@ -189,14 +191,14 @@ TEST_F(TimeTest, AnEntityThatStoppedIsKnownUntilTheWorldsNewestStamp) {
                              CreateOp{3, kNoEntity, At(0)}},
                             {.stamp = kT0})
                     .ok());
-    ASSERT_TRUE(client_
-                    ->Apply(world, {SetLocalOp{1, At(10)}},
-                            {.stamp = kT0 + 100 * kMs})
-                    .ok());
-    ASSERT_TRUE(client_
-                    ->Apply(world, {SetLocalOp{3, At(5)}},
-                            {.stamp = kT0 + 500 * kMs})
-                    .ok());
+    ASSERT_TRUE(
+        client_
+            ->Apply(world, {SetLocalOp{1, At(10)}}, {.stamp = kT0 + 100 * kMs})
+            .ok());
+    ASSERT_TRUE(
+        client_
+            ->Apply(world, {SetLocalOp{3, At(5)}}, {.stamp = kT0 + 500 * kMs})
+            .ok());
   }
   absl::StatusOr<TimedPose> held =
       client_->LookupTransform("w", 0, 1, {.stamp = kT0 + 400 * kMs});
@@ -286,10 +288,9 @@ TEST_F(TimeTest, WaitingLookupsPastTheLimitAreRefusedAtOnce) {
           .status();
   EXPECT_EQ(third.code(), absl::StatusCode::kResourceExhausted) << third;
   EXPECT_THAT(third.message(), HasSubstr("--max_waiting_lookups"));
-  ASSERT_TRUE(client_
-                  ->Apply("w", {SetLocalOp{1, At(30)}},
-                          {.stamp = kT0 + 200 * kMs})
-                  .ok());
+  ASSERT_TRUE(
+      client_->Apply("w", {SetLocalOp{1, At(30)}}, {.stamp = kT0 + 200 * kMs})
+          .ok());
   for (auto& lookup : waiting) EXPECT_TRUE(lookup.get().ok());
 }
 

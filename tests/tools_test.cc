@@ -97,16 +97,15 @@ TEST_F(ToolsTest, XformctlManagesWorldsAndEntities) {
 
 TEST_F(ToolsTest, XformctlStampsWritesAndLooksUpAtAStamp) {
   ASSERT_EQ(Ctl("worlds create w --mode=driven").exit_code, 0);
-  ASSERT_EQ(Ctl("entities create w 1 --position=0,1,0 --stamp=1000000000")
-                .exit_code,
-            0);
+  ASSERT_EQ(
+      Ctl("entities create w 1 --position=0,1,0 --stamp=1000000000").exit_code,
+      0);
   ASSERT_EQ(Ctl("entities create w 2 --parent=1 --position=1,0,0 "
                 "--stamp=1000000000")
                 .exit_code,
             0);
-  ASSERT_EQ(Ctl("entities set w 1 --position=4,1,0 --stamp=2000000000")
-                .exit_code,
-            0);
+  ASSERT_EQ(
+      Ctl("entities set w 1 --position=4,1,0 --stamp=2000000000").exit_code, 0);
   Ran looked = Ctl("lookup w 0 2 --at=1500000000 --json");
   ASSERT_EQ(looked.exit_code, 0) << looked.err;
   const Json pose = Json::parse(looked.out);

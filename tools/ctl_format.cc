@@ -141,13 +141,13 @@ std::string ToText(const WorldInfo& w) {
       &text, "\nhistory: ",
       w.history.window == absl::ZeroDuration()
           ? std::string("none")
-          : absl::StrFormat("%s window (%s), %u samples, %.1f MB, newest "
-                            "stamp %d, %u lookups waiting",
-                            absl::FormatDuration(w.history.window),
-                            w.history.time_model == TimeModel::kTf2 ? "tf2"
-                                                                    : "hold",
-                            w.history.samples, w.history.bytes / 1e6,
-                            w.history.newest_stamp, w.history.waiting_lookups));
+          : absl::StrFormat(
+                "%s window (%s), %u samples, %.1f MB, newest "
+                "stamp %d, %u lookups waiting",
+                absl::FormatDuration(w.history.window),
+                w.history.time_model == TimeModel::kTf2 ? "tf2" : "hold",
+                w.history.samples, w.history.bytes / 1e6,
+                w.history.newest_stamp, w.history.waiting_lookups));
   if (!w.answered_by.empty()) {
     absl::StrAppend(&text, "  written at ",
                     w.writer_node.empty() ? "(none now)" : w.writer_node);

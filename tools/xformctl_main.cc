@@ -315,7 +315,8 @@ class Ctl {
   int Lookup(const std::vector<std::string>& args) {
     absl::StatusOr<std::vector<TimedPose>> poses = client_.LookupTransforms(
         args[0], ids_[0], absl::MakeConstSpan(ids_).subspan(1),
-        {.stamp = absl::GetFlag(FLAGS_at), .timeout = absl::GetFlag(FLAGS_wait)});
+        {.stamp = absl::GetFlag(FLAGS_at),
+         .timeout = absl::GetFlag(FLAGS_wait)});
     if (!poses.ok()) return Fail(poses.status());
     for (size_t k = 0; k < poses->size(); ++k) {
       const TimedPose& pose = (*poses)[k];
@@ -357,10 +358,10 @@ class Ctl {
  private:
   int Write(const std::string& world, const xform::Command& op,
             const std::string& done) {
-    absl::StatusOr<uint64_t> frame = client_.Apply(
-        world, {op},
-        {.end_frame = absl::GetFlag(FLAGS_end_frame),
-         .stamp = absl::GetFlag(FLAGS_stamp)});
+    absl::StatusOr<uint64_t> frame =
+        client_.Apply(world, {op},
+                      {.end_frame = absl::GetFlag(FLAGS_end_frame),
+                       .stamp = absl::GetFlag(FLAGS_stamp)});
     if (!frame.ok()) return Fail(frame.status());
     Print({{"ok", done}, {"frame", *frame}},
           absl::StrCat(done, " (frame ", *frame, ")"));

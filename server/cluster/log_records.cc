@@ -178,8 +178,8 @@ absl::Status RecordReplay::Apply(const LogRecord& record) {
     world.RestartFrames(record.frame);
   }
   std::string write_id;
-  if (absl::Status s = ReplayBatch(record.batch, world, &write_id,
-                                   &world_.newest_stamp);
+  if (absl::Status s =
+          ReplayBatch(record.batch, world, &write_id, &world_.newest_stamp);
       !s.ok()) {
     return s;
   }

@@ -98,14 +98,14 @@ void WorldHistory::RecordLateSet(const Command& command, Stamp stamp) {
   const auto& set = std::get<SetWorldOp>(command);
   Matrix3x4 parent_world;
   if (*parent != kNoEntity) {
-    absl::StatusOr<TimedPose> then = history_->Lookup(kNoEntity, *parent, stamp);
+    absl::StatusOr<TimedPose> then =
+        history_->Lookup(kNoEntity, *parent, stamp);
     if (!then.ok()) return;  // Not known then: nothing to record it against.
     parent_world = then->pose;
   }
-  history_->Record(
-      entity, stamp, *parent,
-      LocalForWorld(parent_world, ToMatrix(Normalized(set.world))),
-      SampleKind::kSet);
+  history_->Record(entity, stamp, *parent,
+                   LocalForWorld(parent_world, ToMatrix(Normalized(set.world))),
+                   SampleKind::kSet);
 }
 
 void WorldHistory::Record(absl::Span<const Command> commands, Stamp stamp,

@@ -385,7 +385,8 @@ absl::Status HostedWorld::ApplyLogged(absl::string_view batch, uint64_t frame) {
     // The writer's stamp and late sets: its record carries them.
     const Stamp stamp = request.stamp_nanos();
     WorldHistory::Prepared prepared;
-    absl::StatusOr<std::vector<Command>> late = v1::HistoryOnlyCommands(request);
+    absl::StatusOr<std::vector<Command>> late =
+        v1::HistoryOnlyCommands(request);
     if (!late.ok()) return late.status();
     prepared.late = *std::move(late);
     history_.Prepare(*commands, world_, prepared);
@@ -467,9 +468,11 @@ absl::Status HostedWorld::Read(const v1::ReadRequest& request,
       if (!then.ok()) return then.status();
       world = then->pose;
     }
-    v1::AppendEntityState(
-        {.entity = e, .parent = *world_.Parent(e), .local = *local, .world = world},
-        response);
+    v1::AppendEntityState({.entity = e,
+                           .parent = *world_.Parent(e),
+                           .local = *local,
+                           .world = world},
+                          response);
     response->add_stamp_nanos(history == nullptr ? 0 : history->NewestOf(e));
   }
   return absl::OkStatus();

@@ -14,9 +14,9 @@
 #define XFORM_SERVER_HOST_WORLD_HOST_H_
 
 #include <atomic>
-#include <map>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>

@@ -27,9 +27,8 @@ Stamp Needs(const v1::LookupTransformRequest& request) {
 }
 
 absl::Status Expired(const absl::Status& unavailable) {
-  return absl::DeadlineExceededError(
-      absl::StrCat("waited for data that did not come: ",
-                   unavailable.message()));
+  return absl::DeadlineExceededError(absl::StrCat(
+      "waited for data that did not come: ", unavailable.message()));
 }
 
 }  // namespace
@@ -70,10 +69,11 @@ void HostedWorld::LookupTransform(const v1::LookupTransformRequest& request,
     return;
   }
   if (static_cast<size_t>(request.source_size()) > limits.max_lookup_sources) {
-    done(absl::ResourceExhaustedError(absl::StrCat(
-             request.source_size(), " sources in one lookup, past the limit of ",
-             limits.max_lookup_sources, " (--max_lookup_sources)")),
-         {});
+    done(
+        absl::ResourceExhaustedError(absl::StrCat(
+            request.source_size(), " sources in one lookup, past the limit of ",
+            limits.max_lookup_sources, " (--max_lookup_sources)")),
+        {});
     return;
   }
   const absl::Time now = absl::Now();

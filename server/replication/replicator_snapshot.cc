@@ -109,10 +109,9 @@ struct BurstCopy {
   v1::FrameUpdate MakePart(size_t k) const {
     const size_t begin = k * entries_a_part;
     const size_t end = std::min(size, begin + entries_a_part);
-    v1::FrameUpdateWriter writer(frame, time, stamp,
-                                 entries_a_part * kEntryBytes,
-                                 /*snapshot=*/true,
-                                 first_part + static_cast<uint32_t>(k));
+    v1::FrameUpdateWriter writer(
+        frame, time, stamp, entries_a_part * kEntryBytes,
+        /*snapshot=*/true, first_part + static_cast<uint32_t>(k));
     writer.Reserve(end - begin);
     for (size_t i = begin; i < end; ++i) {
       WriteEntry(kind[i], entity[i], parent[i], world[i], writer);

@@ -269,13 +269,14 @@ grpc::ServerUnaryReactor* XformService::LookupTransform(
           ? absl::InfiniteFuture()
           : absl::FromChrono(call_deadline);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  (*world)->LookupTransform(
-      request, host_.limits(), deadline,
-      [reactor, response_bytes, hold = std::move(hold)](
-          absl::Status status, v1::LookupTransformResponse response) {
-        if (status.ok()) SerializeResponse(response, response_bytes);
-        reactor->Finish(ToGrpc(status));
-      });
+  (*world)->LookupTransform(request, host_.limits(), deadline,
+                            [reactor, response_bytes, hold = std::move(hold)](
+                                const absl::Status& status,
+                                const v1::LookupTransformResponse& response) {
+                              if (status.ok())
+                                SerializeResponse(response, response_bytes);
+                              reactor->Finish(ToGrpc(status));
+                            });
   return reactor;
 }
 

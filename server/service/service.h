@@ -59,10 +59,11 @@ using RawXformService = v1::Xform::WithRawCallbackMethod_CreateWorld<
                                 v1::Xform::WithRawCallbackMethod_UpdateSubscription<
                                     v1::Xform::WithRawCallbackMethod_ListNodes<
                                         v1::Xform::WithRawCallbackMethod_DrainNode<
-                                            v1::Xform::
-                                                WithRawCallbackMethod_SkipRecord<
-                                                    v1::Xform::WithRawCallbackMethod_LookupTransform<
-                                                        v1::Xform::Service>>>>>>>>>>>>>>;
+                                            v1::Xform::WithRawCallbackMethod_SkipRecord<
+                                                v1::Xform::
+                                                    WithRawCallbackMethod_LookupTransform<
+                                                        v1::Xform::
+                                                            Service>>>>>>>>>>>>>>;
 
 class XformService final : public RawXformService {
  public:

@@ -199,8 +199,8 @@ LoadRun::Written LoadRun::WriteFor(const std::string& mode, absl::Time start,
             &written.entities[w]);
     });
   }
-  const int lookers = config_.lookups_per_second > 0 ? config_.lookup_clients
-                                                     : 0;
+  const int lookers =
+      config_.lookups_per_second > 0 ? config_.lookup_clients : 0;
   written.lookup_ms.resize(lookers);
   written.lookup_errors.resize(lookers);
   written.lookup_error.resize(lookers);
@@ -309,9 +309,8 @@ void LoadRun::LookUp(int c, absl::Time end, std::vector<double>* ms,
     const EntityId source = 1 + rng() % static_cast<EntityId>(config_.entities);
     const Stamp at = absl::ToUnixNanos(absl::Now() - absl::Milliseconds(100));
     const absl::Time sent = absl::Now();
-    absl::StatusOr<TimedPose> pose =
-        (*client)->LookupTransform(config_.world, kNoEntity, source,
-                                   {.stamp = at});
+    absl::StatusOr<TimedPose> pose = (*client)->LookupTransform(
+        config_.world, kNoEntity, source, {.stamp = at});
     ms->push_back(absl::ToDoubleMilliseconds(absl::Now() - sent));
     if (!pose.ok()) {
       ++*errors;
@@ -438,7 +437,8 @@ void LoadRun::Write(int w, absl::Time end, std::atomic<uint64_t>* written,
     }
     const absl::Time sent = absl::Now();
     const Stamp stamp = config_.stamp ? absl::ToUnixNanos(absl::Now()) : 0;
-    if (!(*writer)->Write(batch, {.end_frame = config_.driven, .stamp = stamp})
+    if (!(*writer)
+             ->Write(batch, {.end_frame = config_.driven, .stamp = stamp})
              .ok()) {
       return;
     }

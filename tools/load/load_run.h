@@ -138,8 +138,8 @@ class LoadRun {
   };
   // What the writers did over a run.
   struct Written {
-    std::vector<std::vector<double>> apply_ms;  // A writer's each.
-    std::vector<uint64_t> entities;             // A writer's each.
+    std::vector<std::vector<double>> apply_ms;   // A writer's each.
+    std::vector<uint64_t> entities;              // A writer's each.
     std::vector<std::vector<double>> lookup_ms;  // A lookup client's each.
     std::vector<uint64_t> lookup_errors;
     std::vector<std::string> lookup_error;
@@ -170,8 +170,8 @@ class LoadRun {
   std::vector<Motion> MotionsOf(int w, const std::vector<EntityId>& mine) const;
 
   // One lookup client, at its share of the rate, until `end`.
-  void LookUp(int c, absl::Time end, std::vector<double>* ms,
-              uint64_t* errors, std::string* error);
+  void LookUp(int c, absl::Time end, std::vector<double>* ms, uint64_t* errors,
+              std::string* error);
 
   // Writer w moves its share of the movable entities, a new set each frame,
   // over its own streaming connection, at the frame rate.
