@@ -20,6 +20,7 @@
 #include "client/client_internal.h"
 #include "client/mirror_state.h"
 #include "grpcpp/support/proto_buffer_reader.h"
+#include "xform/interpolator.h"
 #include "xform/net_changes.h"
 #include "xform/v1/frame_update.h"
 #include "xform/v1/wire.h"
@@ -52,8 +53,8 @@ struct Arrival {
   v1::FrameUpdate update;  // A compact one is decoded when taken.
   // A raw one's moved_world, where it lies in `wire` (see Parse).
   v1::WireMovedWorlds worlds;
-  // For on_update (only when there is one): a compact one's moves, raw;
-  // a raw one's matrices, out of `worlds` (on_update_matrices).
+  // For on_update and the interpolator (only when there is one): a compact
+  // one's moves, raw; a raw one's matrices, out of `worlds`.
   std::vector<EntityId> moved;
   std::vector<float> moved_world;
   absl::Time received;
@@ -68,6 +69,9 @@ class Mirror::Impl {
   Impl(Client& client, MirrorOptions options)
       : options_(std::move(options)),
         client_(client),
+        interpolator_(options_.interpolation ? std::make_unique<Interpolator>(
+                                                   *options_.interpolation)
+                                             : nullptr),
         state_(options_.max_entities) {
     request_.set_world(options_.world);
     request_.mutable_entity()->Add(options_.entities.begin(),
@@ -141,6 +145,8 @@ class Mirror::Impl {
   }
 
   // kCaller: applies what has arrived, on the caller's thread.
+  Interpolator* interpolator() const { return interpolator_.get(); }
+
   int Update() {
     // kBackground: the mirror's thread takes every message.
     if (options_.driver == MirrorOptions::Driver::kBackground) return 0;
@@ -498,9 +504,15 @@ class Mirror::Impl {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(take_mu_) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     const v1::FrameUpdate& u = arrival.update;
     absl::Status decoded = state_.Decode(u, &arrival.worlds);
-    if (!decoded.ok() || !options_.on_update) return decoded;
+    if (!decoded.ok() || (!options_.on_update && interpolator_ == nullptr)) {
+      return decoded;
+    }
+    // The interpolator needs every message's matrices, whatever
+    // on_update_matrices says.
     std::vector<float>* matrices =
-        options_.on_update_matrices ? &arrival.moved_world : nullptr;
+        options_.on_update_matrices || interpolator_ != nullptr
+            ? &arrival.moved_world
+            : nullptr;
     const bool compact = !u.compact_moved().empty();
     if (matrices != nullptr && !arrival.worlds.empty()) {
       matrices->resize(arrival.worlds.floats());
@@ -616,7 +628,7 @@ class Mirror::Impl {
         (u.snapshot() ? u.snapshot_done() : u.last_part())) {
       options_.on_frame(u.frame());
     }
-    if (!options_.on_update) return;
+    if (!options_.on_update && interpolator_ == nullptr) return;
     MirrorUpdate update;
     update.frame = u.frame();
     update.snapshot = u.snapshot();
@@ -626,6 +638,7 @@ class Mirror::Impl {
     update.last_part = u.last_part();
     update.frames_skipped = u.frames_skipped();
     update.published = absl::FromUnixNanos(u.server_time_unix_nanos());
+    update.stamp = u.stamp_nanos();
     update.received = arrival.received;
     update.bytes = arrival.bytes;
     if (u.compact_moved().empty()) {
@@ -636,17 +649,22 @@ class Mirror::Impl {
       update.moved = arrival.moved;
       update.moved_world = arrival.moved_world;
     }
-    if (!options_.on_update_matrices) update.moved_world = {};
     update.created = SpanOf(u.created());
     update.created_parent = SpanOf(u.created_parent());
     update.destroyed = SpanOf(u.destroyed());
     update.reparented = SpanOf(u.reparented());
     update.reparented_parent = SpanOf(u.reparented_parent());
+    if (interpolator_ != nullptr) interpolator_->OnUpdate(update);
+    if (!options_.on_update) return;
+    if (!options_.on_update_matrices) update.moved_world = {};
     options_.on_update(update);
   }
 
   const MirrorOptions options_;
   Client& client_;
+  // MirrorOptions::interpolation's, or null. Fed on the taker's thread,
+  // after the copy (Notify); thread-safe itself.
+  const std::unique_ptr<Interpolator> interpolator_;
   v1::SubscribeRequest request_ ABSL_GUARDED_BY(mu_);
   std::thread supervisor_;
   std::thread applier_;  // kBackground's.
@@ -745,6 +763,35 @@ int Mirror::resumes() const { return impl_->resumes(); }
 absl::Status Mirror::status() const { return impl_->status(); }
 absl::Status Mirror::SetRegion(const Region& region) {
   return impl_->SetRegion(region);
+}
+
+namespace {
+
+absl::Status NoInterpolation() {
+  return absl::FailedPreconditionError(
+      "the mirror keeps no history: set MirrorOptions::interpolation");
+}
+
+}  // namespace
+
+absl::StatusOr<Stamp> Mirror::RenderStamp(absl::Time now) {
+  if (impl_->interpolator() == nullptr) return NoInterpolation();
+  return impl_->interpolator()->RenderStamp(now);
+}
+absl::StatusOr<absl::Duration> Mirror::InterpolationDelay() const {
+  if (impl_->interpolator() == nullptr) return NoInterpolation();
+  return impl_->interpolator()->delay();
+}
+absl::StatusOr<Matrix3x4> Mirror::WorldMatrixAt(EntityId entity,
+                                                Stamp stamp) const {
+  if (impl_->interpolator() == nullptr) return NoInterpolation();
+  return impl_->interpolator()->WorldMatrixAt(entity, stamp);
+}
+absl::StatusOr<TimedPose> Mirror::LookupTransform(EntityId target,
+                                                  EntityId source,
+                                                  Stamp stamp) const {
+  if (impl_->interpolator() == nullptr) return NoInterpolation();
+  return impl_->interpolator()->LookupTransform(target, source, stamp);
 }
 
 }  // namespace xform

@@ -21,6 +21,7 @@
 #include "tests/loopback_server.h"
 #include "tests/wait_until.h"
 #include "xform/client.h"
+#include "xform/mirror.h"
 #include "xform/v1/xform.grpc.pb.h"
 
 namespace xform {
@@ -251,6 +252,27 @@ TEST_F(TimeTest, FramesCarryTheirStamp) {
   }
   EXPECT_EQ(last, kT0 + 100 * kMs);
   context.TryCancel();
+}
+
+TEST_F(TimeTest, AMirrorInterpolatesBetweenTheFramesItReceived) {
+  MirrorOptions options;
+  options.world = "w";
+  options.interpolation = InterpolationOptions{};
+  absl::StatusOr<std::unique_ptr<Mirror>> mirror =
+      Mirror::Start(*client_, options);
+  ASSERT_TRUE(mirror.ok()) << mirror.status();
+  ASSERT_TRUE((*mirror)->WaitForSync(absl::Seconds(10)));
+  MoveRoot(3);  // Each a frame of its own (driven, end_frame).
+  ASSERT_TRUE((*mirror)->WaitForFrame(4, absl::Seconds(10)));
+  absl::StatusOr<Matrix3x4> between =
+      (*mirror)->WorldMatrixAt(2, kT0 + 250 * kMs);
+  ASSERT_TRUE(between.ok()) << between.status();
+  EXPECT_FLOAT_EQ(between->translation().x, 26);  // 25 + 1.
+  absl::StatusOr<TimedPose> relative =
+      (*mirror)->LookupTransform(1, 2, kT0 + 250 * kMs);
+  ASSERT_TRUE(relative.ok()) << relative.status();
+  EXPECT_NEAR(relative->pose.translation().x, 1, 1e-5);
+  EXPECT_TRUE((*mirror)->RenderStamp().ok());
 }
 
 TEST_F(TimeTest, StampFarAheadIsRefusedAndChangesNothing) {

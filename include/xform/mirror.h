@@ -72,8 +72,11 @@ struct MirrorUpdate {
   // many more than one this message folds together (0 when keeping up).
   uint64_t frames_skipped = 0;
   absl::Time published;  // The server's clock at publication.
-  absl::Time received;   // This process's clock at arrival.
-  size_t bytes = 0;      // The message's size on the wire.
+  // When the poses it carries were true, on the world's writers' clock
+  // (FrameUpdate.stamp_nanos; docs/time.md).
+  int64_t stamp = 0;
+  absl::Time received;  // This process's clock at arrival.
+  size_t bytes = 0;     // The message's size on the wire.
   absl::Span<const EntityId> moved;
   // 12 per moved entity; empty where MirrorOptions::on_update_matrices is
   // false.
@@ -90,6 +93,19 @@ struct MirrorUpdate {
     std::copy_n(moved_world.begin() + 12 * k, 12, m.m.begin());
     return m;
   }
+};
+
+// A Mirror's interpolation (MirrorOptions::interpolation; interpolator.h).
+struct InterpolationOptions {
+  // How far back the history reaches: a few times the delay.
+  absl::Duration window = absl::Seconds(2);
+  // A fixed delay; zero: adaptive (below).
+  absl::Duration delay = absl::ZeroDuration();
+  // Adaptive: the mean interval between frames plus this many times the
+  // spread (standard deviation) of their arrivals about the clock offset.
+  double jitter_factor = 2.5;
+  // Frames the offset, interval and spread are measured over.
+  size_t frames_measured = 64;
 };
 
 // MirrorOptions::max_entities unless set: twice xformd's default
@@ -160,6 +176,9 @@ struct MirrorOptions {
   // number, after on_update, on the same thread and terms: a renderer's
   // push.
   std::function<void(uint64_t frame)> on_frame;
+  // Keeps a short history of the frames, for drawing a little in the past
+  // (RenderStamp, WorldMatrixAt): see interpolator.h. None: no cost.
+  std::optional<InterpolationOptions> interpolation;
 };
 
 // What changed since the caller last asked: net, each entity in at most one
@@ -253,6 +272,15 @@ class Mirror {
   // region. FAILED_PRECONDITION for a mirror without a region; otherwise
   // the server's answer (OK while no stream is open).
   absl::Status SetRegion(const Region& region);
+
+  // With MirrorOptions::interpolation (FAILED_PRECONDITION without): the
+  // stamp a renderer draws at now, the delay it keeps behind the newest
+  // frame, and where entities were at a stamp (interpolator.h).
+  absl::StatusOr<Stamp> RenderStamp(absl::Time now = absl::Now());
+  absl::StatusOr<absl::Duration> InterpolationDelay() const;
+  absl::StatusOr<Matrix3x4> WorldMatrixAt(EntityId entity, Stamp stamp) const;
+  absl::StatusOr<TimedPose> LookupTransform(EntityId target, EntityId source,
+                                            Stamp stamp) const;
 
  private:
   class Impl;
