@@ -84,6 +84,9 @@ ABSL_FLAG(uint64_t, max_waiting_lookups, 1024,
           "refused RESOURCE_EXHAUSTED");
 ABSL_FLAG(uint64_t, max_lookup_sources, 4096,
           "Sources one LookupTransform may name");
+ABSL_FLAG(uint64_t, max_lookup_links, 10'000,
+          "Links one lookup may walk up a chain (it holds its world's reader "
+          "lock meanwhile, about 0.1 us a link); past it RESOURCE_EXHAUSTED");
 ABSL_FLAG(uint64_t, snapshot_burst_mb, 128,
           "MiB that streamed snapshots may hold, server-wide, in parts made "
           "ahead of their streams so as to end while their world changes "
@@ -261,12 +264,15 @@ void TimeLimitsFromFlags(Problems& problems, Limits& limits) {
                   "--history_mb must be at most 1048576 (1 TiB)");
   problems.Unless(absl::GetFlag(FLAGS_max_lookup_sources) > 0,
                   "--max_lookup_sources must be at least 1");
+  problems.Unless(absl::GetFlag(FLAGS_max_lookup_links) > 0,
+                  "--max_lookup_links must be at least 1");
   limits.history.window_nanos = static_cast<Stamp>(window * 1e9);
   limits.history.max_bytes = absl::GetFlag(FLAGS_history_mb) << 20;
   limits.history.max_ahead_nanos = static_cast<Stamp>(ahead * 1e9);
   limits.max_lookup_wait_ms = absl::GetFlag(FLAGS_max_lookup_wait_ms);
   limits.max_waiting_lookups = absl::GetFlag(FLAGS_max_waiting_lookups);
   limits.max_lookup_sources = absl::GetFlag(FLAGS_max_lookup_sources);
+  limits.history.max_links = absl::GetFlag(FLAGS_max_lookup_links);
 }
 
 Limits LimitsFromFlags(Problems& problems) {

@@ -31,10 +31,6 @@ namespace {
 
 using Affine = History::Affine;
 
-// A chain deeper than this at a stamp is a loop (tf2's limit is 1000; our
-// chains may be deeper, a loop may not be longer).
-constexpr int kMaxDepth = 1 << 20;
-
 // sin(x) / x, and acos(1 - y) / sqrt(2y), by their series: for the small
 // angles between samples that come at a rate these are exact to double
 // rounding (the first term left out is below 1e-15 of the result at the
@@ -210,7 +206,8 @@ size_t History::Track::Bytes() const {
 History::History(HistoryOptions options)
     : window_(options.window_nanos),
       max_bytes_(options.max_bytes),
-      hold_to_newest_(options.hold_to_newest) {}
+      hold_to_newest_(options.hold_to_newest),
+      max_links_(options.max_links) {}
 
 size_t History::MemoryBytes() const {
   return bytes_ + tracks_.capacity() * (sizeof(std::pair<EntityId, Track>) + 1);
@@ -473,7 +470,7 @@ absl::StatusOr<Stamp> History::LatestCommonStamp(EntityId target,
     chain.emplace_back(newest, parent);
     frame = parent;
     if (frame == target) return done(common);
-    if (chain.size() > kMaxDepth) break;
+    if (chain.size() > max_links_) break;
   }
   // The target's chain, up to a parent the source's chain has.
   common = kNone;
@@ -505,7 +502,7 @@ absl::StatusOr<Stamp> History::LatestCommonStamp(EntityId target,
 bool History::ResolveChain(EntityId from, EntityId last, Stamp stamp,
                            Chain* chain) const {
   for (EntityId frame = from; frame != kNoEntity;) {
-    if (chain->size() > kMaxDepth) return false;
+    if (chain->size() > max_links_) return false;
     auto found = tracks_.find(frame);
     const Track* track = found == tracks_.end() ? nullptr : &found->second;
     chain->push_back({frame, track});
@@ -540,9 +537,10 @@ absl::StatusOr<TimedPose> History::Walk(EntityId target, EntityId source,
     }
     return result;
   };
-  auto loop = [stamp](EntityId from) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(Name(from), "'s chain at ", stamp, " is a loop"));
+  auto loop = [this, stamp](EntityId from) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(Name(from), "'s chain at ", stamp, " is longer than ",
+                     max_links_, " links (a loop, or past the limit)"));
   };
   // Up from the source until the origin or a link not known at the stamp.
   Chain chain;

@@ -316,6 +316,57 @@ TEST_F(TimeTest, WaitingLookupsPastTheLimitAreRefusedAtOnce) {
   for (auto& lookup : waiting) EXPECT_TRUE(lookup.get().ok());
 }
 
+TEST_F(TimeTest, BadInputIsRefusedAndChangesNothing) {
+  MoveRoot(1);
+  // A negative stamp.
+  EXPECT_EQ(client_->Apply("w", {SetLocalOp{1, At(5)}}, {.stamp = -1})
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  // The server's own field, from a client.
+  auto channel = grpc::CreateChannel(server_.address(),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = v1::Xform::NewStub(channel);
+  v1::ApplyRequest apply;
+  apply.set_world("w");
+  v1::SetLocalCommand& late = *apply.add_history_only()->mutable_set_local();
+  late.add_entity(1);
+  for (float f : {5.f, 0.f, 0.f, 0.f, 0.f, 0.f, 1.f, 1.f, 1.f, 1.f}) {
+    late.add_local(f);
+  }
+  v1::ApplyResponse applied;
+  grpc::ClientContext context;
+  EXPECT_EQ(stub->Apply(&context, apply, &applied).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  // No source; too many.
+  EXPECT_EQ(client_->LookupTransforms("w", 0, {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  const std::vector<EntityId> many(Limits{}.max_lookup_sources + 1, 2);
+  EXPECT_EQ(client_->LookupTransforms("w", 0, many).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_FLOAT_EQ(client_->Read("w", {1})->front().world.translation().x, 10);
+}
+
+TEST_F(TimeTest, ALookupUpAChainPastTheLimitIsRefused) {
+  server_.Stop();
+  Limits limits;
+  limits.history.max_links = 100;
+  Start(limits);
+  std::vector<Command> chain;
+  for (EntityId e = 1; e <= 150; ++e) {
+    chain.push_back(CreateOp{e, e - 1, At(1)});
+  }
+  ASSERT_TRUE(client_->Apply("w", chain, {.stamp = kT0}).ok());
+  absl::StatusOr<TimedPose> shallow =
+      client_->LookupTransform("w", 0, 90, {.stamp = kT0});
+  ASSERT_TRUE(shallow.ok()) << shallow.status();
+  EXPECT_FLOAT_EQ(shallow->pose.translation().x, 90);
+  absl::Status deep =
+      client_->LookupTransform("w", 0, 150, {.stamp = kT0}).status();
+  EXPECT_EQ(deep.code(), absl::StatusCode::kResourceExhausted) << deep;
+  EXPECT_THAT(deep.message(), HasSubstr("longer than 100 links"));
+}
+
 TEST_F(TimeTest, WorldWithoutHistoryRefusesLookups) {
   server_.Stop();
   Limits limits;

@@ -31,7 +31,8 @@
 //
 // Lookup errors (absl codes; the server maps kUnavailable to waiting):
 //   NOT_FOUND            an entity that has no history
-//   FAILED_PRECONDITION  an entity destroyed before the stamp, or a loop
+//   FAILED_PRECONDITION  an entity destroyed before the stamp
+//   RESOURCE_EXHAUSTED   a chain longer than max_links (or a loop)
 //   OUT_OF_RANGE         a stamp older than a link's oldest sample (or its
 //                        creation); the message names that stamp
 //   UNAVAILABLE          a stamp newer than a link's newest sample: not
@@ -78,6 +79,10 @@ struct HistoryOptions {
   // An entity's newest sample holds until newest() (above); false: tf2's
   // model, each link known only up to its own newest sample.
   bool hold_to_newest = false;
+  // The most links a lookup walks up one chain: past it, RESOURCE_
+  // EXHAUSTED (a lookup costs O(links), under its caller's lock). A loop
+  // (out-of-order re-parents can make one at a stamp) ends there too.
+  size_t max_links = size_t{1} << 20;
 };
 
 // What a lookup found: `source`'s pose in `target`'s frame.
@@ -256,6 +261,7 @@ class History {
   Stamp window_;
   size_t max_bytes_;
   bool hold_to_newest_;
+  size_t max_links_;
   Stamp newest_ = 0;
   size_t samples_ = 0;
   size_t bytes_ = 0;

@@ -24,7 +24,8 @@ WorldHistory::WorldHistory(HistoryLimits limits) : limits_(limits) {
     history_ = std::make_unique<History>(
         HistoryOptions{.window_nanos = limits.window_nanos,
                        .max_bytes = limits.max_bytes,
-                       .hold_to_newest = limits.hold_to_newest});
+                       .hold_to_newest = limits.hold_to_newest,
+                       .max_links = limits.max_links});
   }
 }
 

@@ -49,6 +49,9 @@ struct HistoryLimits {
   // How far past the world's newest stamp a batch may be
   // (--max_stamp_ahead_seconds).
   Stamp max_ahead_nanos = 60'000'000'000;
+  // The most links one lookup walks up a chain (--max_lookup_links): a
+  // lookup holds the world's reader lock for O(links).
+  size_t max_links = 10'000;
   // The world's (CreateWorldRequest.time_model): an entity's newest sample
   // holds until the world's newest stamp, or, as tf2, only to itself.
   bool hold_to_newest = true;
