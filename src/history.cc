@@ -230,7 +230,11 @@ void History::Record(EntityId entity, Stamp stamp, EntityId parent,
   const size_t before = track.Bytes();
   if (kind == SampleKind::kSet) track.is_static = false;
   Insert(track, stamp, parent, local);
-  AddBytes(before, track);
+  Recorded(track, before, stamp);
+}
+
+void History::Recorded(const Track& track, size_t bytes_before, Stamp stamp) {
+  AddBytes(bytes_before, track);
   newest_ = std::max(newest_, stamp);
   DropDestroyed();
   if (max_bytes_ != 0 && MemoryBytes() > max_bytes_) EnforceBound();
@@ -252,9 +256,7 @@ bool History::RecordSet(EntityId entity, Stamp stamp, const Transform& local) {
   const EntityId parent = stamp >= track.newest() ? track.parents.value.back()
                                                   : track.parents.At(stamp);
   Insert(track, stamp, parent, local);
-  AddBytes(before, track);
-  newest_ = std::max(newest_, stamp);
-  if (max_bytes_ != 0 && MemoryBytes() > max_bytes_) EnforceBound();
+  Recorded(track, before, stamp);
   return true;
 }
 

@@ -213,6 +213,10 @@ class History {
   };
   void Insert(Track& track, Stamp stamp, EntityId parent,
               const Transform& local);
+  // After a sample went into `track` (which held `bytes_before`): the
+  // history's bytes and newest stamp, destroyed entities past the window
+  // dropped, the memory bound kept. Record's and RecordSet's one tail.
+  void Recorded(const Track& track, size_t bytes_before, Stamp stamp);
   // The first sample of `track` inside the window.
   size_t FirstVisible(const Track& track) const;
   // Room for one more sample in a full track: by dropping the samples
