@@ -234,6 +234,7 @@ class Mirror::Impl {
     absl::MutexLock lock(&mu_);
     const NetChanges::Map pending = state_.TakeChanges(&state.resynced);
     state.frame = state_.frame();
+    state.stamp = state_.stamp();
     const client_internal::Copy& copy = state_.copy();
     state.entities.reserve(pending.size());
     state.parents.reserve(pending.size());

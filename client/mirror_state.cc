@@ -374,6 +374,7 @@ void MirrorState::ApplyDelta(const v1::FrameUpdate& u,
   ApplyMoved(r, copy_);
   ApplyDecoded(decoded, copy_);
   frame_ = u.frame();
+  stamp_ = u.stamp_nanos();
 }
 
 void MirrorState::ApplyMoved(const v1::FrameUpdateReader& r, Copy& copy) {
@@ -473,6 +474,7 @@ void MirrorState::ApplySnapshotPart(const v1::FrameUpdate& u,
   }
   have_snapshot_ = true;
   frame_ = u.frame();
+  stamp_ = u.stamp_nanos();
   history_ = u.history();
 }
 

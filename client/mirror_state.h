@@ -257,6 +257,8 @@ class MirrorState {
   bool have_snapshot() const { return have_snapshot_; }
   bool in_snapshot() const { return in_snapshot_; }
   uint64_t frame() const { return frame_; }  // 0 before a snapshot.
+  // The stamp of that frame (FrameUpdate.stamp_nanos).
+  int64_t stamp() const { return stamp_; }
   int resyncs() const { return resyncs_; }
   // The history of the frames the copy holds (FrameUpdate.history), once a
   // snapshot is applied.
@@ -358,6 +360,7 @@ class MirrorState {
   uint64_t copies_swapped_ = 0;
   bool have_snapshot_ = false;
   uint64_t frame_ = 0;
+  int64_t stamp_ = 0;
   uint64_t history_ = 0;
   int resyncs_ = 0;
   NetChanges pending_;  // Since the caller last asked.

@@ -74,6 +74,7 @@ Transform At(float x, float y = 0, float z = 0) {
 struct TabFrame {
   uint32_t flags = 0;
   double frame = 0;
+  double stamp_ms = 0;
   std::map<EntityId, std::pair<EntityId, Matrix3x4>> entities;
   std::vector<EntityId> destroyed;
 };
@@ -88,6 +89,7 @@ TabFrame DecodeTabFrame(const std::string& bytes) {
   const size_t n = header[2], d = header[3];
   EXPECT_EQ(bytes.size(), kTabFrameHeaderBytes + 64 * n + 8 * d);
   std::memcpy(&decoded.frame, bytes.data() + 16, 8);
+  std::memcpy(&decoded.stamp_ms, bytes.data() + 40, 8);
   const char* ids = bytes.data() + kTabFrameHeaderBytes;
   const char* parents = ids + 8 * n;
   const char* worlds = parents + 8 * n;
@@ -148,6 +150,7 @@ class FakeTab {
     bytes_ += bytes.size();
     const TabFrame frame = DecodeTabFrame(bytes);
     last_frame_ = frame.frame;
+    last_stamp_ms_ = frame.stamp_ms;
     if (frame.flags & kTabFrameResynced) ++resyncs_;
     for (const auto& [id, value] : frame.entities) view_[id] = value;
     for (EntityId id : frame.destroyed) view_.erase(id);
@@ -178,6 +181,7 @@ class FakeTab {
   int messages() const { return messages_; }
   size_t bytes() const { return bytes_; }
   double last_frame() const { return last_frame_; }
+  double last_stamp_ms() const { return last_stamp_ms_; }
   int resyncs() const { return resyncs_; }  // Messages flagged resynced.
 
  private:
@@ -188,6 +192,7 @@ class FakeTab {
   int messages_ = 0;
   size_t bytes_ = 0;
   double last_frame_ = 0;
+  double last_stamp_ms_ = 0;
   int resyncs_ = 0;
   bool ended_ = false;
 };
@@ -317,6 +322,10 @@ TEST_F(WebGatewayTest, ServesThePageAndWorldListAndRefusesBadRequests) {
   EXPECT_EQ(upgrade("/ws?world="), 400);
   EXPECT_EQ(upgrade("/ws?world=w&subtrees=1,x"), 400);
   EXPECT_EQ(upgrade("/ws?world=w&colour=red"), 400);
+  EXPECT_EQ(upgrade("/ws?world=w&rate=-1"), 400);
+  EXPECT_EQ(upgrade("/ws?world=w&rate=nan"), 400);
+  EXPECT_EQ(upgrade("/ws?world=w&rate=1001"), 400);
+  EXPECT_EQ(upgrade("/ws?world=w&rate=10"), 101);
   EXPECT_EQ(upgrade("/ws?world=%zz"), 400);
   EXPECT_EQ(upgrade("/elsewhere?world=w"), 404);
   // Another site's page may not read worlds through the gateway.
@@ -369,14 +378,17 @@ TEST_F(WebGatewayTest, ATabGetsItsViewThenOnlyWhatChanged) {
   EXPECT_EQ(tab.view().at(3).first, 2u);
 
   // 1 moves, and 2 and 3 under it; 10 stays: the next message lists only
-  // those three.
+  // those three, with the batch's stamp for the page to interpolate by.
   const int before = tab.messages();
-  absl::StatusOr<uint64_t> frame =
-      client_->Apply("w", {SetLocalOp{1, At(4, 4)}}, {.end_frame = true});
+  // Ahead of the server's clock, which stamped the creates.
+  const Stamp stamp = absl::ToUnixNanos(absl::Now() + absl::Seconds(1));
+  absl::StatusOr<uint64_t> frame = client_->Apply(
+      "w", {SetLocalOp{1, At(4, 4)}}, {.end_frame = true, .stamp = stamp});
   ASSERT_TRUE(frame.ok());
   ASSERT_TRUE(tab.ReadUntil([&] { return tab.last_frame() >= *frame; }));
   EXPECT_EQ(tab.messages(), before + 1);
   ExpectViewIsServer(tab, 4);
+  EXPECT_NEAR(tab.last_stamp_ms(), static_cast<double>(stamp) / 1e6, 1e-3);
 
   ASSERT_TRUE(client_->Apply("w", {DestroyOp{2}}, {.end_frame = true}).ok());
   ASSERT_TRUE(tab.ReadUntil([&] { return tab.view().size() == 2; }));

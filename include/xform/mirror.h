@@ -206,6 +206,8 @@ struct MirrorChanges {
 // forwarding the copy (xform-web) sends on.
 struct MirrorChangedState {
   uint64_t frame = 0;
+  // That frame's stamp (FrameUpdate.stamp_nanos): when the poses were true.
+  int64_t stamp = 0;
   bool resynced = false;           // As in MirrorChanges.
   std::vector<EntityId> entities;  // Created, moved or re-parented.
   std::vector<EntityId> parents;   // Parallel to entities.

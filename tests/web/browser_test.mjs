@@ -170,6 +170,57 @@ try {
     await page.close();
   }
 
+  // Smooth drawing: entity 1 of "smooth" moves along x at 2 units a second,
+  // stamped on a 60 Hz grid and sent up to 60 ms late; a tab asks for 10
+  // frames a second. Drawn interpolated at the adaptive delay, it moves on
+  // screen at that speed frame after frame; drawn as messages come
+  // (?smooth=0), it stands still and jumps, which this check must see.
+  const writer = start(args.jittery_writer, [server, '--world=smooth', '--speed=2',
+    '--hz=60', '--jitter_ms=60', '--seconds=120'], 'jittery_writer');
+  const SPEED = 2;
+  const onScreenSpeeds = async (query) => {
+    const page = await browser.newPage({ viewport: { width: 640, height: 400 } });
+    await page.goto(`${url}?world=smooth&rate=10${query}`);
+    await waitFor(`smooth${query}: live, with the moving entity`, () => page.evaluate(() =>
+      window.xformWeb.stats.state === 'live' && window.xformWeb.world(1) !== null));
+    await page.waitForTimeout(2000); // 20 messages: the delay is learnt.
+    const samples = await page.evaluate(() => new Promise((resolve) => {
+      const seen = [];
+      window.xformWeb.onDrawn((now) => seen.push([now, window.xformWeb.world(1)[3]]));
+      setTimeout(() => { window.xformWeb.onDrawn(null); resolve(seen); }, 3000);
+    }));
+    const overlay = await page.textContent('#stats');
+    await page.close();
+    check(samples.length > 30, `smooth${query}: frames drawn in 3 s`, `${samples.length}`);
+    // Speed between consecutive drawn frames, against the true speed.
+    const errors = samples.slice(1).map(([t, x], k) =>
+      Math.abs((x - samples[k][1]) / ((t - samples[k][0]) / 1000) - SPEED) / SPEED)
+      .sort((a, b) => a - b);
+    const within = errors.filter((e) => e < 0.1).length / errors.length;
+    const elapsed = (samples[samples.length - 1][0] - samples[0][0]) / 1000;
+    const mean = (samples[samples.length - 1][1] - samples[0][1]) / elapsed;
+    return {
+      within, medianError: errors[Math.floor(errors.length / 2)],
+      p95Error: errors[Math.floor(errors.length * 0.95)], meanSpeed: mean,
+      frames: samples.length, overlay: overlay.match(/smoothing\s+(.*)/)?.[1] ?? '',
+    };
+  };
+  const smooth = await onScreenSpeeds('');
+  console.log('figures smooth (rate 10, jitter 60 ms):', JSON.stringify(smooth));
+  check(smooth.within > 0.95, 'smoothed: frame-to-frame speed within 10% of the true speed',
+    `${(100 * smooth.within).toFixed(1)}% of ${smooth.frames} frames, median error ` +
+    `${(100 * smooth.medianError).toFixed(2)}%, p95 ${(100 * smooth.p95Error).toFixed(2)}%`);
+  check(Math.abs(smooth.meanSpeed - SPEED) / SPEED < 0.02, 'smoothed: the mean speed is the true one',
+    `${smooth.meanSpeed.toFixed(3)} units/s`);
+  const shownDelay = Number(smooth.overlay.match(/^(\d+) ms behind \(adaptive\)/)?.[1] ?? NaN);
+  check(shownDelay >= 100 && shownDelay <= 300, 'the overlay shows the adaptive delay', smooth.overlay);
+  const raw = await onScreenSpeeds('&smooth=0');
+  console.log('figures unsmoothed (rate 10, jitter 60 ms):', JSON.stringify(raw));
+  check(raw.within < 0.5 && raw.overlay === 'off',
+    'unsmoothed: the same motion stands and jumps (the check can fail)',
+    `${(100 * raw.within).toFixed(1)}% of frames within 10%`);
+  writer.kill('SIGKILL');
+
   // kill -9: the page says it is reconnecting, and recovers when xformd is
   // back (on its journal) with the world as it was.
   const page = await browser.newPage({ viewport: { width: 960, height: 600 } });
@@ -238,6 +289,12 @@ try {
     window.xformWeb.stats.state === 'live' && window.xformWeb.stats.entities === 10000));
   await solar.waitForTimeout(3000);
   console.log('figures demo:', JSON.stringify(await solar.evaluate(() => window.xformWeb.stats)));
+  // What smoothing costs the page: the same world drawn as it comes.
+  await solar.goto(`${url}?world=demo&smooth=0`);
+  await waitFor('demo (unsmoothed) is live', () => solar.evaluate(() =>
+    window.xformWeb.stats.state === 'live' && window.xformWeb.stats.entities === 10000));
+  await solar.waitForTimeout(3000);
+  console.log('figures demo unsmoothed:', JSON.stringify(await solar.evaluate(() => window.xformWeb.stats)));
 } catch (error) {
   failed = true;
   console.log(error.message);

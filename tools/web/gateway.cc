@@ -408,6 +408,7 @@ class Tab : public std::enable_shared_from_this<Tab> {
     options.world = query_.world;
     options.subtrees = query_.subtrees;
     options.region = query_.region;
+    options.max_rate_hz = query_.max_rate_hz;
     options.encoding = gateway_.options().upstream_encoding;
     options.max_queued = gateway_.options().mirror_max_queued;
     std::weak_ptr<Tab> weak = weak_from_this();

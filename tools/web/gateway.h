@@ -5,7 +5,9 @@
 // per browser tab. Each tab subscribes to xformd through a Mirror of its
 // own, with the world, subtree filter and region the tab asked for, so resync,
 // filters, TLS and tokens are the client library's. The tab then gets, as
-// binary messages (tab_frame.h), the changes its mirror saw.
+// binary messages (tab_frame.h), the changes its mirror saw, with the
+// stamp of the frame they are from, so that the page draws them
+// interpolated a little in the past (page/src/smoothing.js).
 //
 // Each tab is served at its own pace: the page acknowledges each binary
 // message once it has applied it, and a tab has at most two unacknowledged
@@ -22,10 +24,12 @@
 //   GET /api/worlds      JSON: {"worlds": [{"name", "entities", "frame",
 //                        "tick_hz"}], "error": "..."} (refreshed each second)
 //   GET /ws?world=W[&subtrees=1,2][&region=sphere:x,y,z,r[,margin=m]]
-//                        the WebSocket; 400 on a bad query, 503 past
+//          [&rate=HZ]    the WebSocket; 400 on a bad query, 503 past
 //                        max_tabs. A region (xform/region.h's text, as
 //                        xformctl takes it) makes the tab's view the
-//                        entities in it: "follow camera".
+//                        entities in it: "follow camera". A rate asks
+//                        xformd for at most HZ frames a second (0 to
+//                        1000; 0, or none, is every frame).
 // Tab to gateway, text: {"ack": frame} after applying a message;
 // {"pause": true|false}; {"region": "sphere:..."} moves a tab's region
 // (Mirror::SetRegion, from one thread of the gateway's, a tab's latest

@@ -79,6 +79,14 @@ absl::StatusOr<TabQuery> ParseTabQuery(absl::string_view query) {
             absl::StrCat("region: ", region.status().message()));
       }
       parsed.region = *region;
+    } else if (key == "rate") {
+      // !(a <= b) refuses NaN too.
+      if (!absl::SimpleAtod(*value, &parsed.max_rate_hz) ||
+          !(parsed.max_rate_hz >= 0 && parsed.max_rate_hz <= kMaxTabRateHz)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("rate: '", *value, "' is not 0 to ", kMaxTabRateHz,
+                         " messages a second"));
+      }
     } else {
       return absl::InvalidArgumentError(
           absl::StrCat("unknown parameter '", key, "'"));

@@ -1,7 +1,7 @@
 // Copyright 2026 The xform Authors.
 //
 // What xform-web and a browser say to each other, apart from the network:
-// a tab's query (/ws?world=W&subtrees=1,2&region=sphere:x,y,z,r), the name
+// a tab's query (/ws?world=W&subtrees=1,2&region=...&rate=10), the name
 // a Host header gives, the control messages a tab's page sends, and the
 // worlds' list the page is given; and the gateway's own --listen. Each
 // reader refuses what it does not read exactly.
@@ -25,12 +25,17 @@ namespace xform::web {
 inline constexpr size_t kMaxWorldName = 256;
 inline constexpr size_t kMaxSubtrees = 1024;
 
-// What a tab asks for in /ws?world=W&subtrees=1,2&region=sphere:x,y,z,r.
+// What a tab asks for in
+// /ws?world=W&subtrees=1,2&region=sphere:x,y,z,r&rate=10.
 struct TabQuery {
   std::string world;
   std::vector<EntityId> subtrees;
   std::optional<Region> region;
+  double max_rate_hz = 0;  // rate=: at most this many messages a second.
 };
+
+// The highest rate= a tab may ask for; 0 (or none) is every frame.
+inline constexpr double kMaxTabRateHz = 1000;
 
 // The query after '?': INVALID_ARGUMENT naming the first bad parameter.
 absl::StatusOr<TabQuery> ParseTabQuery(absl::string_view query);

@@ -36,6 +36,9 @@ void EncodeTabFrame(const MirrorChangedState& state, absl::Time published,
   at = Put<double>(at, static_cast<double>(state.frame));
   at = Put<double>(at, UnixMillis(published));
   at = Put<double>(at, UnixMillis(sent));
+  // Stamps are nanoseconds on any clock; milliseconds in a double keep a
+  // microsecond's precision for 280 years of Unix time.
+  at = Put<double>(at, static_cast<double>(state.stamp) / 1e6);
   for (EntityId e : state.entities)
     at = Put<double>(at, static_cast<double>(e));
   for (EntityId p : state.parents) at = Put<double>(at, static_cast<double>(p));

@@ -5,7 +5,7 @@
 // typed arrays without parsing (tools/web/page/src/frame.js reads it).
 //
 // Little-endian, every array aligned to its element size:
-//   offset  0  u32  kTabFrameMagic ("XFW1")
+//   offset  0  u32  kTabFrameMagic ("XFW2")
 //           4  u32  flags: kTabFrameResynced
 //           8  u32  n, entities created, moved or re-parented
 //          12  u32  d, entities destroyed
@@ -13,14 +13,17 @@
 //          24  f64  the frame's publication, Unix milliseconds (xformd's
 //                   server_time_unix_nanos)
 //          32  f64  when xform-web sent this, Unix milliseconds
-//          40  f64  ids[n]
+//          40  f64  the frame's stamp (FrameUpdate.stamp_nanos), in
+//                   milliseconds on the world's writers' clock: when the
+//                   poses were true, what the page interpolates by
+//          48  f64  ids[n]
 //              f64  parents[n] (0: a root)
 //              f32  worlds[12 n], 3x4 row-major as in the protocol
 //              f64  destroyed[d]
 // Ids travel as doubles, which JavaScript holds exactly up to 2^53; an id
 // above that is sent rounded (the page cannot key it exactly).
 //
-// 40 + 64 bytes per entity + 8 per destroyed one.
+// 48 + 64 bytes per entity + 8 per destroyed one.
 
 #ifndef XFORM_TOOLS_WEB_TAB_FRAME_H_
 #define XFORM_TOOLS_WEB_TAB_FRAME_H_
@@ -34,9 +37,9 @@
 
 namespace xform::web {
 
-inline constexpr uint32_t kTabFrameMagic = 0x31574658;  // "XFW1"
+inline constexpr uint32_t kTabFrameMagic = 0x32574658;  // "XFW2"
 inline constexpr uint32_t kTabFrameResynced = 1;
-inline constexpr size_t kTabFrameHeaderBytes = 40;
+inline constexpr size_t kTabFrameHeaderBytes = 48;
 
 // Writes `state` as one message into `out` (replacing what it held, keeping
 // its memory). O(entities in state).

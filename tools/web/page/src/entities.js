@@ -1,5 +1,6 @@
 // The entities of one view, drawn as one InstancedMesh at their world
-// matrices, with optional lines to their parents. Storage is packed: an
+// matrices, with optional lines to their parents. Moves go through the
+// page's Smoothing (smoothing.js), which draws them a little later. Storage is packed: an
 // entity is an instance index; removing swaps the last one into its place,
 // so every update is O(entities in the message).
 //
@@ -106,6 +107,7 @@ export class Entities {
     this.mesh = null;
     this.lines = null;
     this.showLines = true;
+    this.dirty = false; // place() wrote matrices not yet uploaded.
     this.grow(1024);
   }
 
@@ -170,41 +172,51 @@ export class Entities {
     return depth;
   }
 
-  // Applies one decoded frame (frame.js).
-  apply(frame) {
+  // Applies one decoded frame (frame.js). With `smoothing` (smoothing.js),
+  // a move it takes is drawn later, by its render(); the rest now.
+  apply(frame, smoothing = null) {
     const { ids, parents, worlds, destroyed } = frame;
-    for (let k = 0; k < destroyed.length; ++k) this.remove(destroyed[k]);
+    for (let k = 0; k < destroyed.length; ++k) {
+      this.remove(destroyed[k]);
+      smoothing?.forget(destroyed[k]);
+    }
     if (this.count + ids.length > this.capacity) {
       let capacity = this.capacity;
       while (capacity < this.count + ids.length) capacity *= 2;
       this.grow(capacity);
     }
-    const matrices = this.mesh.instanceMatrix.array;
+    const elements = new Float32Array(16);
     const recolor = [];
+    const placed = [];
     for (let k = 0; k < ids.length; ++k) {
       const id = ids[k];
       let i = this.index.get(id);
+      let reparented = false;
       if (i === undefined) {
         i = this.count++;
         this.index.set(id, i);
         this.ids[i] = id;
         this.parentOf.set(id, parents[k]);
         recolor.push(id);
+        smoothing?.forget(id);
       } else if (this.parentOf.get(id) !== parents[k]) {
         this.parentOf.set(id, parents[k]);
         recolor.push(id);
+        reparented = true;
       }
       // Row-major 3x4 to three.js's column-major 4x4.
       const w = 12 * k;
-      const o = 16 * i;
-      matrices[o] = worlds[w]; matrices[o + 1] = worlds[w + 4];
-      matrices[o + 2] = worlds[w + 8]; matrices[o + 3] = 0;
-      matrices[o + 4] = worlds[w + 1]; matrices[o + 5] = worlds[w + 5];
-      matrices[o + 6] = worlds[w + 9]; matrices[o + 7] = 0;
-      matrices[o + 8] = worlds[w + 2]; matrices[o + 9] = worlds[w + 6];
-      matrices[o + 10] = worlds[w + 10]; matrices[o + 11] = 0;
-      matrices[o + 12] = worlds[w + 3]; matrices[o + 13] = worlds[w + 7];
-      matrices[o + 14] = worlds[w + 11]; matrices[o + 15] = 1;
+      elements[0] = worlds[w]; elements[1] = worlds[w + 4];
+      elements[2] = worlds[w + 8]; elements[3] = 0;
+      elements[4] = worlds[w + 1]; elements[5] = worlds[w + 5];
+      elements[6] = worlds[w + 9]; elements[7] = 0;
+      elements[8] = worlds[w + 2]; elements[9] = worlds[w + 6];
+      elements[10] = worlds[w + 10]; elements[11] = 0;
+      elements[12] = worlds[w + 3]; elements[13] = worlds[w + 7];
+      elements[14] = worlds[w + 11]; elements[15] = 1;
+      if (smoothing?.take(id, elements, reparented)) continue;
+      this.mesh.instanceMatrix.array.set(elements, 16 * i);
+      placed.push(i);
     }
     // Colours and lines after every matrix is in: a child's line ends at
     // its parent's new position whatever the order of the message.
@@ -213,17 +225,32 @@ export class Entities {
       this.mesh.setColorAt(this.index.get(id), color);
       this.points?.color(this.index.get(id), color);
     }
-    for (let k = 0; k < ids.length; ++k) {
-      const i = this.index.get(ids[k]);
+    for (const i of placed) {
       this.updateLine(i);
-      this.points?.place(i, matrices, 16 * i);
+      this.points?.place(i, this.mesh.instanceMatrix.array, 16 * i);
     }
-    this.points?.update(this.count);
     this.mesh.count = this.count;
-    this.mesh.instanceMatrix.needsUpdate = true;
     if (recolor.length) this.mesh.instanceColor.needsUpdate = true;
     this.lines.geometry.setDrawRange(0, this.count * 2);
+    this.changed();
+  }
+
+  // Draws `id` at a column-major 4x4 (Smoothing's place).
+  place(id, elements) {
+    const i = this.index.get(id);
+    if (i === undefined) return;
+    this.mesh.instanceMatrix.array.set(elements, 16 * i);
+    this.updateLine(i);
+    this.points?.place(i, this.mesh.instanceMatrix.array, 16 * i);
+    this.dirty = true;
+  }
+
+  // Uploads what apply() and place() wrote.
+  changed() {
+    this.points?.update(this.count);
+    this.mesh.instanceMatrix.needsUpdate = true;
     this.lines.geometry.attributes.position.needsUpdate = true;
+    this.dirty = false;
   }
 
   updateLine(i) {

@@ -1,10 +1,11 @@
 // Views one binary message from xform-web (tools/web/tab_frame.h) as typed
 // arrays, without copying: header, then ids, parents, 3x4 row-major world
-// matrices and destroyed ids.
+// matrices and destroyed ids. The stamp is when the poses were true, on
+// the world's writers' clock (milliseconds).
 
-export const MAGIC = 0x31574658; // "XFW1"
+export const MAGIC = 0x32574658; // "XFW2"
 export const RESYNCED = 1;
-const HEADER_BYTES = 40;
+const HEADER_BYTES = 48;
 
 export function decodeFrame(buffer) {
   const header = new DataView(buffer, 0, HEADER_BYTES);
@@ -29,6 +30,7 @@ export function decodeFrame(buffer) {
     frame: header.getFloat64(16, true),
     publishedMs: header.getFloat64(24, true),
     sentMs: header.getFloat64(32, true),
+    stampMs: header.getFloat64(40, true),
     ids, parents, worlds, destroyed,
   };
 }

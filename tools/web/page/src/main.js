@@ -9,6 +9,7 @@ import * as THREE from 'three';
 import { OrbitControls } from 'three/examples/jsm/controls/OrbitControls.js';
 import { decodeFrame, RESYNCED } from './frame.js';
 import { Entities } from './entities.js';
+import { Smoothing } from './smoothing.js';
 
 const $ = (id) => document.getElementById(id);
 
@@ -41,6 +42,12 @@ camera.position.set(0, 10, 20);
 const controls = new OrbitControls(camera, renderer.domElement);
 controls.enableDamping = true;
 const entities = new Entities(scene, { points: draw === 'points' });
+// ?smooth=0 draws each message as it comes; ?delay=MS fixes the delay.
+const pageParams = new URLSearchParams(location.search);
+const smoothing = new Smoothing((id, elements) => entities.place(id, elements), {
+  enabled: pageParams.get('smooth') !== '0',
+  fixedDelayMs: Number(pageParams.get('delay')) || 0,
+});
 
 function resize() {
   const { clientWidth: w, clientHeight: h } = $('view');
@@ -163,6 +170,8 @@ function rollStats(now) {
     `updates/s ${stats.updatesPerSecond}`,
     `bytes/s   ${stats.bytesPerSecond}`,
     `latency   ${stats.latencyMs.toFixed(1)} ms (max ${stats.latencyMaxMs.toFixed(1)})`,
+    `smoothing ${!smoothing.enabled ? 'off' : stats.delayMs === null ? 'waiting for frames'
+      : `${stats.delayMs.toFixed(0)} ms behind (${smoothing.clock.fixedDelayMs > 0 ? 'fixed' : 'adaptive'})`}`,
     `fps       ${stats.fps} (${draw})`,
   ].join('\n');
 }
@@ -190,6 +199,7 @@ function connect() {
   }
   entities.clear();
   stats.entities = 0;
+  smoothing.clear();
   framedOnce = false;
   const world = $('world').value;
   stats.world = world;
@@ -197,6 +207,8 @@ function connect() {
   const query = new URLSearchParams({ world });
   const subtrees = $('subtrees').value.replace(/\s+/g, '');
   if (subtrees) query.set('subtrees', subtrees);
+  const rate = Number($('rate').value);
+  if (Number.isFinite(rate) && rate > 0) query.set('rate', String(rate));
   readFollowControls();
   follow.sentCenter = null;
   if (follow.on) {
@@ -221,7 +233,9 @@ function connect() {
       return;
     }
     const frame = decodeFrame(event.data);
-    entities.apply(frame);
+    smoothing.begin(frame.stampMs || frame.publishedMs, performance.now(),
+      (frame.flags & RESYNCED) !== 0);
+    entities.apply(frame, smoothing);
     // The gateway sends the next message only when told this one is in:
     // a page busy rendering skips frames instead of queueing them.
     socket.send(JSON.stringify({ ack: frame.frame }));
@@ -270,6 +284,7 @@ $('subtrees').addEventListener('keydown', (e) => { if (e.key === 'Enter') connec
 $('frame-all').addEventListener('click', frameAll);
 $('lines').addEventListener('change', (e) => entities.setLines(e.target.checked));
 $('follow').addEventListener('change', connect);
+$('rate').addEventListener('change', connect);
 $('radius').addEventListener('change', () => {
   const wasOn = follow.on;
   readFollowControls();
@@ -279,6 +294,7 @@ $('radius').addEventListener('change', () => {
   const params = new URLSearchParams(location.search);
   if (params.get('follow') === '1') $('follow').checked = true;
   if (params.get('radius')) $('radius').value = params.get('radius');
+  if (params.get('rate')) $('rate').value = params.get('rate');
   readFollowControls();
 }
 $('pause').addEventListener('click', () => {
@@ -320,12 +336,18 @@ function showPicked() {
 
 // ---- the loop ---------------------------------------------------------------
 
+let onDrawn = null;
+
 function animate(now) {
   requestAnimationFrame(animate);
   controls.update();
   moveRegion(now);
   stats.regionMoves = follow.moves;
+  smoothing.render(now);
+  if (entities.dirty) entities.changed();
+  stats.delayMs = smoothing.delay();
   renderer.render(scene, camera);
+  onDrawn?.(now);
   second.frames += 1;
   if (pickedId !== null) showPicked();
   rollStats(now);
@@ -383,4 +405,7 @@ window.xformWeb = {
     return [id, w[3], w[7], w[11]];
   }),
   draw,
+  // Calls back after each drawn frame with its time (tests sample motion).
+  onDrawn: (callback) => { onDrawn = callback; },
+  renderStamp: () => smoothing.lastRenderStamp,
 };
