@@ -110,7 +110,7 @@ try {
   });
 
   // Both ways of drawing: instanced (a GPU's) and points (a software renderer's).
-  for (const draw of ['instanced', 'points']) {
+  for (const draw of ['boxes', 'points']) {
     const page = await browser.newPage({ viewport: { width: 960, height: 600 } });
     const pageErrors = [];
     page.on('pageerror', (error) => pageErrors.push(error.message));
@@ -272,17 +272,29 @@ try {
   console.log('figures city (follow, radius 60):', JSON.stringify(await cityStats()));
   await city.close();
 
-  // The demo's solar system, for the README; and the frame rate of the
-  // demo's 10,000 entities in this software renderer.
+  // The city as a first-time user sees it, for the README: buildings as
+  // boxes on their blocks, drones, the ground grid and axes.
+  const view = await browser.newPage({ viewport: { width: 1280, height: 720 } });
+  await view.goto(`${url}?world=city&follow=1&radius=80`);
+  await waitFor('city (radius 80) is live, drawn as boxes', () => view.evaluate(() =>
+    window.xformWeb.stats.state === 'live' && window.xformWeb.stats.entities > 500 &&
+    window.xformWeb.drawing() === 'boxes'));
+  await view.waitForTimeout(1500);
+  await view.evaluate(() => window.xformWeb.orbit(0.9, 0.45));
+  await view.waitForTimeout(1000);
+  if (args.screenshot) {
+    await view.screenshot({ path: args.screenshot });
+    console.log(`screenshot: ${args.screenshot}`);
+  }
+  await view.close();
+
+  // The demo's solar system; and the frame rate of the demo's 10,000
+  // entities in this software renderer.
   const solar = await browser.newPage({ viewport: { width: 1280, height: 720 } });
   await solar.goto(`${url}?world=solar`);
   await waitFor('solar is live', () => solar.evaluate(() =>
     window.xformWeb.stats.state === 'live' && window.xformWeb.stats.entities > 3000));
   await solar.waitForTimeout(2500);
-  if (args.screenshot) {
-    await solar.screenshot({ path: args.screenshot });
-    console.log(`screenshot: ${args.screenshot}`);
-  }
   console.log('figures solar:', JSON.stringify(await solar.evaluate(() => window.xformWeb.stats)));
   await solar.goto(`${url}?world=demo`);
   await waitFor('demo is live', () => solar.evaluate(() =>

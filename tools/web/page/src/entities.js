@@ -1,13 +1,16 @@
-// The entities of one view, drawn as one InstancedMesh at their world
-// matrices, with optional lines to their parents. Moves go through the
-// page's Smoothing (smoothing.js), which draws them a little later. Storage is packed: an
+// The entities of one view, drawn as one InstancedMesh of unit boxes at
+// their world matrices (so a box takes its entity's position, rotation and
+// scale: a building's footprint and height, a drone's flat body), with
+// optional lines to their parents. Moves go through the page's Smoothing
+// (smoothing.js), which draws them a little later. Storage is packed: an
 // entity is an instance index; removing swaps the last one into its place,
 // so every update is O(entities in the message).
 //
 // A software renderer (headless Chromium's SwiftShader) pays about 3 us a
-// triangle however small: 10,000 entities drew at 4 frames/s. There
-// (`points`) each entity is one round point instead, as wide as its scale;
-// the InstancedMesh still holds the matrices, undrawn.
+// triangle however small: 10,000 entities drew at 4 frames/s. There (mode
+// `auto`) a view of more than SOFTWARE_BOX_LIMIT entities is drawn as
+// round points instead, one vertex an entity, as wide as its scale; the
+// InstancedMesh still holds the matrices, undrawn.
 
 import * as THREE from 'three';
 
@@ -16,6 +19,9 @@ import * as THREE from 'three';
 const PALETTE = [0xff8800, 0x00c8ff, 0xff3fb0, 0x9cff3f, 0xffe14a, 0x8f7bff]
   .map((hex) => new THREE.Color(hex));
 const MAX_DEPTH_WALK = 64;
+// Boxes a software renderer still draws at a usable rate (12 triangles
+// each).
+const SOFTWARE_BOX_LIMIT = 2000;
 
 // Every entity as one round point at its position, as wide as its shape
 // at its scale: one vertex an entity, for software renderers.
@@ -94,11 +100,14 @@ class EntityPoints {
 }
 
 export class Entities {
-  constructor(scene, { points = false } = {}) {
+  // mode: 'boxes', 'points', or 'auto' (boxes up to SOFTWARE_BOX_LIMIT,
+  // then points).
+  constructor(scene, { mode = 'boxes' } = {}) {
     this.scene = scene;
-    this.geometry = new THREE.OctahedronGeometry(0.5, 0);
-    this.material = new THREE.MeshLambertMaterial({ flatShading: true });
-    this.points = points ? new EntityPoints() : null;
+    this.mode = mode;
+    this.geometry = new THREE.BoxGeometry(1, 1, 1);
+    this.material = new THREE.MeshLambertMaterial();
+    this.points = mode === 'boxes' ? null : new EntityPoints();
     this.capacity = 0;
     this.count = 0;
     this.index = new Map(); // id -> instance index
@@ -143,10 +152,22 @@ export class Entities {
     lineGeometry.setDrawRange(0, this.count * 2);
     this.scene.add(mesh, lines);
     if (this.points) {
-      mesh.visible = false;
       this.points.grow(capacity, this.scene);
       this.points.update(this.count);
     }
+    this.choose();
+  }
+
+  // What draws the view now: the boxes or the points.
+  drawing() {
+    if (this.mode === 'auto') return this.count > SOFTWARE_BOX_LIMIT ? 'points' : 'boxes';
+    return this.mode;
+  }
+
+  choose() {
+    const points = this.drawing() === 'points';
+    this.mesh.visible = !points;
+    if (this.points) this.points.object.visible = points;
   }
 
   clear() {
@@ -247,6 +268,7 @@ export class Entities {
 
   // Uploads what apply() and place() wrote.
   changed() {
+    this.choose();
     this.points?.update(this.count);
     this.mesh.instanceMatrix.needsUpdate = true;
     this.lines.geometry.attributes.position.needsUpdate = true;

@@ -24,10 +24,12 @@ function softwareGl() {
   gl?.getExtension('WEBGL_lose_context')?.loseContext();
   return /swiftshader|llvmpipe|software/i.test(name);
 }
-// ?draw=instanced or ?draw=points overrides the choice (entities.js).
+// ?draw=boxes or ?draw=points overrides the choice (entities.js): boxes on
+// a GPU, on a software renderer boxes for a small view and points for a
+// large one.
 const software = softwareGl();
-const draw = new URLSearchParams(location.search).get('draw') ||
-  (software ? 'points' : 'instanced');
+const drawParam = new URLSearchParams(location.search).get('draw');
+const draw = drawParam === 'instanced' ? 'boxes' : drawParam || (software ? 'auto' : 'boxes');
 const renderer = new THREE.WebGLRenderer({ antialias: !software });
 renderer.setPixelRatio(window.devicePixelRatio);
 $('view').appendChild(renderer.domElement);
@@ -41,7 +43,29 @@ const camera = new THREE.PerspectiveCamera(50, 1, 0.01, 1e6);
 camera.position.set(0, 10, 20);
 const controls = new OrbitControls(camera, renderer.domElement);
 controls.enableDamping = true;
-const entities = new Entities(scene, { points: draw === 'points' });
+const entities = new Entities(scene, { mode: draw });
+
+// The ground (y = 0) and the world's axes (x red, y green, z blue, muted so
+// that they are not taken for entities), sized to the view by frameAll().
+const ground = new THREE.GridHelper(100, 20, 0x59606c, 0x2f343d);
+ground.material.transparent = true;
+ground.material.opacity = 0.8;
+scene.add(ground);
+const axes = new THREE.AxesHelper(10);
+axes.setColors(new THREE.Color(0x8a3a3a), new THREE.Color(0x3a7a3a), new THREE.Color(0x3a4a8a));
+scene.add(axes);
+
+// A grid of `size` (a round number: 1, 2 or 5 times a power of ten) around
+// `center` on the ground, with lines 1/20 of it apart.
+function fitGround(center, radius) {
+  const span = Math.max(2, 2.4 * radius);
+  const power = 10 ** Math.floor(Math.log10(span));
+  const size = [1, 2, 5, 10].map((m) => m * power).find((v) => v >= span);
+  const step = size / 20;
+  ground.scale.setScalar(size / 100);
+  ground.position.set(Math.round(center.x / step) * step, 0, Math.round(center.z / step) * step);
+  axes.scale.setScalar(size / 100);
+}
 // ?smooth=0 draws each message as it comes; ?delay=MS fixes the delay.
 const pageParams = new URLSearchParams(location.search);
 const smoothing = new Smoothing((id, elements) => entities.place(id, elements), {
@@ -123,6 +147,7 @@ function frameAll() {
     camera.far = distance * 100;
     camera.updateProjectionMatrix();
     controls.update();
+    fitGround(controls.target, follow.radius);
     return;
   }
   const box = entities.bounds();
@@ -137,6 +162,7 @@ function frameAll() {
   camera.far = distance * 100;
   camera.updateProjectionMatrix();
   controls.update();
+  fitGround(center, radius);
 }
 
 // ---- stats ------------------------------------------------------------------
@@ -172,7 +198,7 @@ function rollStats(now) {
     `latency   ${stats.latencyMs.toFixed(1)} ms (max ${stats.latencyMaxMs.toFixed(1)})`,
     `smoothing ${!smoothing.enabled ? 'off' : stats.delayMs === null ? 'waiting for frames'
       : `${stats.delayMs.toFixed(0)} ms behind (${smoothing.clock.fixedDelayMs > 0 ? 'fixed' : 'adaptive'})`}`,
-    `fps       ${stats.fps} (${draw})`,
+    `fps       ${stats.fps} (${entities.drawing()})`,
   ].join('\n');
 }
 
@@ -405,6 +431,16 @@ window.xformWeb = {
     return [id, w[3], w[7], w[11]];
   }),
   draw,
+  drawing: () => entities.drawing(),
+  // Turns the camera about its target: `azimuth` from +z toward +x and
+  // `elevation` above the ground, in radians, at the distance it has.
+  orbit: (azimuth, elevation) => {
+    const distance = camera.position.distanceTo(controls.target);
+    camera.position.copy(controls.target).add(new THREE.Vector3(
+      Math.sin(azimuth) * Math.cos(elevation), Math.sin(elevation),
+      Math.cos(azimuth) * Math.cos(elevation)).multiplyScalar(distance));
+    controls.update();
+  },
   // Calls back after each drawn frame with its time (tests sample motion).
   onDrawn: (callback) => { onDrawn = callback; },
   renderStamp: () => smoothing.lastRenderStamp,
