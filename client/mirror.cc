@@ -229,7 +229,7 @@ class Mirror::Impl {
     return changes;
   }
 
-  MirrorChangedState TakeChangedState() {
+  MirrorChangedState TakeChangedState(bool with_parent_worlds) {
     MirrorChangedState state;
     absl::MutexLock lock(&mu_);
     const NetChanges::Map pending = state_.TakeChanges(&state.resynced);
@@ -248,6 +248,13 @@ class Mirror::Impl {
       state.entities.push_back(e);
       state.parents.push_back(copy.parent(i));
       state.worlds.push_back(copy.world(i));
+      if (with_parent_worlds) {
+        const uint32_t p = copy.parent(i) == kNoEntity
+                               ? client_internal::Copy::kAbsent
+                               : copy.Find(copy.parent(i));
+        state.parent_worlds.push_back(
+            p == client_internal::Copy::kAbsent ? Matrix3x4{} : copy.world(p));
+      }
     }
     return state;
   }
@@ -755,8 +762,8 @@ void Mirror::CopyAll(std::vector<EntityId>* entities,
   impl_->CopyAll(entities, worlds);
 }
 MirrorChanges Mirror::TakeChanges() { return impl_->TakeChanges(); }
-MirrorChangedState Mirror::TakeChangedState() {
-  return impl_->TakeChangedState();
+MirrorChangedState Mirror::TakeChangedState(bool with_parent_worlds) {
+  return impl_->TakeChangedState(with_parent_worlds);
 }
 bool Mirror::synced() const { return impl_->synced(); }
 int Mirror::resyncs() const { return impl_->resyncs(); }

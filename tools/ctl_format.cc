@@ -178,6 +178,7 @@ Json UpdateJson(const MirrorUpdate& u) {
           {"destroyed", u.destroyed.size()},
           {"reparented", u.reparented.size()},
           {"frames_skipped", u.frames_skipped},
+          {"stamp_nanos", u.stamp},
           {"bytes", u.bytes},
           {"latency_ms", absl::ToDoubleMilliseconds(u.received - u.published)}};
 }

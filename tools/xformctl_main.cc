@@ -31,6 +31,7 @@
 #include "server/access/access_policy.h"
 #include "tools/client_flags.h"
 #include "tools/ctl_format.h"
+#include "tools/ctl_record.h"
 #include "xform/client.h"
 #include "xform/mirror.h"
 #include "xform/region.h"
@@ -74,6 +75,13 @@ ABSL_FLAG(std::string, region, "",
 ABSL_FLAG(double, rate_hz, 0, "watch: at most this many messages a second");
 ABSL_FLAG(int, frames, 0, "watch: stop after this many frames (0: never)");
 ABSL_FLAG(bool, verbose, false, "watch: print every change, not only counts");
+// record, play
+ABSL_FLAG(std::string, out, "", "record: the MCAP file to write");
+ABSL_FLAG(std::string, world, "", "play: the world to write into");
+ABSL_FLAG(double, rate, 1,
+          "play: times the recorded pace (0: as fast as the server answers)");
+ABSL_FLAG(bool, restamp, false,
+          "play: stamp batches with the server's clock, not the recording's");
 
 namespace xform {
 namespace {
@@ -334,6 +342,8 @@ class Ctl {
   }
 
   int Watch(const std::vector<std::string>& args);
+  int Record(const std::vector<std::string>& args);
+  int Play(const std::vector<std::string>& args);
 
   int NodesList(const std::vector<std::string>&) {
     absl::StatusOr<std::vector<NodeInfo>> nodes = client_.ListNodes();
@@ -468,6 +478,17 @@ const Command kCommands[] = {
      "latency (publish to receive), or every change with --verbose. "
      "Reconnects if the stream drops.",
      1, false, &Ctl::Watch},
+    {"record",
+     "xformctl record WORLD --out=FILE.mcap [--frames=N] [watch's filters]",
+     "Records what a subscription receives as an MCAP file Foxglove opens: "
+     "foxglove.FrameTransforms on /tf, one message a frame stamped with the "
+     "frame's stamp (zstd chunks, indexed). Stops after N frames, or on "
+     "Ctrl-C.",
+     1, false, &Ctl::Record},
+    {"play", "xformctl play FILE.mcap --world=W [--rate=R] [--restamp]",
+     "Writes a recording into a new or empty world, a batch a frame at the "
+     "recorded pace times R (0: at once), stamped as recorded.",
+     1, false, &Ctl::Play},
     {"nodes list", "xformctl nodes list",
      "A cluster's nodes: each one's address, the worlds it writes and "
      "serves, and whether it drains (a single xformd: itself).",
@@ -505,7 +526,8 @@ const Command* Find(absl::string_view name) {
 
 // Commands named by one word; the others take two ("worlds create").
 bool IsOneWord(absl::string_view command) {
-  return command == "watch" || command == "lookup";
+  return command == "watch" || command == "lookup" || command == "record" ||
+         command == "play";
 }
 
 int Ctl::Run(const Invocation& in) {
@@ -618,6 +640,52 @@ int Ctl::Watch(const std::vector<std::string>& args) {
       last_reported = status;
     }
   }
+  return 0;
+}
+
+int Ctl::Record(const std::vector<std::string>& args) {
+  absl::StatusOr<MirrorOptions> parsed = WatchOptionsFromFlags(args[0]);
+  if (!parsed.ok()) return UsageError(parsed.status().message(), "record");
+  tools::RecordOptions options;
+  options.out = absl::GetFlag(FLAGS_out);
+  if (options.out.empty()) return UsageError("--out is required", "record");
+  options.frames = absl::GetFlag(FLAGS_frames);
+  options.stop = [] { return interrupted.load(); };
+  options.on_started = [&] {
+    Print({{"recording", args[0]}, {"out", options.out}},
+          absl::StrCat("recording ", args[0], " to ", options.out));
+  };
+  absl::StatusOr<tools::RecordSummary> summary =
+      tools::RecordWorld(client_, *std::move(parsed), options);
+  if (!summary.ok()) return Fail(summary.status());
+  Print({{"messages", summary->messages},
+         {"transforms", summary->transforms},
+         {"destroyed", summary->destroyed}},
+        absl::StrCat("recorded ", summary->messages, " frames, ",
+                     summary->transforms, " transforms, ", summary->destroyed,
+                     " destroyed"));
+  return 0;
+}
+
+int Ctl::Play(const std::vector<std::string>& args) {
+  tools::PlayOptions options;
+  options.world = absl::GetFlag(FLAGS_world);
+  options.rate = absl::GetFlag(FLAGS_rate);
+  options.restamp = absl::GetFlag(FLAGS_restamp);
+  options.stop = [] { return interrupted.load(); };
+  if (options.world.empty()) return UsageError("--world is required", "play");
+  if (!(options.rate >= 0 && options.rate <= 1e6)) {
+    return UsageError("--rate is 0 to 1000000", "play");
+  }
+  absl::StatusOr<tools::PlaySummary> summary =
+      tools::PlayRecording(client_, args[0], options);
+  if (!summary.ok()) return Fail(summary.status());
+  Print({{"messages", summary->messages},
+         {"frames", summary->frames},
+         {"created", summary->created}},
+        absl::StrCat("played ", summary->messages, " messages as ",
+                     summary->frames, " frames into ", options.world, " (",
+                     summary->created, " entities created)"));
   return 0;
 }
 

@@ -212,6 +212,9 @@ struct MirrorChangedState {
   std::vector<EntityId> entities;  // Created, moved or re-parented.
   std::vector<EntityId> parents;   // Parallel to entities.
   std::vector<Matrix3x4> worlds;   // Parallel to entities.
+  // Parallel to entities when asked for (TakeChangedState): the parent's
+  // world matrix (the identity for a root, or a parent not in the view).
+  std::vector<Matrix3x4> parent_worlds;
   std::vector<EntityId> destroyed;
 
   bool empty() const { return entities.empty() && destroyed.empty(); }
@@ -255,8 +258,10 @@ class Mirror {
   MirrorChanges TakeChanges();
   // The same, with the values (above); it drains what TakeChanges() would
   // report, so a caller uses one or the other. O(changes), in the lock that
-  // applying messages takes too.
-  MirrorChangedState TakeChangedState();
+  // applying messages takes too. With `with_parent_worlds`, each entity's
+  // parent's world matrix too, from the same frame (a recorder that writes
+  // each entity in its parent's frame: tools/foxglove/transforms.h).
+  MirrorChangedState TakeChangedState(bool with_parent_worlds = false);
 
   bool synced() const;  // A complete snapshot is applied, stream up.
   // Snapshots applied after the first one, but those that kept the view.

@@ -1,0 +1,113 @@
+// Copyright 2026 The xform Authors.
+
+#include "tools/foxglove/transforms.h"
+
+#include <functional>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "glm/gtc/quaternion.hpp"
+#include "google/protobuf/descriptor.pb.h"
+
+namespace xform::foxglove_io {
+namespace {
+
+// An entity's frame: its world position and rotation, in double.
+struct Rigid {
+  glm::dvec3 position{0};
+  glm::dquat rotation{1, 0, 0, 0};
+};
+
+Rigid RigidOf(const Matrix3x4& world) {
+  const Transform t = Decompose(world);
+  return {glm::dvec3(t.position), glm::normalize(glm::dquat(t.rotation))};
+}
+
+}  // namespace
+
+std::string FrameId(EntityId entity) {
+  return entity == kNoEntity ? std::string(kWorldFrame)
+                             : absl::StrCat("e", entity);
+}
+
+absl::StatusOr<EntityId> EntityOfFrameId(absl::string_view frame_id) {
+  if (frame_id == kWorldFrame) return kNoEntity;
+  EntityId entity = kNoEntity;
+  if (frame_id.size() < 2 || frame_id[0] != 'e' ||
+      !absl::SimpleAtoi(frame_id.substr(1), &entity) || entity == kNoEntity ||
+      frame_id[1] == '+' || frame_id[1] == '-') {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "frame id '", frame_id, "' is neither 'world' nor e<entity id>"));
+  }
+  return entity;
+}
+
+foxglove::FrameTransforms TransformsOf(const MirrorChangedState& state,
+                                       int64_t stamp) {
+  foxglove::FrameTransforms out;
+  out.mutable_transforms()->Reserve(static_cast<int>(state.entities.size()));
+  for (size_t k = 0; k < state.entities.size(); ++k) {
+    const EntityId parent = state.parents[k];
+    const Rigid parent_frame =
+        parent == kNoEntity ? Rigid{} : RigidOf(state.parent_worlds[k]);
+    const Rigid child = RigidOf(state.worlds[k]);
+    const glm::dquat inverse = glm::conjugate(parent_frame.rotation);
+    const glm::dvec3 translation =
+        inverse * (child.position - parent_frame.position);
+    const glm::dquat rotation = glm::normalize(inverse * child.rotation);
+
+    foxglove::FrameTransform* t = out.add_transforms();
+    t->mutable_timestamp()->set_seconds(stamp / 1'000'000'000);
+    t->mutable_timestamp()->set_nanos(
+        static_cast<int32_t>(stamp % 1'000'000'000));
+    t->set_parent_frame_id(FrameId(parent));
+    t->set_child_frame_id(FrameId(state.entities[k]));
+    t->mutable_translation()->set_x(translation.x);
+    t->mutable_translation()->set_y(translation.y);
+    t->mutable_translation()->set_z(translation.z);
+    t->mutable_rotation()->set_x(rotation.x);
+    t->mutable_rotation()->set_y(rotation.y);
+    t->mutable_rotation()->set_z(rotation.z);
+    t->mutable_rotation()->set_w(rotation.w);
+  }
+  return out;
+}
+
+absl::StatusOr<Transform> LocalOf(const foxglove::FrameTransform& transform) {
+  const glm::dvec3 position(transform.translation().x(),
+                            transform.translation().y(),
+                            transform.translation().z());
+  const glm::dquat rotation(transform.rotation().w(), transform.rotation().x(),
+                            transform.rotation().y(), transform.rotation().z());
+  const double length = glm::length(rotation);
+  // !(a < b) refuses NaN too.
+  if (!(glm::length(position) < 1e30) || !(length > 0.5 && length < 2)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("transform of '", transform.child_frame_id(),
+                     "': a translation or rotation that is not a pose"));
+  }
+  Transform local;
+  local.position = glm::vec3(position);
+  local.rotation = glm::quat(rotation / length);
+  return local;
+}
+
+std::string FileDescriptorSetOf(const google::protobuf::Descriptor* message) {
+  google::protobuf::FileDescriptorSet set;
+  absl::flat_hash_set<const google::protobuf::FileDescriptor*> added;
+  // Imports before the files that import them, as protoc writes a set.
+  std::function<void(const google::protobuf::FileDescriptor*)> add =
+      [&](const google::protobuf::FileDescriptor* file) {
+        if (!added.insert(file).second) return;
+        for (int i = 0; i < file->dependency_count(); ++i) {
+          add(file->dependency(i));
+        }
+        file->CopyTo(set.add_file());
+      };
+  add(message->file());
+  return set.SerializeAsString();
+}
+
+}  // namespace xform::foxglove_io
