@@ -41,55 +41,23 @@ TEST_P(HistoryVsTf2, LookupsAgree) {
   for (const Sample& s : forest.Write(c.seconds)) {
     Feed(s, forest.is_static(s.entity), &history, &tf2);
   }
-  const Stamp end = kStart + static_cast<Stamp>(c.seconds * kSecond);
-  int agreed = 0;
-  int errors = 0;
-  int failures = 0;
-  for (int i = 0; i < 3000 && failures < 5; ++i) {
-    const EntityId target = forest.RandomFrame();
-    const EntityId source = forest.RandomFrame();
-    // From just after the creations (tf2's static links hold at every
-    // stamp, ours from their creation on) to past the newest samples.
-    Stamp stamp =
-        kStart + 1 +
-        static_cast<Stamp>(forest.Uniform(0, c.seconds + 0.5) * kSecond);
-    if (i % 10 == 0) stamp = 0;  // The latest common stamp.
-    const std::string what =
-        absl::StrCat("lookup ", FrameName(target), " <- ", FrameName(source),
-                     " at ", stamp, " (end ", end, ")");
-    const Answer expected =
-        FromTf2(tf2.Lookup(FrameName(target), FrameName(source), stamp));
-    const bool ok =
-        Agree(expected, history.Lookup(target, source, stamp), what);
-    agreed += ok;
-    failures += !ok;
-    errors += ok && expected.code != absl::StatusCode::kOk;
-  }
-  // Advanced: a source at one stamp, in a target's frame at another.
-  for (int i = 0; i < 1000 && failures < 5; ++i) {
-    const EntityId target = forest.RandomFrame();
-    const EntityId source = forest.RandomFrame();
-    const EntityId fixed = forest.RandomFrame();
-    const Stamp t1 =
-        kStart + static_cast<Stamp>(forest.Uniform(0.1, c.seconds) * kSecond);
-    const Stamp t2 =
-        kStart + static_cast<Stamp>(forest.Uniform(0.1, c.seconds) * kSecond);
-    const std::string what =
-        absl::StrCat("advanced ", FrameName(target), "@", t2, " <- ",
-                     FrameName(source), "@", t1, " via ", FrameName(fixed));
-    const Answer expected = FromTf2(tf2.Lookup(
-        FrameName(target), t2, FrameName(source), t1, FrameName(fixed)));
-    const bool ok =
-        Agree(expected, history.Lookup(target, t2, source, t1, fixed), what);
-    agreed += ok;
-    failures += !ok;
-  }
-  EXPECT_EQ(failures, 0);
+  const LookupTally tally = CompareLookups(
+      forest, tf2, c.seconds, 3000, 1000,
+      {.plain =
+           [&](EntityId target, EntityId source, Stamp stamp) {
+             return history.Lookup(target, source, stamp);
+           },
+       .advanced =
+           [&](EntityId target, Stamp t2, EntityId source, Stamp t1,
+               EntityId fixed) {
+             return history.Lookup(target, t2, source, t1, fixed);
+           }});
+  EXPECT_EQ(tally.failures, 0);
   // Both kinds of answer were exercised, not only one.
-  EXPECT_GT(agreed - errors, 500);
-  EXPECT_GT(errors, 50);
-  RecordProperty("agreed", agreed);
-  RecordProperty("errors", errors);
+  EXPECT_GT(tally.agreed - tally.errors, 500);
+  EXPECT_GT(tally.errors, 50);
+  RecordProperty("agreed", tally.agreed);
+  RecordProperty("errors", tally.errors);
 }
 
 INSTANTIATE_TEST_SUITE_P(

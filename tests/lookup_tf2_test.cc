@@ -134,58 +134,28 @@ TEST_P(LookupVsTf2, LookupsThroughXformdAgree) {
   for (const Sample& s : samples) FeedTf2(s, forest.is_static(s.entity), &tf2);
   ASSERT_NO_FATAL_FAILURE(Write(samples));
 
-  constexpr absl::StatusCode kFuture = absl::StatusCode::kDeadlineExceeded;
-  int agreed = 0;
-  int errors = 0;
-  int failures = 0;
-  for (int i = 0; i < 1500 && failures < 5; ++i) {
-    const EntityId target = forest.RandomFrame();
-    const EntityId source = forest.RandomFrame();
-    Stamp stamp =
-        kStart + 1 +
-        static_cast<Stamp>(forest.Uniform(0, c.seconds + 0.5) * kSecond);
-    if (i % 10 == 0) stamp = 0;  // The latest common stamp.
-    const std::string what = absl::StrCat("lookup ", FrameName(target), " <- ",
-                                          FrameName(source), " at ", stamp);
-    const Answer expected = FromTf2(
-        tf2.Lookup(FrameName(target), FrameName(source), stamp), kFuture);
-    const bool ok = Agree(
-        expected,
-        client_->LookupTransform("tf", target, source, {.stamp = stamp}), what);
-    agreed += ok;
-    failures += !ok;
-    errors += ok && expected.code != absl::StatusCode::kOk;
-  }
-  for (int i = 0; i < 500 && failures < 5; ++i) {
-    const EntityId target = forest.RandomFrame();
-    const EntityId source = forest.RandomFrame();
-    const EntityId fixed = forest.RandomFrame();
-    const Stamp t1 =
-        kStart + static_cast<Stamp>(forest.Uniform(0.1, c.seconds) * kSecond);
-    const Stamp t2 =
-        kStart + static_cast<Stamp>(forest.Uniform(0.1, c.seconds) * kSecond);
-    const std::string what =
-        absl::StrCat("advanced ", FrameName(target), "@", t2, " <- ",
-                     FrameName(source), "@", t1, " via ", FrameName(fixed));
-    const Answer expected =
-        FromTf2(tf2.Lookup(FrameName(target), t2, FrameName(source), t1,
-                           FrameName(fixed)),
-                kFuture);
-    const bool ok =
-        Agree(expected,
-              client_->LookupTransform(
-                  "tf", target, source,
-                  {.stamp = t1, .fixed = fixed, .target_stamp = t2}),
-              what);
-    agreed += ok;
-    failures += !ok;
-  }
-  EXPECT_EQ(failures, 0);
+  // A stamp past what is known: DEADLINE_EXCEEDED once the server waited.
+  const LookupTally tally = CompareLookups(
+      forest, tf2, c.seconds, 1500, 500,
+      {.plain =
+           [&](EntityId target, EntityId source, Stamp stamp) {
+             return client_->LookupTransform("tf", target, source,
+                                             {.stamp = stamp});
+           },
+       .advanced =
+           [&](EntityId target, Stamp t2, EntityId source, Stamp t1,
+               EntityId fixed) {
+             return client_->LookupTransform(
+                 "tf", target, source,
+                 {.stamp = t1, .fixed = fixed, .target_stamp = t2});
+           },
+       .future = absl::StatusCode::kDeadlineExceeded});
+  EXPECT_EQ(tally.failures, 0);
   // Both kinds of answer were exercised, not only one.
-  EXPECT_GT(agreed - errors, 300);
-  EXPECT_GT(errors, 30);
-  RecordProperty("agreed", agreed);
-  RecordProperty("errors", errors);
+  EXPECT_GT(tally.agreed - tally.errors, 300);
+  EXPECT_GT(tally.errors, 30);
+  RecordProperty("agreed", tally.agreed);
+  RecordProperty("errors", tally.errors);
 }
 
 INSTANTIATE_TEST_SUITE_P(

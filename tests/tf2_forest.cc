@@ -167,4 +167,49 @@ bool Agree(const Answer& tf2, const absl::StatusOr<TimedPose>& ours,
   return true;
 }
 
+LookupTally CompareLookups(Forest& forest, const Tf2Oracle& tf2, double seconds,
+                           int plain, int advanced, const OurLookups& ours) {
+  LookupTally tally;
+  for (int i = 0; i < plain && tally.failures < 5; ++i) {
+    const EntityId target = forest.RandomFrame();
+    const EntityId source = forest.RandomFrame();
+    // From just after the creations (tf2's static links hold at every
+    // stamp, ours from their creation on) to past the newest samples.
+    Stamp stamp =
+        kStart + 1 +
+        static_cast<Stamp>(forest.Uniform(0, seconds + 0.5) * kSecond);
+    if (i % 10 == 0) stamp = 0;  // The latest common stamp.
+    const std::string what = absl::StrCat("lookup ", FrameName(target), " <- ",
+                                          FrameName(source), " at ", stamp);
+    const Answer expected = FromTf2(
+        tf2.Lookup(FrameName(target), FrameName(source), stamp), ours.future);
+    const bool ok = Agree(expected, ours.plain(target, source, stamp), what);
+    tally.agreed += ok;
+    tally.failures += !ok;
+    tally.errors += ok && expected.code != absl::StatusCode::kOk;
+  }
+  // Advanced: a source at one stamp, in a target's frame at another.
+  for (int i = 0; i < advanced && tally.failures < 5; ++i) {
+    const EntityId target = forest.RandomFrame();
+    const EntityId source = forest.RandomFrame();
+    const EntityId fixed = forest.RandomFrame();
+    const Stamp t1 =
+        kStart + static_cast<Stamp>(forest.Uniform(0.1, seconds) * kSecond);
+    const Stamp t2 =
+        kStart + static_cast<Stamp>(forest.Uniform(0.1, seconds) * kSecond);
+    const std::string what =
+        absl::StrCat("advanced ", FrameName(target), "@", t2, " <- ",
+                     FrameName(source), "@", t1, " via ", FrameName(fixed));
+    const Answer expected =
+        FromTf2(tf2.Lookup(FrameName(target), t2, FrameName(source), t1,
+                           FrameName(fixed)),
+                ours.future);
+    const bool ok =
+        Agree(expected, ours.advanced(target, t2, source, t1, fixed), what);
+    tally.agreed += ok;
+    tally.failures += !ok;
+  }
+  return tally;
+}
+
 }  // namespace xform

@@ -11,6 +11,7 @@
 #define XFORM_TESTS_TF2_FOREST_H_
 
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -95,6 +96,28 @@ Answer FromTf2(const Tf2Answer& tf2,
 // differ.
 bool Agree(const Answer& tf2, const absl::StatusOr<TimedPose>& ours,
            const std::string& what);
+
+// The lookup of ours being held to tf2: plain (target, source, stamp) and
+// advanced (target at target_stamp, source at source_stamp, via fixed).
+struct OurLookups {
+  std::function<absl::StatusOr<TimedPose>(EntityId, EntityId, Stamp)> plain;
+  std::function<absl::StatusOr<TimedPose>(EntityId, Stamp, EntityId, Stamp,
+                                          EntityId)>
+      advanced;
+  absl::StatusCode future = absl::StatusCode::kUnavailable;  // As FromTf2.
+};
+
+struct LookupTally {
+  int agreed = 0;
+  int errors = 0;  // Of those agreed, errors of both.
+  int failures = 0;
+};
+
+// Asks tf2 and ours `plain` lookups between random frames at random stamps
+// over a forest written for `seconds` (a tenth at stamp 0, the latest
+// common one), then `advanced` advanced ones; stops after 5 failures.
+LookupTally CompareLookups(Forest& forest, const Tf2Oracle& tf2, double seconds,
+                           int plain, int advanced, const OurLookups& ours);
 
 }  // namespace xform
 
