@@ -13,6 +13,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "glm/glm.hpp"
 #include "nlohmann/json.hpp"
 #include "tools/foxglove/transforms.h"
 #include "tools/mcap/mcap.h"
@@ -78,8 +79,16 @@ class RecordingFile {
     absl::StatusOr<uint16_t> destroyed = writer_->AddChannel(
         *destroyed_schema, kDestroyedTopic, "json", metadata);
     if (!destroyed.ok()) return destroyed.status();
+    absl::StatusOr<uint16_t> scene_schema = writer_->AddSchema(
+        "foxglove.SceneUpdate", "protobuf",
+        foxglove_io::FileDescriptorSetOf(foxglove::SceneUpdate::descriptor()));
+    if (!scene_schema.ok()) return scene_schema.status();
+    absl::StatusOr<uint16_t> scene =
+        writer_->AddChannel(*scene_schema, kSceneTopic, "protobuf", metadata);
+    if (!scene.ok()) return scene.status();
     transforms_ = *tf;
     destroyed_ = *destroyed;
+    scene_ = *scene;
     return absl::OkStatus();
   }
 
@@ -108,15 +117,39 @@ class RecordingFile {
       summary.transforms += state.entities.size();
     }
     ++summary.messages;
-    return absl::OkStatus();
+    return WriteScene(state, sequence, stamp);
   }
 
   absl::Status Close() { return writer_->Close(); }
 
  private:
+  // The entities to draw: those new to the recording, or whose scale
+  // changed; and the destroyed, deleted.
+  absl::Status WriteScene(const MirrorChangedState& state, uint32_t sequence,
+                          uint64_t stamp) {
+    std::vector<size_t> drawn;
+    for (size_t k = 0; k < state.entities.size(); ++k) {
+      const glm::vec3 scale = foxglove_io::ScaleOf(state.worlds[k]);
+      auto [it, added] = scales_.try_emplace(state.entities[k], scale);
+      if (added || glm::any(glm::greaterThan(glm::abs(it->second - scale),
+                                             glm::vec3(1e-6f)))) {
+        it->second = scale;
+        drawn.push_back(k);
+      }
+    }
+    for (EntityId e : state.destroyed) scales_.erase(e);
+    if (drawn.empty() && state.destroyed.empty()) return absl::OkStatus();
+    foxglove_io::SceneUpdateOf(state, state.stamp, drawn)
+        .SerializeToString(&bytes_);
+    return writer_->Write(scene_, sequence, stamp, stamp, bytes_);
+  }
+
   std::unique_ptr<mcap::McapWriter> writer_;
   uint16_t transforms_ = 0;
   uint16_t destroyed_ = 0;
+  uint16_t scene_ = 0;
+  // What each entity recorded was drawn at: the view's size in memory.
+  absl::flat_hash_map<EntityId, glm::vec3> scales_;
   std::string bytes_;
 };
 

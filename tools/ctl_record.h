@@ -13,6 +13,11 @@
 //     first is the whole view.
 //   - /xform/destroyed, JSON {"frame_ids": ["e7", ...]}: the entities a
 //     frame destroyed, before that frame's /tf message.
+//   - /xform/scene, foxglove.SceneUpdate: each entity as a box in its own
+//     frame (frame-locked, so it moves with /tf; sent when the entity is
+//     new or its scale changed), and deletions for the destroyed, after
+//     that frame's /tf message. Foxglove's 3D panel draws the world with
+//     no model.
 // The channel's metadata names the world ("xform.world").
 //
 // A recorder that falls behind the world folds frames, as any subscriber
@@ -24,7 +29,8 @@
 // changed are re-linked, every one's local set; a frame's destroys go in
 // the same batch. At `rate` times the recorded pace (0: as fast as the
 // server answers). Scale is not in FrameTransforms: a world played back has
-// its entities' world poses without their scale.
+// its entities' world poses without their scale (the recording's boxes
+// show it).
 
 #ifndef XFORM_TOOLS_CTL_RECORD_H_
 #define XFORM_TOOLS_CTL_RECORD_H_
@@ -41,6 +47,7 @@ namespace xform::tools {
 
 inline constexpr char kTransformsTopic[] = "/tf";
 inline constexpr char kDestroyedTopic[] = "/xform/destroyed";
+inline constexpr char kSceneTopic[] = "/xform/scene";
 
 struct RecordOptions {
   std::string out;  // The .mcap file, created or truncated.

@@ -8,7 +8,8 @@
 // A raw subscriber (xformctl watch --verbose --json) sees a world's frames
 // beside the recorder; every recorded message must carry a frame's stamp
 // and, composed along the frames' parents, exactly the world poses that
-// frame gave the raw subscriber. Played into a new world, the recording
+// frame gave the raw subscriber; the scene draws each entity once, a box
+// of its scale in its own frame. Played into a new world, the recording
 // must give the same world matrices frame by frame, at the same stamps. A
 // file that is not a recording is refused, and so is a world not empty.
 
@@ -168,6 +169,7 @@ try {
   ctl('entities', 'create', 'rec', '1', '--position=1,0,0', '--rotation=0,0,0.3826834,0.9238795');
   ctl('entities', 'create', 'rec', '2', '--parent=1', '--position=0,2,0', '--rotation=0.5,0.5,0.5,0.5');
   ctl('entities', 'create', 'rec', '3', '--parent=2', '--position=0,0,1');
+  ctl('entities', 'create', 'rec', '6', '--position=0,-2,0', '--scale=2,1,0.5');
   ctl('entities', 'create', 'rec', '4', '--position=-3,0,0', `--stamp=${stampAt(0)}`, '--end_frame');
 
   const out = join(dir, 'rec.mcap');
@@ -209,6 +211,7 @@ try {
   const rawByFrame = new Map(raw.filter((l) => !l.snapshot).map((l) => [l.frame % 2 ** 32, l]));
   let compared = 0;
   for (const m of messages) {
+    if (m.topic === '/xform/scene') continue;
     if (m.topic === '/xform/destroyed') {
       tree.remove(m.value.frame_ids);
       continue;
@@ -235,6 +238,23 @@ try {
   check(compared >= 10, 'world poses compared', `${compared}`);
   const destroyed = messages.find((m) => m.topic === '/xform/destroyed');
   check(destroyed?.value.frame_ids.join() === 'e2', 'the destroy is recorded', JSON.stringify(destroyed?.value));
+
+  // The scene: each entity a box in its own frame, sent when new (or
+  // rescaled); the destroyed deleted.
+  const scene = messages.filter((m) => m.topic === '/xform/scene');
+  const drawn = scene[0]?.value.entities ?? [];
+  check(drawn.map((e) => e.id).sort().join() === 'e1,e2,e3,e4,e6' &&
+    drawn.every((e) => e.frame_id === e.id && e.frame_locked && e.cubes.length === 1),
+  'the first scene draws every entity, locked to its own frame', drawn.map((e) => e.id).join());
+  const box = drawn.find((e) => e.id === 'e6')?.cubes[0].size;
+  check(near([box.x, box.y, box.z], [2, 1, 0.5]), 'a box is as large as its entity\'s scale',
+    JSON.stringify(box));
+  const later = scene.slice(1).map((m) => ({
+    ids: (m.value.entities ?? []).map((e) => e.id),
+    deleted: (m.value.deletions ?? []).map((d) => d.id),
+  }));
+  check(JSON.stringify(later) === JSON.stringify([{ ids: ['e5'], deleted: [] }, { ids: [], deleted: ['e2'] }]),
+    'then only a created entity and a deletion', JSON.stringify(later));
 
   // ---- played back --------------------------------------------------------
   ctl('worlds', 'create', 'rec2', '--mode=driven');

@@ -20,6 +20,11 @@ struct Rigid {
   glm::dquat rotation{1, 0, 0, 0};
 };
 
+void SetStamp(int64_t stamp, google::protobuf::Timestamp* out) {
+  out->set_seconds(stamp / 1'000'000'000);
+  out->set_nanos(static_cast<int32_t>(stamp % 1'000'000'000));
+}
+
 Rigid RigidOf(const Matrix3x4& world) {
   const Transform t = Decompose(world);
   return {glm::dvec3(t.position), glm::normalize(glm::dquat(t.rotation))};
@@ -59,9 +64,7 @@ foxglove::FrameTransforms TransformsOf(const MirrorChangedState& state,
     const glm::dquat rotation = glm::normalize(inverse * child.rotation);
 
     foxglove::FrameTransform* t = out.add_transforms();
-    t->mutable_timestamp()->set_seconds(stamp / 1'000'000'000);
-    t->mutable_timestamp()->set_nanos(
-        static_cast<int32_t>(stamp % 1'000'000'000));
+    SetStamp(stamp, t->mutable_timestamp());
     t->set_parent_frame_id(FrameId(parent));
     t->set_child_frame_id(FrameId(state.entities[k]));
     t->mutable_translation()->set_x(translation.x);
@@ -73,6 +76,39 @@ foxglove::FrameTransforms TransformsOf(const MirrorChangedState& state,
     t->mutable_rotation()->set_w(rotation.w);
   }
   return out;
+}
+
+glm::vec3 ScaleOf(const Matrix3x4& world) { return Decompose(world).scale; }
+
+foxglove::SceneUpdate SceneUpdateOf(const MirrorChangedState& state,
+                                    int64_t stamp,
+                                    absl::Span<const size_t> drawn) {
+  foxglove::SceneUpdate update;
+  for (EntityId e : state.destroyed) {
+    foxglove::SceneEntityDeletion* deletion = update.add_deletions();
+    SetStamp(stamp, deletion->mutable_timestamp());
+    deletion->set_type(foxglove::SceneEntityDeletion::MATCHING_ID);
+    deletion->set_id(FrameId(e));
+  }
+  for (size_t k : drawn) {
+    foxglove::SceneEntity* entity = update.add_entities();
+    SetStamp(stamp, entity->mutable_timestamp());
+    entity->set_frame_id(FrameId(state.entities[k]));
+    entity->set_id(FrameId(state.entities[k]));
+    entity->set_frame_locked(true);
+    foxglove::CubePrimitive* cube = entity->add_cubes();
+    cube->mutable_pose()->mutable_orientation()->set_w(1);
+    const glm::vec3 size = ScaleOf(state.worlds[k]);
+    cube->mutable_size()->set_x(size.x);
+    cube->mutable_size()->set_y(size.y);
+    cube->mutable_size()->set_z(size.z);
+    const bool root = state.parents[k] == kNoEntity;
+    cube->mutable_color()->set_r(root ? 1.0 : 0.0);
+    cube->mutable_color()->set_g(root ? 0.53 : 0.78);
+    cube->mutable_color()->set_b(root ? 0.0 : 1.0);
+    cube->mutable_color()->set_a(1);
+  }
+  return update;
 }
 
 absl::StatusOr<Transform> LocalOf(const foxglove::FrameTransform& transform) {

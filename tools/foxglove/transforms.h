@@ -11,6 +11,11 @@
 // the entity's true world position and orientation, which a viewer
 // composing the transforms gets back.
 //
+// Drawing. An entity is drawn as a SceneEntity "e<id>" in its own frame,
+// frame-locked (so it moves with /tf, and is sent again only when it is
+// created or its scale changes): one cube at the frame's origin, as large
+// as the entity's world scale, orange for a root and cyan below one.
+//
 // Costs: O(entities in the message).
 
 #ifndef XFORM_TOOLS_FOXGLOVE_TRANSFORMS_H_
@@ -20,7 +25,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "foxglove/FrameTransforms.pb.h"
+#include "foxglove/SceneUpdate.pb.h"
 #include "google/protobuf/descriptor.h"
 #include "xform/mirror.h"
 #include "xform/transform.h"
@@ -40,6 +47,15 @@ absl::StatusOr<EntityId> EntityOfFrameId(absl::string_view frame_id);
 // (Mirror::TakeChangedState(/*with_parent_worlds=*/true)).
 foxglove::FrameTransforms TransformsOf(const MirrorChangedState& state,
                                        int64_t stamp);
+
+// The SceneUpdate for `state` at `stamp`: an entity for each of
+// `drawn` (indices into state.entities: the created, or those whose scale
+// changed), a deletion for each destroyed one.
+foxglove::SceneUpdate SceneUpdateOf(const MirrorChangedState& state,
+                                    int64_t stamp,
+                                    absl::Span<const size_t> drawn);
+// An entity's world scale, as its cube's size.
+glm::vec3 ScaleOf(const Matrix3x4& world);
 
 // A transform's translation and rotation as a local transform (scale 1,
 // the rotation normalized); INVALID_ARGUMENT for a value that is not
