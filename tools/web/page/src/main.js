@@ -444,4 +444,19 @@ window.xformWeb = {
   // Calls back after each drawn frame with its time (tests sample motion).
   onDrawn: (callback) => { onDrawn = callback; },
   renderStamp: () => smoothing.lastRenderStamp,
+  // How much the render clock has learnt: messages measured, and whether
+  // it has started steering (smoothing.js).
+  smoothing: () => ({ arrivals: smoothing.clock.arrivals.length, steering: smoothing.clock.started }),
+  // Resolves after `n` more frames are drawn.
+  drawn: (n) => new Promise((resolve) => {
+    let left = n;
+    const previous = onDrawn;
+    onDrawn = (now) => {
+      previous?.(now);
+      if (--left === 0) {
+        onDrawn = previous;
+        resolve();
+      }
+    };
+  }),
 };
