@@ -229,10 +229,10 @@ class Mirror::Impl {
     return changes;
   }
 
-  MirrorChangedState TakeChangedState(bool with_parent_worlds) {
+  MirrorChangedState TakeChangedState(bool with_parent_worlds, bool whole) {
     MirrorChangedState state;
     absl::MutexLock lock(&mu_);
-    const NetChanges::Map pending = state_.TakeChanges(&state.resynced);
+    const NetChanges::Map pending = state_.TakeChanges(&state.resynced, whole);
     state.frame = state_.frame();
     state.stamp = state_.stamp();
     const client_internal::Copy& copy = state_.copy();
@@ -763,7 +763,10 @@ void Mirror::CopyAll(std::vector<EntityId>* entities,
 }
 MirrorChanges Mirror::TakeChanges() { return impl_->TakeChanges(); }
 MirrorChangedState Mirror::TakeChangedState(bool with_parent_worlds) {
-  return impl_->TakeChangedState(with_parent_worlds);
+  return impl_->TakeChangedState(with_parent_worlds, /*whole=*/false);
+}
+MirrorChangedState Mirror::TakeWholeState(bool with_parent_worlds) {
+  return impl_->TakeChangedState(with_parent_worlds, /*whole=*/true);
 }
 bool Mirror::synced() const { return impl_->synced(); }
 int Mirror::resyncs() const { return impl_->resyncs(); }

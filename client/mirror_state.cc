@@ -497,9 +497,24 @@ void MirrorState::NoteSnapshotDifference() {
   });
 }
 
-NetChanges::Map MirrorState::TakeChanges(bool* resynced) {
+NetChanges::Map MirrorState::TakeChanges(bool* resynced, bool whole) {
   *resynced = resynced_since_asked_;
   resynced_since_asked_ = false;
+  if (whole && changes_asked_) {
+    // The destroyed stay; the rest are listed from the copy.
+    NetChanges::Map all = pending_.Take();
+    for (auto it = all.begin(); it != all.end();) {
+      if (copy_.Find(it->first) != Copy::kAbsent) {
+        all.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+    all.reserve(all.size() + copy_.size());
+    copy_.ForEachRow(
+        [&](uint32_t i) { all.emplace(copy_.id(i), kCreated | kMoved); });
+    return all;
+  }
   if (!changes_asked_) {
     // What notes from the start would have folded to: what the copy holds,
     // created and placed; whatever came and went, nothing. O(copy), once.

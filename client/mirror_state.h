@@ -270,8 +270,10 @@ class MirrorState {
   // The net changes since the last call, and whether a resync came since.
   // The first call gives every entity in the copy, created and moved (what
   // changes noted from the start fold to), O(copy); only from then are
-  // changes noted.
-  NetChanges::Map TakeChanges(bool* resynced);
+  // changes noted. With `whole`, every entity in the copy is listed
+  // created and moved, with what was destroyed since the last call: a
+  // viewer that re-seeds its own copy from scratch, O(copy).
+  NetChanges::Map TakeChanges(bool* resynced, bool whole = false);
 
  private:
   // A compact entry as decoded, waiting for its message's commit: a cache

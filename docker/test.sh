@@ -14,11 +14,13 @@ image=xform:test
 name=xform-test-$$
 port=$((30000 + RANDOM % 20000))
 web_port=$((port + 1))
+fox_port=$((port + 2))
 
 if docker info > /dev/null 2>&1; then
   engine=(docker)
   build_flags=()
-  run_flags=(-p "127.0.0.1:$port:$port" -p "127.0.0.1:$web_port:$web_port")
+  run_flags=(-p "127.0.0.1:$port:$port" -p "127.0.0.1:$web_port:$web_port"
+    -p "127.0.0.1:$fox_port:$fox_port")
 else
   missing=()
   for package in podman buildah runc debootstrap; do
@@ -103,14 +105,16 @@ fi
   { echo "FAIL: entity did not read back"; exit 1; }
 "${ctl[@]}" watch demo --frames=5 2> /dev/null | tail -n 2
 
-# xform-web from the image, beside xformd: the page and the world list.
+# xform-web from the image, beside xformd: the page, the world list and the
+# Foxglove endpoint.
 web_flags=("${run_flags[@]}")
 [[ "${engine[0]}" == docker ]] && web_flags=(--network "container:$name")
 "${engine[@]}" run -d --name "$name-web" "${web_flags[@]}" \
   --entrypoint /usr/local/bin/xform-web "$image" \
-  --server="127.0.0.1:$port" --listen="127.0.0.1:$web_port" > /dev/null
-http_get() {  # PATH: the response, over bash's /dev/tcp (no curl needed)
-  exec 3<> "/dev/tcp/127.0.0.1/$web_port" || return 1
+  --server="127.0.0.1:$port" --listen="127.0.0.1:$web_port" \
+  --foxglove_listen="127.0.0.1:$fox_port" > /dev/null
+http_get() {  # PATH [PORT]: the response, over bash's /dev/tcp (no curl)
+  exec 3<> "/dev/tcp/127.0.0.1/${2:-$web_port}" || return 1
   printf 'GET %s HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' "$1" >&3
   cat <&3
   exec 3<&-
@@ -124,8 +128,10 @@ grep -q '"name":"solar"' <<< "$worlds" ||
   { echo "FAIL: xform-web lists no solar world: $worlds"; "${engine[@]}" logs "$name-web"; exit 1; }
 http_get / | grep -q '<title>xform-web</title>' || { echo "FAIL: xform-web serves no page"; exit 1; }
 http_get /app.js | head -c 200 | grep -q '200 OK' || { echo "FAIL: no app.js"; exit 1; }
+http_get / "$fox_port" | grep -q 'foxglove.websocket.v1' ||
+  { echo "FAIL: no Foxglove endpoint"; exit 1; }
 "${engine[@]}" rm -f "$name-web" > /dev/null 2>&1
-echo "xform-web served the page and listed the worlds"
+echo "xform-web served the page, listed the worlds and answered for Foxglove"
 
 # The image keeps its worlds in its volume (/var/lib/xform): an
 # acknowledged write survives kill -9 and a restart.

@@ -358,6 +358,33 @@ TEST_F(ClientTest, TakeChangedStateGivesEachChangeWithItsValues) {
   EXPECT_TRUE(mirror->TakeChanges().empty());  // One drain for both.
 }
 
+// TakeWholeState: every entity in the copy with its values, the destroyed
+// since the last take beside them; the takes after it are changes again.
+TEST_F(ClientTest, TakeWholeStateListsTheCopyAndWhatWasDestroyed) {
+  MakeWorld();
+  std::unique_ptr<Mirror> mirror = StartMirror({.world = "w"});
+  ASSERT_TRUE(mirror->WaitForSync(kWait));
+  EXPECT_THAT(mirror->TakeChangedState().entities,
+              UnorderedElementsAre(1, 2, 3, 4));
+  absl::StatusOr<uint64_t> frame = client_->Apply(
+      "w", {SetLocalOp{3, At(5)}, DestroyOp{4}}, {.end_frame = true});
+  ASSERT_TRUE(frame.ok());
+  ASSERT_TRUE(mirror->WaitForFrame(*frame, kWait));
+  MirrorChangedState whole =
+      mirror->TakeWholeState(/*with_parent_worlds=*/true);
+  EXPECT_THAT(whole.entities, UnorderedElementsAre(1, 2, 3));
+  EXPECT_THAT(whole.destroyed, UnorderedElementsAre(4));
+  ASSERT_EQ(whole.parent_worlds.size(), whole.entities.size());
+  absl::StatusOr<std::vector<EntityState>> read =
+      client_->Read("w", whole.entities);
+  ASSERT_TRUE(read.ok()) << read.status();
+  for (size_t i = 0; i < whole.entities.size(); ++i) {
+    EXPECT_EQ(whole.worlds[i], (*read)[i].world) << whole.entities[i];
+  }
+  EXPECT_TRUE(mirror->TakeChangedState().empty());
+  EXPECT_THAT(mirror->TakeWholeState().entities, UnorderedElementsAre(1, 2, 3));
+}
+
 // A Mirror joining a big world while a writer churns it gets a snapshot
 // streamed in parts, with later parts destroying, re-parenting and moving
 // what earlier ones created, and ends holding exactly what the server holds.

@@ -71,7 +71,7 @@ try {
     '--shape=scene', `--entities=${args.entities}`, `--move_percent=${args.move_percent}`,
     '--subscribers=1', `--seconds=${seconds + 30}`]);
   const web = start(join(build, 'tools/web/xform-web'), [`--server=127.0.0.1:${grpcPort}`,
-    `--listen=127.0.0.1:${webPort}`]);
+    `--listen=127.0.0.1:${webPort}`, '--foxglove_listen=']);
   const url = `http://127.0.0.1:${webPort}/`;
   const worldFrame = async () => JSON.parse(execFileSync(join(build, 'tools/xformctl'),
     [`--server=127.0.0.1:${grpcPort}`, 'worlds', 'info', 'bench', '--json'],

@@ -262,6 +262,11 @@ class Mirror {
   // parent's world matrix too, from the same frame (a recorder that writes
   // each entity in its parent's frame: tools/foxglove/transforms.h).
   MirrorChangedState TakeChangedState(bool with_parent_worlds = false);
+  // The same, but listing every entity in the copy (as created and moved),
+  // with what was destroyed since the last take: for a viewer that must
+  // rebuild its own copy (a new reader of the same view, or one that drops
+  // what it had after a resync). O(copy); later takes are changes again.
+  MirrorChangedState TakeWholeState(bool with_parent_worlds = false);
 
   bool synced() const;  // A complete snapshot is applied, stream up.
   // Snapshots applied after the first one, but those that kept the view.

@@ -13,11 +13,13 @@
 // must give the same world matrices frame by frame, at the same stamps. A
 // file that is not a recording is refused, and so is a world not empty.
 
-import { spawn, execFileSync, spawnSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync, readFileSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+
+import { Tree, check, finish, near, start, waitFor } from './harness.mjs';
 
 const args = Object.fromEntries(process.argv.slice(2).map((a) => {
   const [key, ...value] = a.replace(/^--/, '').split('=');
@@ -30,44 +32,6 @@ const protobuf = require('protobufjs');
 const descriptor = require('protobufjs/ext/descriptor');
 
 const dir = mkdtempSync(join(tmpdir(), 'xform-recording-'));
-const children = [];
-let failed = false;
-
-function check(condition, what, detail = '') {
-  if (!condition) {
-    failed = true;
-    throw new Error(`FAILED: ${what}${detail ? ` (${detail})` : ''}`);
-  }
-  console.log(`ok: ${what}${detail ? ` (${detail})` : ''}`);
-}
-
-// A process whose stdout lines are kept.
-function start(binary, flags, name) {
-  const child = spawn(binary, flags, { stdio: ['ignore', 'pipe', 'pipe'] });
-  child.name = name;
-  child.lines = [];
-  child.err = '';
-  let partial = '';
-  child.stdout.on('data', (chunk) => {
-    const parts = (partial + chunk).split('\n');
-    partial = parts.pop();
-    child.lines.push(...parts.filter((l) => l.length > 0));
-  });
-  child.stderr.on('data', (chunk) => { child.err += chunk; });
-  child.exited = new Promise((resolve) => child.on('exit', (code) => resolve(code)));
-  children.push(child);
-  return child;
-}
-
-async function waitFor(what, predicate, timeoutMs = 15000) {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const value = await predicate();
-    if (value) return value;
-    if (Date.now() > deadline) check(false, what, 'timed out');
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
 
 let server = '';
 const ctl = (...command) =>
@@ -79,52 +43,6 @@ function parseLine(line) {
   json.stamp = BigInt(line.match(/"stamp_nanos":(\d+)/)[1]);
   return json;
 }
-
-// ---- rigid poses: [translation, quaternion (x, y, z, w)] ------------------
-const qmul = (a, b) => [
-  a[3] * b[0] + a[0] * b[3] + a[1] * b[2] - a[2] * b[1],
-  a[3] * b[1] - a[0] * b[2] + a[1] * b[3] + a[2] * b[0],
-  a[3] * b[2] + a[0] * b[1] - a[1] * b[0] + a[2] * b[3],
-  a[3] * b[3] - a[0] * b[0] - a[1] * b[1] - a[2] * b[2],
-];
-const rotate = (q, v) => {
-  const p = qmul(qmul(q, [...v, 0]), [-q[0], -q[1], -q[2], q[3]]);
-  return p.slice(0, 3);
-};
-// The 3x4 row-major world matrix of a rigid pose.
-function matrixOf([t, q]) {
-  const cols = [[1, 0, 0], [0, 1, 0], [0, 0, 1]].map((axis) => rotate(q, axis));
-  return [0, 1, 2].flatMap((row) => [cols[0][row], cols[1][row], cols[2][row], t[row]]);
-}
-
-// A recording's frames as the transform tree: each entity's parent and
-// pose in its parent's frame, and each message's world matrices.
-class Tree {
-  constructor() { this.local = new Map(); }
-  apply(transforms) {
-    for (const t of transforms) {
-      this.local.set(t.child_frame_id, {
-        parent: t.parent_frame_id,
-        pose: [[t.translation?.x ?? 0, t.translation?.y ?? 0, t.translation?.z ?? 0],
-          [t.rotation?.x ?? 0, t.rotation?.y ?? 0, t.rotation?.z ?? 0, t.rotation?.w ?? 0]],
-      });
-    }
-  }
-  remove(frameIds) { for (const id of frameIds) this.local.delete(id); }
-  world(frameId) {
-    let pose = [[0, 0, 0], [0, 0, 0, 1]];
-    for (let id = frameId, guard = 0; id !== 'world' && guard < 1000; ++guard) {
-      const link = this.local.get(id);
-      if (!link) return null;
-      pose = [rotate(link.pose[1], pose[0]).map((v, i) => v + link.pose[0][i]),
-        qmul(link.pose[1], pose[1])];
-      id = link.parent;
-    }
-    return matrixOf(pose);
-  }
-}
-
-const near = (a, b) => a.length === b.length && a.every((v, i) => Math.abs(v - b[i]) < 1e-4);
 
 async function readRecording(path) {
   const bytes = readFileSync(path);
@@ -297,15 +215,7 @@ try {
   check(r.status === 1 && /DATA_LOSS/.test(r.stderr), 'a truncated file is refused DATA_LOSS', r.stderr.trim());
   r = refused(out, 'rec');
   check(r.status === 1 && /FAILED_PRECONDITION/.test(r.stderr), 'a world not empty is refused', r.stderr.trim());
+  finish(null, () => rmSync(dir, { recursive: true, force: true }));
 } catch (error) {
-  failed = true;
-  console.log(error.message);
-  for (const child of children) {
-    console.log(`--- ${child.name} (tail) ---\n${child.err.slice(-1500)}\n${child.lines.slice(-5).join('\n')}`);
-  }
-} finally {
-  for (const child of children) child.kill('SIGKILL');
-  rmSync(dir, { recursive: true, force: true });
+  finish(error, () => rmSync(dir, { recursive: true, force: true }));
 }
-console.log(failed ? 'FAIL' : 'PASS');
-process.exit(failed ? 1 : 0);

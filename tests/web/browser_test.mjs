@@ -86,7 +86,7 @@ try {
   check(grpcPort > 0, 'xformd logs its port', `${grpcPort}`);
   server = `--server=127.0.0.1:${grpcPort}`;
   const web = start(args.xform_web, [server, '--listen=127.0.0.1:0',
-    `--web_root=${args.web_root}`], 'xform-web');
+    '--foxglove_listen=', `--web_root=${args.web_root}`], 'xform-web');
   const webPort = await waitFor('xform-web logs its port',
     () => loggedPort(web, /xform-web: serving \S+ \(port (\d+)/));
   const url = `http://127.0.0.1:${webPort}/`;

@@ -41,7 +41,13 @@
 // "..."} whenever the mirror's state changes (reconnecting, live, a region
 // move refused), checked every status_period.
 //
-// Beast on an io_context of `threads` threads; each tab on a strand.
+// Foxglove, on --foxglove_listen when set (xform-web's flag: 8765, as
+// foxglove_bridge): foxglove.websocket.v1, each world the gateway's token
+// lists advertised as two channels, foxglove.FrameTransforms and
+// foxglove.SceneUpdate; the view's subtrees, region and rate from the
+// URL's query, as a tab's (foxglove_session.h says the rest).
+//
+// Beast on an io_context of `threads` threads; each connection on a strand.
 
 #ifndef XFORM_TOOLS_WEB_GATEWAY_H_
 #define XFORM_TOOLS_WEB_GATEWAY_H_
@@ -80,6 +86,23 @@ struct GatewayOptions {
   // A tab that has not read anything (not even a ping) for this long is
   // closed.
   absl::Duration idle_timeout = absl::Seconds(30);
+
+  // The Foxglove endpoint: HOST:PORT, or empty for none.
+  std::string foxglove_listen;
+  // Origins, besides this host's own, that may open it ("*": any): a
+  // browser-based Foxglove is another site.
+  std::vector<std::string> foxglove_allowed_origins = {
+      "https://app.foxglove.dev"};
+  int foxglove_max_clients = 16;
+  // Worlds one client may subscribe to at once: each is a Mirror, a stream
+  // from xformd and a thread.
+  int foxglove_max_worlds = 8;
+  // One message from a Foxglove client (subscribe lists grow with worlds).
+  size_t foxglove_max_inbound_bytes = 65536;
+  // Messages to a Foxglove client not yet written (status replies to its
+  // requests, advertisements) past which it is closed: one that sends
+  // faster than it reads.
+  int foxglove_max_queued = 256;
 };
 
 struct GatewayStats {
@@ -90,6 +113,9 @@ struct GatewayStats {
   uint64_t frames_seen = 0;            // Frames the tabs' mirrors applied.
   uint64_t tabs_closed_for_input = 0;  // Bad input from a tab.
   int tabs_paused = 0;  // Open tabs whose page paused them ({"pause": true}).
+  int foxglove_clients = 0;        // Open now.
+  uint64_t foxglove_opened = 0;    // Since start.
+  uint64_t foxglove_refusals = 0;  // Handshakes and requests refused.
 };
 
 class WebGateway {
@@ -103,6 +129,7 @@ class WebGateway {
   WebGateway& operator=(const WebGateway&) = delete;
 
   int port() const;
+  int foxglove_port() const;  // 0 without foxglove_listen.
   GatewayStats stats() const;
 
   class Impl;

@@ -49,6 +49,14 @@ std::optional<std::string> DecodeQueryValue(absl::string_view in) {
 }  // namespace
 
 absl::StatusOr<TabQuery> ParseTabQuery(absl::string_view query) {
+  absl::StatusOr<TabQuery> parsed = ParseViewQuery(query);
+  if (parsed.ok() && parsed->world.empty()) {
+    return absl::InvalidArgumentError("world: 1 to 256 bytes");
+  }
+  return parsed;
+}
+
+absl::StatusOr<TabQuery> ParseViewQuery(absl::string_view query) {
   TabQuery parsed;
   for (absl::string_view pair : absl::StrSplit(query, '&', absl::SkipEmpty())) {
     const size_t eq = pair.find('=');
@@ -92,7 +100,7 @@ absl::StatusOr<TabQuery> ParseTabQuery(absl::string_view query) {
           absl::StrCat("unknown parameter '", key, "'"));
     }
   }
-  if (parsed.world.empty() || parsed.world.size() > kMaxWorldName) {
+  if (parsed.world.size() > kMaxWorldName) {
     return absl::InvalidArgumentError("world: 1 to 256 bytes");
   }
   return parsed;

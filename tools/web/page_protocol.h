@@ -38,7 +38,11 @@ struct TabQuery {
 inline constexpr double kMaxTabRateHz = 1000;
 
 // The query after '?': INVALID_ARGUMENT naming the first bad parameter.
+// A tab must name its world.
 absl::StatusOr<TabQuery> ParseTabQuery(absl::string_view query);
+// The same with the world optional (a Foxglove client's: the one world to
+// advertise, when given).
+absl::StatusOr<TabQuery> ParseViewQuery(absl::string_view query);
 
 // The name a Host header gives, lowercased, without its port or an IPv6
 // literal's brackets: "Viewer.Example:8080" is "viewer.example", "[::1]:80"

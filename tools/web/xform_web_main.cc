@@ -39,6 +39,19 @@ ABSL_FLAG(int, max_tabs, 64,
 ABSL_FLAG(int, max_inbound_bytes, 4096,
           "The largest message a tab may send (16 to 1048576); larger closes "
           "it (1009)");
+ABSL_FLAG(std::string, foxglove_listen, "127.0.0.1:8765",
+          "HOST:PORT of the Foxglove WebSocket endpoint "
+          "(foxglove.websocket.v1; port 0: any; empty: none)");
+ABSL_FLAG(std::vector<std::string>, foxglove_allowed_origins,
+          {"https://app.foxglove.dev"},
+          "Browser Origins, besides this host's, that may open the Foxglove "
+          "endpoint (comma-separated; * for any). Clients that are not "
+          "browsers send none and are let in");
+ABSL_FLAG(int, foxglove_max_clients, 16,
+          "Foxglove clients at once (1 to 10000); past it, 503");
+ABSL_FLAG(int, foxglove_max_worlds, 8,
+          "Worlds one Foxglove client may subscribe to at once (1 to 1024): "
+          "each is a stream from xformd and a thread");
 ABSL_FLAG(int, idle_timeout_s, 30,
           "Close a tab that has read nothing, not even a ping, this long (1 "
           "to 86400)");
@@ -62,7 +75,11 @@ absl::StatusOr<WebConfig> WebConfigFromFlags() {
         {"--max_tabs", absl::GetFlag(FLAGS_max_tabs), 1, 100'000},
         {"--max_inbound_bytes", absl::GetFlag(FLAGS_max_inbound_bytes), 16,
          1 << 20},
-        {"--idle_timeout_s", absl::GetFlag(FLAGS_idle_timeout_s), 1, 86'400}}) {
+        {"--idle_timeout_s", absl::GetFlag(FLAGS_idle_timeout_s), 1, 86'400},
+        {"--foxglove_max_clients", absl::GetFlag(FLAGS_foxglove_max_clients), 1,
+         10'000},
+        {"--foxglove_max_worlds", absl::GetFlag(FLAGS_foxglove_max_worlds), 1,
+         1024}}) {
     if (value < low || value > high) {
       return absl::InvalidArgumentError(
           absl::StrCat(name, " must be ", low, " to ", high));
@@ -90,6 +107,11 @@ absl::StatusOr<WebConfig> WebConfigFromFlags() {
       static_cast<size_t>(absl::GetFlag(FLAGS_max_inbound_bytes));
   options.idle_timeout = absl::Seconds(absl::GetFlag(FLAGS_idle_timeout_s));
   options.upstream_encoding = encodings->front();
+  options.foxglove_listen = absl::GetFlag(FLAGS_foxglove_listen);
+  options.foxglove_allowed_origins =
+      absl::GetFlag(FLAGS_foxglove_allowed_origins);
+  options.foxglove_max_clients = absl::GetFlag(FLAGS_foxglove_max_clients);
+  options.foxglove_max_worlds = absl::GetFlag(FLAGS_foxglove_max_worlds);
   return config;
 }
 
@@ -126,6 +148,11 @@ int main(int argc, char** argv) {
                "xform-web: serving http://%s/ (port %d) for xformd at %s\n",
                config->gateway.listen.c_str(), (*gateway)->port(),
                config->client.address.c_str());
+  if ((*gateway)->foxglove_port() != 0) {
+    std::fprintf(stderr, "xform-web: Foxglove at ws://%s (port %d)\n",
+                 config->gateway.foxglove_listen.c_str(),
+                 (*gateway)->foxglove_port());
+  }
   while (stop_signal == 0) absl::SleepFor(absl::Milliseconds(100));
   std::fprintf(stderr, "xform-web: stopping on signal %d\n",
                static_cast<int>(stop_signal));
