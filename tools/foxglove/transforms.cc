@@ -52,7 +52,15 @@ absl::StatusOr<EntityId> EntityOfFrameId(absl::string_view frame_id) {
 foxglove::FrameTransforms TransformsOf(const MirrorChangedState& state,
                                        int64_t stamp) {
   foxglove::FrameTransforms out;
-  out.mutable_transforms()->Reserve(static_cast<int>(state.entities.size()));
+  TransformsInto(state, stamp, &out);
+  return out;
+}
+
+void TransformsInto(const MirrorChangedState& state, int64_t stamp,
+                    foxglove::FrameTransforms* out) {
+  // Clear() keeps the transforms it held for add_transforms() to reuse.
+  out->Clear();
+  out->mutable_transforms()->Reserve(static_cast<int>(state.entities.size()));
   for (size_t k = 0; k < state.entities.size(); ++k) {
     const EntityId parent = state.parents[k];
     const Rigid parent_frame =
@@ -63,7 +71,7 @@ foxglove::FrameTransforms TransformsOf(const MirrorChangedState& state,
         inverse * (child.position - parent_frame.position);
     const glm::dquat rotation = glm::normalize(inverse * child.rotation);
 
-    foxglove::FrameTransform* t = out.add_transforms();
+    foxglove::FrameTransform* t = out->add_transforms();
     SetStamp(stamp, t->mutable_timestamp());
     t->set_parent_frame_id(FrameId(parent));
     t->set_child_frame_id(FrameId(state.entities[k]));
@@ -75,7 +83,6 @@ foxglove::FrameTransforms TransformsOf(const MirrorChangedState& state,
     t->mutable_rotation()->set_z(rotation.z);
     t->mutable_rotation()->set_w(rotation.w);
   }
-  return out;
 }
 
 glm::vec3 ScaleOf(const Matrix3x4& world) { return Decompose(world).scale; }

@@ -47,6 +47,10 @@ absl::StatusOr<EntityId> EntityOfFrameId(absl::string_view frame_id);
 // (Mirror::TakeChangedState(/*with_parent_worlds=*/true)).
 foxglove::FrameTransforms TransformsOf(const MirrorChangedState& state,
                                        int64_t stamp);
+// The same into `out`, whose transforms (and their parts) are reused
+// rather than allocated again: a sender of many messages.
+void TransformsInto(const MirrorChangedState& state, int64_t stamp,
+                    foxglove::FrameTransforms* out);
 
 // The SceneUpdate for `state` at `stamp`: an entity for each of
 // `drawn` (indices into state.entities: the created, or those whose scale

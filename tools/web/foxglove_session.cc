@@ -44,6 +44,8 @@ struct Feed {
   // The scale each drawn entity's cube was sent with.
   absl::flat_hash_map<EntityId, glm::vec3> drawn_scales;
   std::string last_status;  // The mirror's, as last reported.
+  // The last FrameTransforms sent, kept for its allocations.
+  foxglove::FrameTransforms transforms;
 
   bool subscribed() const { return subscription[0] || subscription[1]; }
 };
@@ -482,7 +484,8 @@ class FoxgloveSession : public Connection,
     if (const auto& id = feed.subscription[0]; id && !state.entities.empty()) {
       std::string message;
       foxglove_ws::StartMessageData(*id, stamp, &message);
-      foxglove_io::TransformsOf(state, stamp).AppendToString(&message);
+      foxglove_io::TransformsInto(state, stamp, &feed.transforms);
+      feed.transforms.AppendToString(&message);
       outbox_.emplace_back(std::move(message), true);
     }
     if (const auto& id = feed.subscription[1])
