@@ -6,12 +6,15 @@
 # Ctrl-C (then stops everything and removes its files).
 #
 #   tools/cluster_local.sh [--build=DIR] [--port=P] [--nats_port=N] [--smoke]
+#       [--empty]
 #
 # Nodes listen on 127.0.0.1:P, P+1, P+2 (default 50051); NATS clients on N,
 # N+1, N+2 (default 4222), routes on N+1000.... --smoke brings it up, shows
 # `xformctl nodes list` and a few frames of the demo world read on node2 (a
 # replica), kills node0 with SIGKILL, checks the demo world is written on
 # another node and that ListNodes says so, then stops: CI runs it so.
+# --empty starts no demo worlds (up in seconds, for tests that bring their
+# own: tests/python/client_test.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,13 +22,15 @@ build=build
 port=50051
 nats_port=4222
 smoke=false
+demo=true
 for arg in "$@"; do
   case $arg in
     --build=*) build=${arg#*=} ;;
     --port=*) port=${arg#*=} ;;
     --nats_port=*) nats_port=${arg#*=} ;;
     --smoke) smoke=true ;;
-    *) sed -n '2,14p' "$0"; exit 2 ;;
+    --empty) demo=false ;;
+    *) sed -n '2,17p' "$0"; exit 2 ;;
   esac
 done
 xformd=$build/server/xformd
@@ -92,7 +97,7 @@ for i in 0 1 2; do
   flags=(--listen="127.0.0.1:$((port + i))" --node_name="node$i"
     --cluster="$(IFS=,; echo "${own[*]}")" --cluster_ca_file="$dir/ca.pem"
     --cluster_token_file="$dir/token")
-  [[ $i == 0 ]] && flags+=(--demo)
+  [[ $i == 0 ]] && $demo && flags+=(--demo)
   "$xformd" "${flags[@]}" > "$dir/node$i.log" 2>&1 &
   pids+=($!)
   addresses+=("127.0.0.1:$((port + i))")
@@ -101,7 +106,7 @@ all=$(IFS=,; echo "${addresses[*]}")
 
 # Up when every node answers and node0 has made the demo world.
 up_by=$((SECONDS + 90))
-until "$xformctl" --server="${addresses[2]}" worlds info demo > /dev/null 2>&1 &&
+until { ! $demo || "$xformctl" --server="${addresses[2]}" worlds info demo > /dev/null 2>&1; } &&
   "$xformctl" --server="${addresses[1]}" nodes list 2> /dev/null | grep -q node2; do
   if ((SECONDS > up_by)); then
     tail -n 20 "$dir"/node*.log "$dir"/nats*.log >&2

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""The Python client (client/python/xform_client, written from docs/wire.md)
-against a real xformd, beside raw subscribers of the same views.
+"""The Python client's decoding (client/python/xform's StreamView, written
+from docs/wire.md) against a real xformd, beside raw subscribers of the
+same views.
 
 A driven world of a random hierarchy (some parents scaled unevenly, so that
 their rotated children are sheared and go raw) is moved, grown, pruned and
@@ -13,7 +14,7 @@ small --max_pending, and the compact subscribers stop reading for a while,
 so that they are sent folded frames, a kept-view snapshot and a resync.
 
   /usr/bin/python3 tests/python/compact_client_test.py --xformd=build/server/xformd \
-      --pythonpath=client/python:build/client/python/gen
+      --pythonpath=build/client/python/gen
 
 Prints the largest errors seen; exits 1 on the first bound broken.
 """
@@ -68,14 +69,14 @@ class Stream:
     writes back up)."""
 
     def __init__(self, grpc, rpc, address, request, name):
-        from xform_client import View
+        from xform.mirror import StreamView
         options = [("grpc.use_local_subchannel_pool", 1),
                    ("grpc.http2.bdp_probe", 0),
                    ("grpc.max_receive_message_length", 64 << 20)]
         self.channel = grpc.insecure_channel(address, options=options)
         self.call = rpc.XformStub(self.channel).Subscribe(request)
         self.name = name
-        self.view = View()
+        self.view = StreamView()
         self.bytes = 0
         self.moves = 0
         self.error = None
@@ -102,7 +103,7 @@ class Stream:
             done = self.changed.wait_for(
                 lambda: self.error is not None or
                 (self.view.synced and self.view.frame >= frame and
-                 not self.view._parts), timeout=WAIT_S)
+                 not self.view.in_frame), timeout=WAIT_S)
             if self.error is not None:
                 fail(f"{self.name}: {self.error}")
             if not done:
@@ -218,29 +219,30 @@ class Errors:
 
 
 def compare(np, raw, compact, precision, errors, what):
-    if set(raw.entities) != set(compact.entities):
-        missing = set(raw.entities) ^ set(compact.entities)
+    raw, compact = raw.table, compact.table
+    if set(raw.row) != set(compact.row):
+        missing = set(raw.row) ^ set(compact.row)
         fail(f"{what}: views differ in {len(missing)} entities, "
              f"e.g. {sorted(missing)[:5]}")
     posed_ids = []
-    for e, r in raw.entities.items():
-        c = compact.entities[e]
-        if r.parent != c.parent:
-            fail(f"{what}: entity {e}'s parent {c.parent}, not {r.parent}")
-        if c.pose is None:
-            if not np.array_equal(r.world.view(np.uint32),
-                                  c.world.view(np.uint32)):
-                fail(f"{what}: raw entity {e}: {c.world} against {r.world}")
+    for e, r in raw.row.items():
+        c = compact.row[e]
+        if raw.parents[r] != compact.parents[c]:
+            fail(f"{what}: entity {e}'s parent {compact.parents[c]}, not "
+                 f"{raw.parents[r]}")
+        if not compact.posed[c]:
+            if not np.array_equal(raw.worlds[r].view(np.uint32),
+                                  compact.worlds[c].view(np.uint32)):
+                fail(f"{what}: raw entity {e}: {compact.worlds[c]} against "
+                     f"{raw.worlds[r]}")
             errors.raw_entries += 1
         else:
             posed_ids.append(e)
     if not posed_ids:
         return
     errors.posed_entries += len(posed_ids)
-    a = np.array([raw.entities[e].world for e in posed_ids],
-                 dtype=np.float64).reshape(-1, 3, 4)
-    b = np.array([compact.entities[e].world for e in posed_ids],
-                 dtype=np.float64).reshape(-1, 3, 4)
+    a = raw.worlds[[raw.row[e] for e in posed_ids]].astype(np.float64)
+    b = compact.worlds[[compact.row[e] for e in posed_ids]].astype(np.float64)
     # Position: p / 2 an axis, and the float's rounding of P * p.
     allowance = precision / 2 + np.spacing(np.abs(a[:, :, 3]).astype(
         np.float32)).astype(np.float64)
@@ -289,7 +291,7 @@ def main():
         import numpy as np
         from xform.v1 import xform_pb2 as pb
         from xform.v1 import xform_pb2_grpc as rpc
-        from xform_client import compact
+        from xform import decode as compact
     except ImportError as error:
         fail(f"{error}: needs Debian's python3-grpcio, python3-protobuf and "
              "python3-numpy, and the generated stubs")
