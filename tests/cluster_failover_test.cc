@@ -702,7 +702,7 @@ TEST(ClusterFailoverTest, ASubscriberWhoseNodeDiesResumesOnAnother) {
 // differ). XFORM_CLUSTER_CYCLES sets the cycles (4, for CI;
 // tools/cluster_crash_loop.sh runs 100).
 TEST(ClusterFailoverTest, CrashLoop) {
-  int cycles = 4;
+  int cycles = 3;
   if (const char* env = std::getenv("XFORM_CLUSTER_CYCLES")) {
     cycles = std::max(1, std::atoi(env));
   }
