@@ -14,6 +14,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "google/protobuf/arena.h"
 #include "tools/foxglove/transforms.h"
 #include "tools/web/foxglove_protocol.h"
 #include "xform/mirror.h"
@@ -44,8 +45,10 @@ struct Feed {
   // The scale each drawn entity's cube was sent with.
   absl::flat_hash_map<EntityId, glm::vec3> drawn_scales;
   std::string last_status;  // The mirror's, as last reported.
-  // The last FrameTransforms sent, kept for its allocations.
-  foxglove::FrameTransforms transforms;
+  // The memory each message's FrameTransforms is built in (a protobuf
+  // arena's first block), grown to the largest message: after the first
+  // few messages, building one allocates nothing.
+  std::vector<char> arena_block = std::vector<char>(64 << 10);
 
   bool subscribed() const { return subscription[0] || subscription[1]; }
 };
@@ -484,8 +487,23 @@ class FoxgloveSession : public Connection,
     if (const auto& id = feed.subscription[0]; id && !state.entities.empty()) {
       std::string message;
       foxglove_ws::StartMessageData(*id, stamp, &message);
-      foxglove_io::TransformsInto(state, stamp, &feed.transforms);
-      feed.transforms.AppendToString(&message);
+      size_t used = 0;
+      {
+        google::protobuf::ArenaOptions arena_options;
+        arena_options.initial_block = feed.arena_block.data();
+        arena_options.initial_block_size = feed.arena_block.size();
+        google::protobuf::Arena arena(arena_options);
+        auto* transforms =
+            google::protobuf::Arena::CreateMessage<foxglove::FrameTransforms>(
+                &arena);
+        foxglove_io::TransformsInto(state, stamp, transforms);
+        transforms->AppendToString(&message);
+        used = arena.SpaceAllocated();
+      }
+      // Grown only once the arena, which writes into the block, is gone.
+      if (used > feed.arena_block.size()) {
+        feed.arena_block.resize(used + used / 4);
+      }
       outbox_.emplace_back(std::move(message), true);
     }
     if (const auto& id = feed.subscription[1])
