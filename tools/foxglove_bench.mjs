@@ -89,7 +89,7 @@ async function main() {
     '--frame_mode=driven', '--subscribers=1', `--seconds=${seconds + 60}`], 'xform-load');
   const web = start(join(build, 'tools/web/xform-web'), [`--server=127.0.0.1:${port}`,
     '--listen=127.0.0.1:0', '--foxglove_listen=127.0.0.1:0',
-    `--web_root=${join(build, 'tools/web/page/dist')}`], 'xform-web');
+    `--web_root=${join(build, 'tools/web/page/dist')}`, ...(args.web_flags ? args.web_flags.split(' ') : [])], 'xform-web');
   const fox = await waitFor('xform-web serves Foxglove', () =>
     Number(web.err.match(/Foxglove at \S+ \(port (\d+)/)?.[1] ?? 0));
   const all = [];

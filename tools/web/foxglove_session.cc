@@ -2,6 +2,7 @@
 
 #include "tools/web/foxglove_session.h"
 
+#include <array>
 #include <atomic>
 #include <deque>
 #include <memory>
@@ -45,6 +46,8 @@ struct Feed {
   // The scale each drawn entity's cube was sent with.
   absl::flat_hash_map<EntityId, glm::vec3> drawn_scales;
   std::string last_status;  // The mirror's, as last reported.
+  std::string world;
+  uint64_t last_frame = 0;  // The frame of the last message sent.
   // The memory each message's FrameTransforms is built in (a protobuf
   // arena's first block), grown to the largest message: after the first
   // few messages, building one allocates nothing.
@@ -303,6 +306,7 @@ class FoxgloveSession : public Connection,
       return nullptr;
     }
     Feed feed;
+    feed.world = world;
     absl::StatusOr<std::unique_ptr<Mirror>> mirror =
         Mirror::Start(gateway_.client(), MirrorOptionsFor(world, feed));
     if (!mirror.ok()) {
@@ -448,22 +452,24 @@ class FoxgloveSession : public Connection,
       for (auto& [world, feed] : feeds_) Encode(feed);
     }
     if (outbox_.empty()) return;
-    const bool binary = outbox_.front().second;
-    out_ = std::move(outbox_.front().first);
+    out_ = std::move(outbox_.front());
     outbox_.pop_front();
+    const bool binary = out_.binary;
     ws_.binary(binary);
     writing_ = true;
-    ws_.async_write(asio::buffer(out_),
-                    [self = shared_from_this(), binary](beast::error_code ec,
-                                                        size_t bytes) {
-                      self->writing_ = false;
-                      if (ec) {
-                        self->End();
-                        return;
-                      }
-                      if (binary) self->gateway_.CountMessage(bytes);
-                      self->Write();
-                    });
+    const std::array<asio::const_buffer, 2> buffers = {
+        asio::buffer(out_.head),
+        out_.body ? asio::buffer(*out_.body) : asio::const_buffer()};
+    ws_.async_write(buffers, [self = shared_from_this(), binary](
+                                 beast::error_code ec, size_t bytes) {
+      self->writing_ = false;
+      if (ec) {
+        self->End();
+        return;
+      }
+      if (binary) self->gateway_.CountMessage(bytes);
+      self->Write();
+    });
   }
 
   // A view's changes (or the whole of it) as its channels' messages.
@@ -485,30 +491,51 @@ class FoxgloveSession : public Connection,
     const int64_t stamp =
         state.stamp > 0 ? state.stamp : absl::ToUnixNanos(absl::Now());
     if (const auto& id = feed.subscription[0]; id && !state.entities.empty()) {
-      std::string message;
-      foxglove_ws::StartMessageData(*id, stamp, &message);
-      size_t used = 0;
-      {
-        google::protobuf::ArenaOptions arena_options;
-        arena_options.initial_block = feed.arena_block.data();
-        arena_options.initial_block_size = feed.arena_block.size();
-        google::protobuf::Arena arena(arena_options);
-        auto* transforms =
-            google::protobuf::Arena::CreateMessage<foxglove::FrameTransforms>(
-                &arena);
-        foxglove_io::TransformsInto(state, stamp, transforms);
-        transforms->AppendToString(&message);
-        used = arena.SpaceAllocated();
-      }
-      // Grown only once the arena, which writes into the block, is gone.
-      if (used > feed.arena_block.size()) {
-        feed.arena_block.resize(used + used / 4);
-      }
-      outbox_.emplace_back(std::move(message), true);
+      std::string head;
+      foxglove_ws::StartMessageData(*id, stamp, &head);
+      outbox_.push_back({.head = std::move(head),
+                         .body = TransformsPayload(feed, state, stamp),
+                         .binary = true});
     }
+    feed.last_frame = state.frame;
     if (const auto& id = feed.subscription[1])
       EncodeScene(feed, state, *id, stamp);
     feed.whole = false;
+  }
+
+  // `state` as a FrameTransforms payload. Clients of the same view (same
+  // world and subtrees, no region: a region moves) whose messages span the
+  // same frames send the same transforms, so the first to encode them
+  // shares them (GatewayImpl::SharedPayloads): the encoding, most of a
+  // client's cost, is paid once a frame rather than once a client.
+  std::shared_ptr<const std::string> TransformsPayload(
+      Feed& feed, const MirrorChangedState& state, int64_t stamp) {
+    std::string key;
+    if (!region_) {
+      key = absl::StrCat(feed.world, "\n", absl::StrJoin(query_.subtrees, ","),
+                         "\n", feed.whole ? 0 : feed.last_frame, "\n",
+                         state.frame, "\n", stamp);
+      if (auto shared = gateway_.SharedPayload(key)) return shared;
+    }
+    auto payload = std::make_shared<std::string>();
+    size_t used = 0;
+    {
+      google::protobuf::ArenaOptions arena_options;
+      arena_options.initial_block = feed.arena_block.data();
+      arena_options.initial_block_size = feed.arena_block.size();
+      google::protobuf::Arena arena(arena_options);
+      auto* transforms =
+          google::protobuf::Arena::CreateMessage<foxglove::FrameTransforms>(
+              &arena);
+      foxglove_io::TransformsInto(state, stamp, transforms);
+      transforms->SerializeToString(payload.get());
+      used = arena.SpaceAllocated();
+    }
+    // Grown only once the arena, which writes into the block, is gone.
+    if (used > feed.arena_block.size())
+      feed.arena_block.resize(used + used / 4);
+    if (!key.empty()) gateway_.SharePayload(std::move(key), payload);
+    return payload;
   }
 
   // The cubes of the entities new to the client or rescaled, and the
@@ -540,7 +567,7 @@ class FoxgloveSession : public Connection,
     std::string message;
     foxglove_ws::StartMessageData(id, stamp, &message);
     update.AppendToString(&message);
-    outbox_.emplace_back(std::move(message), true);
+    outbox_.push_back({.head = std::move(message), .binary = true});
   }
 
   // A reply to the client; past foxglove_max_queued unwritten, the client
@@ -554,7 +581,7 @@ class FoxgloveSession : public Connection,
           "too many replies unread (--foxglove_max_queued)");
       return;
     }
-    outbox_.emplace_back(std::move(message), binary);
+    outbox_.push_back({.head = std::move(message), .binary = binary});
   }
 
   void Send(Level level, const std::string& message) {
@@ -597,8 +624,15 @@ class FoxgloveSession : public Connection,
   const std::shared_ptr<std::atomic<bool>> wake_posted_ =
       std::make_shared<std::atomic<bool>>(false);
 
-  std::deque<std::pair<std::string, bool>> outbox_;  // Bytes, binary.
-  std::string out_;                                  // The message in flight.
+  // A message: its own bytes, then a body it may share with other
+  // clients (a FrameTransforms payload).
+  struct Outgoing {
+    std::string head;
+    std::shared_ptr<const std::string> body;
+    bool binary = false;
+  };
+  std::deque<Outgoing> outbox_;
+  Outgoing out_;  // The message in flight.
   std::optional<websocket::close_reason> close_reason_;
   bool writing_ = false;
   bool ended_ = false;

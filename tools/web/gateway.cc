@@ -394,6 +394,22 @@ void WebGateway::Impl::RefreshWorlds() {
   }
 }
 
+std::shared_ptr<const std::string> WebGateway::Impl::SharedPayload(
+    const std::string& key) {
+  absl::MutexLock lock(&shared_mu_);
+  for (const auto& [k, payload] : shared_payloads_) {
+    if (k == key) return payload;
+  }
+  return nullptr;
+}
+
+void WebGateway::Impl::SharePayload(
+    std::string key, std::shared_ptr<const std::string> payload) {
+  absl::MutexLock lock(&shared_mu_);
+  if (shared_payloads_.size() == kSharedPayloads) shared_payloads_.pop_front();
+  shared_payloads_.emplace_back(std::move(key), std::move(payload));
+}
+
 std::pair<uint64_t, std::vector<std::string>> WebGateway::Impl::Worlds() {
   absl::MutexLock lock(&worlds_mu_);
   return {worlds_generation_, world_names_};

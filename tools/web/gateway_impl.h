@@ -121,6 +121,12 @@ class WebGateway::Impl {
   std::pair<uint64_t, std::vector<std::string>> Worlds();
   // This run of the gateway, for Foxglove's serverInfo.sessionId.
   const std::string& run_id() const { return run_id_; }
+  // Encoded messages Foxglove clients of the same view share, by a key
+  // that names the view and the frames they span: the newest
+  // kSharedPayloads, found by a scan.
+  std::shared_ptr<const std::string> SharedPayload(const std::string& key);
+  void SharePayload(std::string key,
+                    std::shared_ptr<const std::string> payload);
 
  private:
   absl::Status Listen(const std::string& listen, tcp::acceptor& acceptor,
@@ -156,6 +162,11 @@ class WebGateway::Impl {
   std::deque<Connection*> move_order_ ABSL_GUARDED_BY(moves_mu_);
   bool moves_stopping_ ABSL_GUARDED_BY(moves_mu_) = false;
   std::thread mover_;
+
+  static constexpr size_t kSharedPayloads = 16;
+  absl::Mutex shared_mu_;
+  std::deque<std::pair<std::string, std::shared_ptr<const std::string>>>
+      shared_payloads_ ABSL_GUARDED_BY(shared_mu_);
 
   absl::Mutex worlds_mu_;
   std::string worlds_json_ ABSL_GUARDED_BY(worlds_mu_);
