@@ -108,7 +108,7 @@ class RecordingFile {
       summary.destroyed += state.destroyed.size();
     }
     if (!state.entities.empty()) {
-      foxglove_io::TransformsOf(state, state.stamp).SerializeToString(&bytes_);
+      encoder_.Encode(state, state.stamp, &bytes_);
       if (absl::Status s =
               writer_->Write(transforms_, sequence, stamp, stamp, bytes_);
           !s.ok()) {
@@ -150,6 +150,7 @@ class RecordingFile {
   uint16_t scene_ = 0;
   // What each entity recorded was drawn at: the view's size in memory.
   absl::flat_hash_map<EntityId, glm::vec3> scales_;
+  foxglove_io::TransformsEncoder encoder_;
   std::string bytes_;
 };
 

@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "glm/gtc/quaternion.hpp"
+#include "google/protobuf/arena.h"
 #include "google/protobuf/descriptor.pb.h"
 
 namespace xform::foxglove_io {
@@ -85,7 +86,35 @@ void TransformsInto(const MirrorChangedState& state, int64_t stamp,
   }
 }
 
-glm::vec3 ScaleOf(const Matrix3x4& world) { return Decompose(world).scale; }
+void TransformsEncoder::Encode(const MirrorChangedState& state, int64_t stamp,
+                               std::string* out) {
+  size_t used = 0;
+  {
+    google::protobuf::ArenaOptions options;
+    options.initial_block = block_.data();
+    options.initial_block_size = block_.size();
+    google::protobuf::Arena arena(options);
+    auto* transforms =
+        google::protobuf::Arena::CreateMessage<foxglove::FrameTransforms>(
+            &arena);
+    TransformsInto(state, stamp, transforms);
+    transforms->SerializeToString(out);
+    used = arena.SpaceAllocated();
+  }
+  // Grown only once the arena, which writes into the block, is gone.
+  if (used > block_.size()) block_.resize(used + used / 4);
+}
+
+glm::vec3 ScaleOf(const Matrix3x4& world) {
+  // Decompose's scale without its rotation: the columns' lengths, x's
+  // negated for a mirrored basis. Per moved entity and frame, so cheap.
+  const glm::vec3 x(world(0, 0), world(1, 0), world(2, 0));
+  const glm::vec3 y(world(0, 1), world(1, 1), world(2, 1));
+  const glm::vec3 z(world(0, 2), world(1, 2), world(2, 2));
+  glm::vec3 scale(glm::length(x), glm::length(y), glm::length(z));
+  if (glm::dot(glm::cross(x, y), z) < 0.0f) scale.x = -scale.x;
+  return scale;
+}
 
 foxglove::SceneUpdate SceneUpdateOf(const MirrorChangedState& state,
                                     int64_t stamp,

@@ -22,6 +22,7 @@
 #define XFORM_TOOLS_FOXGLOVE_TRANSFORMS_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -47,10 +48,22 @@ absl::StatusOr<EntityId> EntityOfFrameId(absl::string_view frame_id);
 // (Mirror::TakeChangedState(/*with_parent_worlds=*/true)).
 foxglove::FrameTransforms TransformsOf(const MirrorChangedState& state,
                                        int64_t stamp);
-// The same into `out`, whose transforms (and their parts) are reused
-// rather than allocated again: a sender of many messages.
+// The same into `out` (cleared first).
 void TransformsInto(const MirrorChangedState& state, int64_t stamp,
                     foxglove::FrameTransforms* out);
+
+// TransformsOf, serialized, for a sender of many messages: each is built
+// in a protobuf arena whose first block is kept and grown to the largest
+// message, so that after the first few, building one allocates nothing
+// (protobuf's Clear() would free a message's parts).
+class TransformsEncoder {
+ public:
+  // Replaces `out` with the FrameTransforms of `state` at `stamp`.
+  void Encode(const MirrorChangedState& state, int64_t stamp, std::string* out);
+
+ private:
+  std::vector<char> block_ = std::vector<char>(64 << 10);
+};
 
 // The SceneUpdate for `state` at `stamp`: an entity for each of
 // `drawn` (indices into state.entities: the created, or those whose scale

@@ -15,7 +15,6 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "google/protobuf/arena.h"
 #include "tools/foxglove/transforms.h"
 #include "tools/web/foxglove_protocol.h"
 #include "xform/mirror.h"
@@ -48,10 +47,7 @@ struct Feed {
   std::string last_status;  // The mirror's, as last reported.
   std::string world;
   uint64_t last_frame = 0;  // The frame of the last message sent.
-  // The memory each message's FrameTransforms is built in (a protobuf
-  // arena's first block), grown to the largest message: after the first
-  // few messages, building one allocates nothing.
-  std::vector<char> arena_block = std::vector<char>(64 << 10);
+  foxglove_io::TransformsEncoder encoder;
 
   bool subscribed() const { return subscription[0] || subscription[1]; }
 };
@@ -518,22 +514,7 @@ class FoxgloveSession : public Connection,
       if (auto shared = gateway_.SharedPayload(key)) return shared;
     }
     auto payload = std::make_shared<std::string>();
-    size_t used = 0;
-    {
-      google::protobuf::ArenaOptions arena_options;
-      arena_options.initial_block = feed.arena_block.data();
-      arena_options.initial_block_size = feed.arena_block.size();
-      google::protobuf::Arena arena(arena_options);
-      auto* transforms =
-          google::protobuf::Arena::CreateMessage<foxglove::FrameTransforms>(
-              &arena);
-      foxglove_io::TransformsInto(state, stamp, transforms);
-      transforms->SerializeToString(payload.get());
-      used = arena.SpaceAllocated();
-    }
-    // Grown only once the arena, which writes into the block, is gone.
-    if (used > feed.arena_block.size())
-      feed.arena_block.resize(used + used / 4);
+    feed.encoder.Encode(state, stamp, payload.get());
     if (!key.empty()) gateway_.SharePayload(std::move(key), payload);
     return payload;
   }
