@@ -7,6 +7,7 @@ Mirror applied, how far behind the world it is, and this process's CPU
 
   /usr/bin/python3 tools/python_mirror_bench.py --build=build \\
       [--entities=100000] [--move=1000] [--hz=60] [--encoding=compact] [--seconds=10]
+      [--history_seconds=2]
 """
 
 import argparse
@@ -25,6 +26,7 @@ def main():
     parser.add_argument("--hz", type=float, default=60)
     parser.add_argument("--encoding", default="compact")
     parser.add_argument("--seconds", type=float, default=10)
+    parser.add_argument("--history_seconds", type=float, default=0)
     args = parser.parse_args()
     sys.path.insert(0, os.path.join(args.build, "client/python/gen"))
     import xform
@@ -55,7 +57,8 @@ def main():
             time.sleep(0.2)
         frames = []
         mirror = xform.Mirror(client, "bench", encoding=args.encoding,
-                              on_frame=lambda m, f: frames.append(f))
+                              on_frame=lambda m, f: frames.append(f),
+                              history_seconds=args.history_seconds)
         if not mirror.wait_for_sync(60):
             sys.exit(f"no sync: {mirror.status}")
         time.sleep(1)

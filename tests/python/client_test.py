@@ -246,6 +246,7 @@ def mirrors_follow_random_writes(xform, np, admin):
 
 
 def regions_and_lookups(xform, np, admin):
+    import grpc
     admin.create_world("city", mode="driven", time_model="hold")
     ids = list(range(1, 41))
     locals_ = [[float(i - 1), 0, 0, 0, 0, 0, 1, 1, 1, 1] for i in ids]
@@ -258,7 +259,11 @@ def regions_and_lookups(xform, np, admin):
                lambda: set(int(e) for e in mirror.view().ids) == set(range(29, 34)))
     ok("a region mirror holds its region, and follows it when moved")
     mirror.close()
-    # Entity 41 under 1, moved at two stamps; a lookup between them.
+    # Entity 41 under 1, moved at two stamps; a lookup between them, by
+    # the server and by a mirror's own history.
+    timed = xform.Mirror(admin, "city", history_seconds=30)
+    if not timed.wait_for_sync(WAIT_S):
+        fail(f"a mirror with history: {timed.status}")
     admin.apply("city", [xform.create([41], [1], [[0, 1, 0, 0, 0, 0, 1, 1, 1, 1]])],
                 end_frame=True, stamp_nanos=2_000_000_000)
     admin.apply("city", [xform.set_local([41], [[0, 3, 0, 0, 0, 0, 1, 1, 1, 1]])],
@@ -271,6 +276,22 @@ def regions_and_lookups(xform, np, admin):
         fail(f"read at 2 s: {at.world[0]}")
     ok(f"lookup_transform between two stamps interpolates ({poses.matrices[0][:, 3]}), "
        "read at a stamp")
+    last = admin.get_world("city").frame
+    if not timed.wait_for_frame(last, WAIT_S):
+        fail(f"the mirror with history: {timed.status}")
+    for stamp, y in ((2_000_000_000, 1), (2_250_000_000, 1.5), (2_500_000_000, 2),
+                     (3_000_000_000, 3), (9_000_000_000, 3)):
+        mine = timed.world_matrix_at(41, stamp)
+        server = admin.lookup_transform("city", 0, [41], stamp_nanos=min(stamp, 3_000_000_000))
+        if not np.allclose(mine, server.matrices[0], atol=1e-4) or not np.isclose(mine[1, 3], y):
+            fail(f"the mirror at {stamp}: {mine} against the server's {server.matrices[0]}")
+    relative = timed.lookup_transform(2, 41, 2_500_000_000)
+    if not np.allclose(relative[:, 3], [-1, 2, 0], atol=1e-4):
+        fail(f"the mirror's lookup of 41 in 2's frame: {relative}")
+    expect_code(xform, grpc.StatusCode.OUT_OF_RANGE, "a mirror's lookup before its history",
+                lambda: timed.world_matrix_at(41, 1_000_000_000))
+    ok("a mirror's history answers lookups at a stamp as the server does")
+    timed.close()
 
 
 def cluster(xform, np, args):

@@ -24,6 +24,7 @@ import grpc
 import numpy as np
 
 from xform import decode
+from xform.history import PoseHistory
 from xform.client import SUBSCRIPTION_ID_METADATA, Client, XformError, retry_wait
 from xform.v1 import xform_pb2
 
@@ -139,6 +140,11 @@ class StreamView:
         self.frames_skipped = 0
         self.resyncs = 0  # Snapshots after the first, not keeping the view.
         self.kept_view_snapshots = 0
+        # With track_changes: what the frame being applied touched (moved,
+        # created, re-parented), those it created or re-parented (jumps),
+        # and what it destroyed; emptied by the caller.
+        self.track_changes = False
+        self.touched, self.jumps, self.destroyed = set(), set(), set()
 
     def apply(self, update) -> bool:
         """Applies one message; True when it completed a frame (or a
@@ -151,6 +157,7 @@ class StreamView:
             if self._staging is not None:
                 raise decode.BrokenMessage("a frame inside a snapshot")
             self.updates += _apply_part(self.table, update)
+            self._track(update)
             done = update.last_part
             self.in_frame = not done
         if done:
@@ -167,6 +174,7 @@ class StreamView:
             raise decode.BrokenMessage("a snapshot part without its part 0")
         self.history = update.history
         self.updates += _apply_part(self._staging, update)
+        self._track(update)
         if not update.snapshot_done:
             return False
         if self._staging_keeps_view:
@@ -177,6 +185,18 @@ class StreamView:
         self.synced = True
         self.in_frame = False
         return True
+
+    def _track(self, u) -> None:
+        if not self.track_changes:
+            return
+        self.destroyed.update(u.destroyed)
+        self.jumps.update(u.created)
+        self.jumps.update(u.reparented)
+        self.touched.update(u.created)
+        self.touched.update(u.reparented)
+        self.touched.update(u.moved)
+        if u.compact_moved:
+            self.touched.update(decode.parse_compact(u.compact_moved).ids.tolist())
 
     def view(self) -> View:
         t = self.table
@@ -191,13 +211,16 @@ class Mirror:
     at most that many messages a second; encoding "compact" (default) or
     "raw"; position_precision for compact (0: 0.001). on_frame(mirror,
     frame) is called on the mirror's thread after each frame is applied.
+    history_seconds > 0 keeps that long of each entity's poses, for
+    world_matrix_at and lookup_transform at a stamp (history.py).
     """
 
     def __init__(self, client: Client, world: str, *, entities: Sequence[int] = (),
                  subtrees: Sequence[int] = (), region: Optional[xform_pb2.Region] = None,
                  max_rate_hz: float = 0.0, encoding: str = "compact",
                  position_precision: float = 0.0,
-                 on_frame: Optional[Callable[["Mirror", int], None]] = None):
+                 on_frame: Optional[Callable[["Mirror", int], None]] = None,
+                 history_seconds: float = 0.0):
         self._client = client
         self.world = world
         self._request = xform_pb2.SubscribeRequest(
@@ -213,6 +236,9 @@ class Mirror:
         self._on_frame = on_frame
         self._lock = threading.Condition()
         self._view = StreamView()
+        self._history = (PoseHistory(int(history_seconds * 1e9))
+                         if history_seconds > 0 else None)
+        self._view.track_changes = self._history is not None
         self._status: Optional[XformError] = None
         self._subscription = 0
         self._address = None
@@ -313,6 +339,45 @@ class Mirror:
             return  # The next stream asks for the new region itself.
         self._client.update_subscription(self.world, subscription, where, address)
 
+    # ---- where entities were ------------------------------------------------
+
+    def world_matrix_at(self, entity: int, stamp: int) -> np.ndarray:
+        """`entity`'s world matrix at `stamp` (ns, the frames' clock),
+        interpolated between the frames that gave it (history.py). Needs
+        history_seconds; OUT_OF_RANGE before what it keeps, NOT_FOUND for
+        an entity it never held."""
+        if self._history is None:
+            raise XformError(grpc.StatusCode.FAILED_PRECONDITION,
+                             "the mirror keeps no history: set history_seconds")
+        with self._lock:
+            table = self._view.table
+            row = table.row.get(entity)
+            current = table.worlds[row].copy() if row is not None else None
+            return self._history.world_matrix_at(entity, stamp, current)
+
+    def lookup_transform(self, target: int, source: int, stamp: int) -> np.ndarray:
+        """`source`'s pose in `target`'s frame (0: the world's origin) at
+        `stamp`, as a (3, 4) matrix, from this mirror's history."""
+        def affine(m):
+            out = np.eye(4)
+            out[:3, :] = m
+            return out
+        source_world = affine(self.world_matrix_at(source, stamp))
+        if target == 0:
+            return source_world[:3, :].astype(np.float32)
+        target_world = affine(self.world_matrix_at(target, stamp))
+        return (np.linalg.inv(target_world) @ source_world)[:3, :].astype(np.float32)
+
+    def _record_history(self) -> None:
+        view = self._view
+        table = view.table
+        ids = [e for e in view.touched if e in table.row]
+        if ids:
+            rows = table.rows(np.array(ids, dtype=np.uint64))
+            self._history.record(view.stamp_nanos, ids, table.worlds[rows], view.jumps)
+        self._history.forget(e for e in view.destroyed if e not in table.row)
+        view.touched, view.jumps, view.destroyed = set(), set(), set()
+
     def close(self) -> None:
         with self._lock:
             self._closing = True
@@ -377,6 +442,7 @@ class Mirror:
             with self._lock:
                 self._status = XformError(grpc.StatusCode.DATA_LOSS, str(broken))
                 self._view = StreamView()  # Afresh: no resume from it.
+                self._view.track_changes = self._history is not None
         return progressed
 
     def _apply(self, update):
@@ -384,6 +450,8 @@ class Mirror:
             self._status = None
             done = self._view.apply(update)
             if done:
+                if self._history is not None:
+                    self._record_history()
                 self._lock.notify_all()
         if done and self._on_frame is not None:
             self._on_frame(self, update.frame)
