@@ -54,6 +54,17 @@ bool SaysTryAgain(const grpc::ClientContext& context) {
   return context.GetServerTrailingMetadata().count("xform-try-again") > 0;
 }
 
+// ApplyOptions::names as the batch's last command.
+void AppendNames(const std::vector<std::pair<EntityId, std::string>>& names,
+                 v1::ApplyRequest* request) {
+  if (names.empty()) return;
+  v1::RenameCommand& rename = *request->add_commands()->mutable_rename();
+  for (const auto& [entity, name] : names) {
+    rename.add_entity(entity);
+    rename.add_name(name);
+  }
+}
+
 bool WorthRetrying(const grpc::Status& status) {
   return status.error_code() == grpc::StatusCode::UNAVAILABLE ||
          status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
@@ -403,6 +414,7 @@ class StreamBatchWriter final : public BatchWriter {
     request.set_client_id(options_.client_id);
     request.set_write_id(nodes_.NextWriteId());
     v1::AppendCommands(batch, &request);
+    client_internal::AppendNames(options.names, &request);
     Attempts attempts(options_, nodes_, nodes_.WriterOf(world_));
     for (;;) {
       if (stream_ == nullptr) Open(attempts.index());
@@ -560,7 +572,7 @@ absl::Status Client::DeleteWorld(absl::string_view name) {
 
 absl::StatusOr<uint64_t> Client::Apply(absl::string_view world,
                                        absl::Span<const Command> batch,
-                                       ApplyOptions options) {
+                                       const ApplyOptions& options) {
   v1::ApplyRequest request;
   const std::string name(world);
   request.set_world(name);
@@ -570,6 +582,7 @@ absl::StatusOr<uint64_t> Client::Apply(absl::string_view world,
   // The same on every try: the batch applies once.
   request.set_write_id(nodes_->NextWriteId());
   v1::AppendCommands(batch, &request);
+  client_internal::AppendNames(options.names, &request);
   v1::ApplyResponse response;
   if (absl::Status s = Call(options_, *nodes_, &v1::Xform::Stub::Apply, request,
                             &response, &name);
@@ -672,6 +685,46 @@ absl::StatusOr<std::vector<TimedPose>> Client::LookupTransforms(
     return s;
   }
   return v1::TimedPosesFromWire(response);
+}
+
+absl::StatusOr<std::vector<TimedPose>> Client::LookupNamedTransforms(
+    absl::string_view world, absl::string_view target,
+    absl::Span<const std::string> sources, const LookupOptions& options) {
+  v1::LookupTransformRequest request;
+  request.set_world(std::string(world));
+  request.set_target_name(std::string(target));
+  request.mutable_source_name()->Add(sources.begin(), sources.end());
+  request.set_stamp_nanos(options.stamp);
+  if (options.fixed) {
+    request.set_fixed_frame(*options.fixed);
+    request.set_use_fixed_frame(true);
+    request.set_target_stamp_nanos(options.target_stamp);
+  }
+  request.set_timeout_ms(static_cast<uint32_t>(std::min<int64_t>(
+      absl::ToInt64Milliseconds(options.timeout), UINT32_MAX)));
+  v1::LookupTransformResponse response;
+  if (absl::Status s =
+          Call(options_, *nodes_, &v1::Xform::Stub::LookupTransform, request,
+               &response, /*world=*/nullptr, options.timeout);
+      !s.ok()) {
+    return s;
+  }
+  return v1::TimedPosesFromWire(response);
+}
+
+absl::StatusOr<std::vector<std::string>> Client::Names(
+    absl::string_view world, absl::Span<const EntityId> entities) {
+  v1::ReadRequest request;
+  request.set_world(std::string(world));
+  request.mutable_entity()->Add(entities.begin(), entities.end());
+  v1::ReadResponse response;
+  if (absl::Status s =
+          Call(options_, *nodes_, &v1::Xform::Stub::Read, request, &response);
+      !s.ok()) {
+    return s;
+  }
+  return std::vector<std::string>(response.name().begin(),
+                                  response.name().end());
 }
 
 absl::StatusOr<std::vector<EntityState>> Client::ReadAt(

@@ -82,6 +82,9 @@ ABSL_FLAG(uint32_t, max_lookup_wait_ms, 10'000,
 ABSL_FLAG(uint64_t, max_waiting_lookups, 1024,
           "Lookups that may wait for data on one world at once; more are "
           "refused RESOURCE_EXHAUSTED");
+ABSL_FLAG(uint64_t, max_name_bytes, 256,
+          "The longest entity name (CreateCommand.name, RenameCommand), 1 to "
+          "65536 bytes; longer is refused INVALID_ARGUMENT");
 ABSL_FLAG(uint64_t, max_lookup_sources, 4096,
           "Sources one LookupTransform may name");
 ABSL_FLAG(uint64_t, max_lookup_links, 10'000,
@@ -264,6 +267,9 @@ void TimeLimitsFromFlags(Problems& problems, Limits& limits) {
                   "--history_mb must be at most 1048576 (1 TiB)");
   problems.Unless(absl::GetFlag(FLAGS_max_lookup_sources) > 0,
                   "--max_lookup_sources must be at least 1");
+  problems.Unless(absl::GetFlag(FLAGS_max_name_bytes) >= 1 &&
+                      absl::GetFlag(FLAGS_max_name_bytes) <= 65536,
+                  "--max_name_bytes must be 1 to 65536");
   problems.Unless(absl::GetFlag(FLAGS_max_lookup_links) > 0,
                   "--max_lookup_links must be at least 1");
   limits.history.window_nanos = static_cast<Stamp>(window * 1e9);
@@ -272,6 +278,7 @@ void TimeLimitsFromFlags(Problems& problems, Limits& limits) {
   limits.max_lookup_wait_ms = absl::GetFlag(FLAGS_max_lookup_wait_ms);
   limits.max_waiting_lookups = absl::GetFlag(FLAGS_max_waiting_lookups);
   limits.max_lookup_sources = absl::GetFlag(FLAGS_max_lookup_sources);
+  limits.max_name_bytes = absl::GetFlag(FLAGS_max_name_bytes);
   limits.history.max_links = absl::GetFlag(FLAGS_max_lookup_links);
 }
 

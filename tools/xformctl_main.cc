@@ -56,6 +56,8 @@ ABSL_FLAG(bool, keep_children, false,
 ABSL_FLAG(bool, keep_world, false,
           "entities link: keep the world transform (default: the local)");
 ABSL_FLAG(bool, subtree, false, "entities get: the entity and all below it");
+ABSL_FLAG(std::string, name, "",
+          "entities create: the entity's name (unique in its world)");
 ABSL_FLAG(bool, end_frame, false, "writes: publish a frame (driven worlds)");
 ABSL_FLAG(int64_t, stamp, 0,
           "writes: when the poses were true, in ns on the world's writers' "
@@ -263,21 +265,31 @@ class Ctl {
     if (!OverrideTransform(&op.local, &error)) {
       return UsageError(error, "entities create");
     }
-    return Write(args[0], op, absl::StrCat("created ", op.entity));
+    std::vector<std::pair<EntityId, std::string>> names;
+    if (!absl::GetFlag(FLAGS_name).empty()) {
+      names.emplace_back(op.entity, absl::GetFlag(FLAGS_name));
+    }
+    return Write(args[0], {op}, absl::StrCat("created ", op.entity),
+                 std::move(names));
+  }
+
+  int EntitiesRename(const std::vector<std::string>& args) {
+    return Write(args[0], {}, absl::StrCat("renamed ", ids_[0]),
+                 {{ids_[0], args[2]}});
   }
 
   int EntitiesDestroy(const std::vector<std::string>& args) {
     DestroyOp op{ids_[0], absl::GetFlag(FLAGS_keep_children)
                               ? DestroyMode::kReparentChildren
                               : DestroyMode::kSubtree};
-    return Write(args[0], op, absl::StrCat("destroyed ", op.entity));
+    return Write(args[0], {op}, absl::StrCat("destroyed ", op.entity));
   }
 
   int EntitiesLink(const std::vector<std::string>& args) {
     LinkOp op{ids_[0], ids_[1],
               absl::GetFlag(FLAGS_keep_world) ? LinkMode::kKeepWorld
                                               : LinkMode::kKeepLocal};
-    return Write(args[0], op,
+    return Write(args[0], {op},
                  absl::StrCat("linked ", op.entity, " under ", op.parent));
   }
 
@@ -292,7 +304,7 @@ class Ctl {
     if (!OverrideTransform(&op.local, &error)) {
       return UsageError(error, "entities set");
     }
-    return Write(args[0], op, absl::StrCat("set ", op.entity));
+    return Write(args[0], {op}, absl::StrCat("set ", op.entity));
   }
 
   int EntitiesGet(const std::vector<std::string>& args) {
@@ -320,23 +332,45 @@ class Ctl {
   }
 
   // Sources' poses in the target's frame at a stamp (docs/time.md).
+  static std::string FrameText(const Json& frame) {
+    return frame.is_string() ? frame.get<std::string>() : frame.dump();
+  }
+
   int Lookup(const std::vector<std::string>& args) {
-    absl::StatusOr<std::vector<TimedPose>> poses = client_.LookupTransforms(
-        args[0], ids_[0], absl::MakeConstSpan(ids_).subspan(1),
-        {.stamp = absl::GetFlag(FLAGS_at),
-         .timeout = absl::GetFlag(FLAGS_wait)});
+    const LookupOptions options = {.stamp = absl::GetFlag(FLAGS_at),
+                                   .timeout = absl::GetFlag(FLAGS_wait)};
+    std::vector<Json> frames;
+    absl::StatusOr<std::vector<TimedPose>> poses;
+    if (named_frames_) {
+      // Frames by name: an id stands for "e<id>", 0 for "world".
+      std::vector<std::string> names;
+      for (size_t i = 1; i < args.size(); ++i) {
+        EntityId id;
+        names.push_back(!absl::SimpleAtoi(args[i], &id) ? args[i]
+                        : id == kNoEntity               ? "world"
+                                          : absl::StrCat("e", id));
+        frames.emplace_back(names.back());
+      }
+      poses = client_.LookupNamedTransforms(
+          args[0], names[0], absl::MakeConstSpan(names).subspan(1), options);
+    } else {
+      for (EntityId id : ids_) frames.emplace_back(id);
+      poses = client_.LookupTransforms(
+          args[0], ids_[0], absl::MakeConstSpan(ids_).subspan(1), options);
+    }
     if (!poses.ok()) return Fail(poses.status());
     for (size_t k = 0; k < poses->size(); ++k) {
       const TimedPose& pose = (*poses)[k];
-      Print({{"target", ids_[0]},
-             {"source", ids_[k + 1]},
+      Print({{"target", frames[0]},
+             {"source", frames[k + 1]},
              {"stamp_nanos", pose.stamp},
              {"oldest_used_nanos", pose.oldest_used},
              {"newest_used_nanos", pose.newest_used},
              {"pose", pose.pose.m}},
-            absl::StrFormat("%u in %u at %d (samples %d..%d)\n  pose  %s",
-                            ids_[k + 1], ids_[0], pose.stamp, pose.oldest_used,
-                            pose.newest_used, absl::StrJoin(pose.pose.m, " ")));
+            absl::StrFormat("%s in %s at %d (samples %d..%d)\n  pose  %s",
+                            FrameText(frames[k + 1]), FrameText(frames[0]),
+                            pose.stamp, pose.oldest_used, pose.newest_used,
+                            absl::StrJoin(pose.pose.m, " ")));
     }
     return 0;
   }
@@ -366,12 +400,14 @@ class Ctl {
   }
 
  private:
-  int Write(const std::string& world, const xform::Command& op,
-            const std::string& done) {
+  int Write(const std::string& world, const std::vector<xform::Command>& batch,
+            const std::string& done,
+            std::vector<std::pair<EntityId, std::string>> names = {}) {
     absl::StatusOr<uint64_t> frame =
-        client_.Apply(world, {op},
+        client_.Apply(world, batch,
                       {.end_frame = absl::GetFlag(FLAGS_end_frame),
-                       .stamp = absl::GetFlag(FLAGS_stamp)});
+                       .stamp = absl::GetFlag(FLAGS_stamp),
+                       .names = std::move(names)});
     if (!frame.ok()) return Fail(frame.status());
     Print({{"ok", done}, {"frame", *frame}},
           absl::StrCat(done, " (frame ", *frame, ")"));
@@ -405,6 +441,7 @@ class Ctl {
 
   Client& client_;
   std::vector<EntityId> ids_;  // The operands after the world, as ids.
+  bool named_frames_ = false;  // A lookup named a frame by name.
 };
 
 // Every command: its words, usage and help, its operands, and what runs it.
@@ -445,9 +482,12 @@ const Command kCommands[] = {
      &Ctl::WorldsDelete},
     {"entities create",
      "xformctl entities create WORLD ID [--parent=ID] [--position=x,y,z] "
-     "[--rotation=x,y,z,w] [--scale=x,y,z]",
+     "[--rotation=x,y,z,w] [--scale=x,y,z] [--name=NAME]",
      "Creates an entity with a local transform (identity where not given).", 2,
      false, &Ctl::EntitiesCreate},
+    {"entities rename", "xformctl entities rename WORLD ID NAME",
+     "Names an entity (\"\" takes its name away); lookups take names.", 3,
+     false, &Ctl::EntitiesRename},
     {"entities destroy", "xformctl entities destroy WORLD ID [--keep_children]",
      "Destroys an entity and its subtree, or only the entity.", 2, false,
      &Ctl::EntitiesDestroy},
@@ -466,7 +506,8 @@ const Command kCommands[] = {
      2, true, &Ctl::EntitiesGet},
     {"lookup",
      "xformctl lookup WORLD TARGET SOURCE... [--at=STAMP_NS] [--wait=1s]",
-     "Each source's pose in the target's frame (0: the world's origin) at "
+     "Each source's pose in the target's frame (ids, or names: an entity's, "
+     "e<id>, world; 0: the world's origin) at "
      "a stamp, interpolated from the world's history as tf2's "
      "lookupTransform; --wait lets the server wait for newer data.",
      3, true, &Ctl::Lookup},
@@ -540,9 +581,15 @@ int Ctl::Run(const Invocation& in) {
     return UsageError("wrong number of operands", in.command);
   }
   if (absl::StartsWith(in.command, "entities") || in.command == "lookup") {
-    for (size_t i = 1; i < in.operands.size(); ++i) {
+    // A rename's last operand is the name; a lookup's frames may be names.
+    const size_t ids = in.command == "entities rename" ? 2 : in.operands.size();
+    for (size_t i = 1; i < ids; ++i) {
       EntityId id;
       if (!absl::SimpleAtoi(in.operands[i], &id)) {
+        if (in.command == "lookup") {
+          named_frames_ = true;
+          continue;
+        }
         return UsageError(
             absl::StrCat("'", in.operands[i], "' is not an entity id"),
             in.command);

@@ -173,6 +173,10 @@ struct ApplyOptions {
   // When the batch's poses were true, on the clock the world's writers
   // agree on (docs/time.md); 0: the server's Unix time at apply.
   Stamp stamp = 0;
+  // Names given after the batch's commands (a RenameCommand at its end,
+  // docs/wire.md's "Named frames"): entities it creates, or others; ""
+  // takes a name away. Checked with the batch, refused with it.
+  std::vector<std::pair<EntityId, std::string>> names;
 };
 
 // A lookup in a world's history (Client::LookupTransform, docs/time.md).
@@ -232,7 +236,7 @@ class Client {
   // the frame it is published in. A refused batch changes nothing.
   absl::StatusOr<uint64_t> Apply(absl::string_view world,
                                  absl::Span<const Command> batch,
-                                 ApplyOptions options = {});
+                                 const ApplyOptions& options = {});
   // Closes a driven world's frame without writing.
   absl::StatusOr<uint64_t> EndFrame(absl::string_view world);
   absl::StatusOr<std::unique_ptr<BatchWriter>> OpenWriter(
@@ -256,6 +260,15 @@ class Client {
   absl::StatusOr<std::vector<TimedPose>> LookupTransforms(
       absl::string_view world, EntityId target,
       absl::Span<const EntityId> sources, const LookupOptions& options = {});
+  // The same with frames named: an entity's name, "e<id>", or "world"
+  // (options.fixed, when set, by id). NOT_FOUND for a name no entity has.
+  absl::StatusOr<std::vector<TimedPose>> LookupNamedTransforms(
+      absl::string_view world, absl::string_view target,
+      absl::Span<const std::string> sources, const LookupOptions& options = {});
+  // The names of these entities, "" for none (NOT_FOUND names the first
+  // unknown one).
+  absl::StatusOr<std::vector<std::string>> Names(
+      absl::string_view world, absl::Span<const EntityId> entities);
   // World matrices at a stamp, from the world's history.
   absl::StatusOr<std::vector<EntityState>> ReadAt(
       absl::string_view world, absl::Span<const EntityId> entities,

@@ -400,6 +400,7 @@ absl::Status JetStreamWorldLog::Snapshot(SnapshotSource& world) {
       write.set_id(std::string(id));
       write.set_frame(frame);
     });
+    PutNames(world, record);
     absl::MutexLock lock(&mu_);
     after = next_seq_ - 1;
     bytes = std::exchange(bytes_since_snapshot_, 0);

@@ -178,8 +178,8 @@ absl::Status RecordReplay::Apply(const LogRecord& record) {
     world.RestartFrames(record.frame);
   }
   std::string write_id;
-  if (absl::Status s =
-          ReplayBatch(record.batch, world, &write_id, &world_.newest_stamp);
+  if (absl::Status s = ReplayBatch(record.batch, world, world_.names, &write_id,
+                                   &world_.newest_stamp);
       !s.ok()) {
     return s;
   }
@@ -321,6 +321,7 @@ absl::StatusOr<LoadedWorld> LoadFrom(NatsLink& link, const std::string& key,
     recovered.write_ids.emplace_back(write.id(), write.frame());
   }
   recovered.stored.clear_recent_writes();
+  TakeNames(recovered);
   RecordAssembler assembler(link.cluster(), LogStream(key));
   RecordReplay replay(recovered, recovered.world.frame());
   recovered.snapshot_time = clock.Now() - phase;

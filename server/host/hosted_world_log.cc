@@ -53,6 +53,7 @@ void HostedWorld::Restore(RecoveredWorld& recovered) {
   absl::MutexLock lock(&mu_);
   world_ = std::move(recovered.world);
   history_.Restart(world_, recovered.newest_stamp);
+  names_ = std::move(recovered.names);
   open_frame_logged_ = open_frame_partial_ = recovered.partial_frame;
   for (const auto& [id, frame] : recovered.write_ids) {
     recent_writes_.Add(id, {frame, WriteOutcome::Settled()});
@@ -68,6 +69,7 @@ void HostedWorld::Reset(RecoveredWorld& reloaded) {
   absl::MutexLock lock(&mu_);
   world_ = std::move(reloaded.world);
   history_.Restart(world_, reloaded.newest_stamp);
+  names_ = std::move(reloaded.names);
   open_frame_logged_ = open_frame_partial_ = reloaded.partial_frame;
   writers_.clear();
   recent_writes_.Clear();
@@ -141,11 +143,18 @@ absl::Status HostedWorld::ApplyLogged(absl::string_view batch, uint64_t frame) {
         v1::HistoryOnlyCommands(request);
     if (!late.ok()) return late.status();
     prepared.late = *std::move(late);
+    absl::StatusOr<WorldNames::Prepared> names =
+        names_.Prepare(request, world_, std::numeric_limits<size_t>::max());
+    if (!names.ok()) {
+      return absl::DataLossError(absl::StrCat(
+          "a logged batch's names do not apply: ", names.status().message()));
+    }
     history_.Prepare(*commands, world_, prepared);
     if (absl::Status applied = world_.Apply(*commands); !applied.ok()) {
       return absl::DataLossError(
           absl::StrCat("a logged batch does not apply: ", applied.message()));
     }
+    names_.Commit(*names, world_);
     history_.Record(*commands, stamp, world_, prepared);
     open_frame_logged_ = true;
     recent_writes_.Add(request.write_id(), {frame, WriteOutcome::Settled()});

@@ -97,7 +97,7 @@ absl::StatusOr<uint64_t> HostedWorld::Apply(const v1::ApplyRequest& request,
   // Encoded before the lock: a record is the request as the client sent it
   // (its write id with it, for whoever replays it).
   std::string journaled;
-  if (!commands->empty() && logged_.load(std::memory_order_acquire)) {
+  if (request.commands_size() > 0 && logged_.load(std::memory_order_acquire)) {
     request.SerializeToString(&journaled);
   }
   Applied applied;
@@ -156,7 +156,7 @@ void HostedWorld::ApplyHeld(const v1::ApplyRequest& request,
   // (A log taken or dropped since it was encoded: as the log is now.)
   if (log_ == nullptr) {
     journaled.clear();
-  } else if (journaled.empty() && !commands.empty()) {
+  } else if (journaled.empty() && request.commands_size() > 0) {
     request.SerializeToString(&journaled);
   }
   // The record carries the stamp the batch was given, so that every
@@ -164,8 +164,15 @@ void HostedWorld::ApplyHeld(const v1::ApplyRequest& request,
   if (!journaled.empty() && request.stamp_nanos() == 0) {
     v1::AppendStampNanos(*stamp, &journaled);
   }
+  absl::StatusOr<WorldNames::Prepared> names =
+      names_.Prepare(request, world_, limits.max_name_bytes);
+  if (!names.ok()) {
+    applied.frame = names.status();
+    return;
+  }
   applied.frame = ApplyLocked(commands, *stamp, request.client_id(), creates,
                               journaled, limits, applied.acknowledgement);
+  if (applied.frame.ok()) names_.Commit(*names, world_);
   if (applied.frame.ok() && !request.write_id().empty()) {
     applied.outcome = applied.acknowledgement ? std::make_shared<WriteOutcome>()
                                               : WriteOutcome::Settled();
@@ -308,6 +315,7 @@ absl::Status HostedWorld::Read(const v1::ReadRequest& request,
                            .world = world},
                           response);
     response->add_stamp_nanos(history == nullptr ? 0 : history->NewestOf(e));
+    response->add_name(names_.NameOf(e));
   }
   return absl::OkStatus();
 }

@@ -84,6 +84,8 @@ struct Limits {
   // (--max_waiting_lookups), and the sources of one lookup
   // (--max_lookup_sources).
   uint32_t max_lookup_wait_ms = 10'000;
+  // The longest entity name (--max_name_bytes; server/host/world_names.h).
+  size_t max_name_bytes = 256;
   size_t max_waiting_lookups = 1024;
   size_t max_lookup_sources = 4096;
   // Region views (SubscribeRequest.region): the edge of the cells they are
@@ -139,9 +141,14 @@ class HostedWorld : public SnapshotSource {
   // EXCEEDED naming how far the data reaches). No thread waits meanwhile.
   using LookupDone =
       absl::AnyInvocable<void(absl::Status, v1::LookupTransformResponse)>;
+  // Frames may be named (target_name, source_name, fixed_frame_name): an
+  // entity's name, "e<id>" or "world", resolved as the lookup begins.
   void LookupTransform(const v1::LookupTransformRequest& request,
                        const Limits& limits, absl::Time deadline,
                        LookupDone done);
+  // A lookup's named frames as ids (world_lookup.cc).
+  absl::StatusOr<v1::LookupTransformRequest> WithFramesResolved(
+      const v1::LookupTransformRequest& named, const Limits& limits) const;
   // Answers the waiting lookups whose deadline passed (the poller's), or
   // all of them with `status` (shutdown, deletion).
   void ExpireLookups(absl::Time now);
@@ -211,6 +218,11 @@ class HostedWorld : public SnapshotSource {
       absl::FunctionRef<void(absl::string_view id, uint64_t frame)> visit)
       const override ABSL_NO_THREAD_SAFETY_ANALYSIS {
     recent_writes_.ForEach(visit);
+  }
+  void ForEachNameLocked(
+      absl::FunctionRef<void(EntityId entity, const std::string& name)> visit)
+      const override ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    names_.ForEach(visit);
   }
 
  private:
@@ -324,6 +336,7 @@ class HostedWorld : public SnapshotSource {
   // OK while its writes are taken here; else why not.
   absl::Status refusal_ ABSL_GUARDED_BY(mu_);
   RecentWrites recent_writes_ ABSL_GUARDED_BY(mu_);
+  WorldNames names_ ABSL_GUARDED_BY(mu_);
   // The open frame holds logged batches (its end must be logged, or, on a
   // replica, published), some of them applied before the world was loaded
   // (its changes known in part: no digest).

@@ -38,6 +38,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "server/host/world_names.h"
 #include "xform/config/storage.pb.h"
 #include "xform/world.h"
 
@@ -57,6 +58,11 @@ class SnapshotSource {
   // so that a snapshot holds those of the batches it holds.
   virtual void ForEachRecentWriteLocked(
       absl::FunctionRef<void(absl::string_view id, uint64_t frame)>) const {}
+  // Its named entities (world_names.h), likewise from within
+  // WithWorldLocked's `with_world`.
+  virtual void ForEachNameLocked(
+      absl::FunctionRef<void(EntityId entity, const std::string& name)>) const {
+  }
 };
 
 class WorldLog {
@@ -116,6 +122,9 @@ struct RecoveredWorld {
   // The write ids of the last batches replayed, oldest first, each with
   // its frame (recent_writes.h).
   std::vector<std::pair<std::string, uint64_t>> write_ids;
+  // Its named entities: the snapshot's (StoredWorld.names, cleared there
+  // once read), and the batches replayed after it.
+  WorldNames names;
   // The history its frames continue (StoredWorld.history); 0: a new one.
   uint64_t history = 0;
   // The newest stamp of the batches replayed (0: none): its entities enter
@@ -129,6 +138,30 @@ struct RecoveredWorld {
   uint64_t replayed = 0;         // Journaled batches.
   absl::Duration replay_time;
 };
+
+// Moves the names a snapshot's StoredWorld holds into `recovered.names`,
+// clearing them there: the stored record is kept and written again, and a
+// snapshot writes the names as they are then.
+inline void TakeNames(RecoveredWorld& recovered) {
+  std::vector<std::pair<EntityId, std::string>> names;
+  names.reserve(static_cast<size_t>(recovered.stored.names_size()));
+  for (config::NamedEntity& named : *recovered.stored.mutable_names()) {
+    names.emplace_back(named.entity(), std::move(*named.mutable_name()));
+  }
+  recovered.stored.clear_names();
+  recovered.names.Restore(names);
+}
+
+// The names of `world`, into a snapshot's StoredWorld: from within
+// SnapshotSource::WithWorldLocked.
+inline void PutNames(const SnapshotSource& world, config::StoredWorld& stored) {
+  stored.clear_names();
+  world.ForEachNameLocked([&](EntityId entity, const std::string& name) {
+    config::NamedEntity& named = *stored.add_names();
+    named.set_entity(entity);
+    named.set_name(name);
+  });
+}
 
 // The logs a store made that their worlds still hold, by name, sorted;
 // those whose worlds are gone are forgotten. For stores that keep their

@@ -61,9 +61,56 @@ absl::Status HostedWorld::LookupLocked(
   return absl::OkStatus();
 }
 
-void HostedWorld::LookupTransform(const v1::LookupTransformRequest& request,
+absl::StatusOr<v1::LookupTransformRequest> HostedWorld::WithFramesResolved(
+    const v1::LookupTransformRequest& named, const Limits& limits) const {
+  if (static_cast<size_t>(named.source_name_size()) >
+      limits.max_lookup_sources) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        named.source_name_size(), " sources in one lookup, past the limit of ",
+        limits.max_lookup_sources, " (--max_lookup_sources)"));
+  }
+  v1::LookupTransformRequest request = named;
+  absl::ReaderMutexLock lock(&mu_);
+  if (!named.target_name().empty()) {
+    absl::StatusOr<EntityId> target = names_.Resolve(named.target_name());
+    if (!target.ok()) return target.status();
+    request.set_target(*target);
+  }
+  if (!named.source_name().empty()) {
+    request.clear_source();
+    for (const std::string& name : named.source_name()) {
+      absl::StatusOr<EntityId> source = names_.Resolve(name);
+      if (!source.ok()) return source.status();
+      request.add_source(*source);
+    }
+  }
+  if (!named.fixed_frame_name().empty()) {
+    absl::StatusOr<EntityId> fixed = names_.Resolve(named.fixed_frame_name());
+    if (!fixed.ok()) return fixed.status();
+    request.set_fixed_frame(*fixed);
+    request.set_use_fixed_frame(true);
+  }
+  request.clear_target_name();
+  request.clear_source_name();
+  request.clear_fixed_frame_name();
+  return request;
+}
+
+void HostedWorld::LookupTransform(const v1::LookupTransformRequest& named,
                                   const Limits& limits, absl::Time deadline,
                                   LookupDone done) {
+  const bool has_names = !named.target_name().empty() ||
+                         !named.source_name().empty() ||
+                         !named.fixed_frame_name().empty();
+  absl::StatusOr<v1::LookupTransformRequest> resolved;
+  if (has_names) {
+    resolved = WithFramesResolved(named, limits);
+    if (!resolved.ok()) {
+      done(resolved.status(), {});
+      return;
+    }
+  }
+  const v1::LookupTransformRequest& request = has_names ? *resolved : named;
   if (request.source().empty()) {
     done(absl::InvalidArgumentError("name a source to look up"), {});
     return;

@@ -23,7 +23,8 @@
 namespace xform::server {
 
 absl::Status ReplayBatch(absl::string_view batch, World& world,
-                         std::string* write_id, int64_t* newest_stamp) {
+                         WorldNames& names, std::string* write_id,
+                         int64_t* newest_stamp) {
   v1::ApplyRequest request;
   if (!request.ParseFromArray(batch.data(), static_cast<int>(batch.size()))) {
     return absl::DataLossError("a batch that does not parse");
@@ -34,12 +35,16 @@ absl::Status ReplayBatch(absl::string_view batch, World& world,
   }
   absl::StatusOr<std::vector<Command>> commands =
       v1::ToCommands(request, std::numeric_limits<size_t>::max());
-  absl::Status applied =
-      commands.ok() ? world.Apply(*commands) : commands.status();
+  absl::StatusOr<WorldNames::Prepared> named =
+      names.Prepare(request, world, std::numeric_limits<size_t>::max());
+  absl::Status applied = !commands.ok() ? commands.status()
+                         : !named.ok()  ? named.status()
+                                        : world.Apply(*commands);
   if (!applied.ok()) {
     return absl::DataLossError(
         absl::StrCat("a logged batch no longer applies: ", applied.message()));
   }
+  names.Commit(*named, world);
   return absl::OkStatus();
 }
 namespace {

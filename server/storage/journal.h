@@ -39,6 +39,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "server/host/world_names.h"
 #include "xform/world.h"
 
 namespace xform::server {
@@ -60,12 +61,12 @@ inline constexpr size_t kRecordHeaderBytes = 21;
 inline constexpr uint32_t kMaxRecordPayload = uint32_t{1} << 30;
 
 // A batch as a log holds it (an ApplyRequest as its client encoded it)
-// applied again to `world` in recovery, whichever log held it. DataLoss
-// when it does not parse or no longer applies.
+// applied again to `world` and its `names` in recovery, whichever log held
+// it. DataLoss when it does not parse or no longer applies.
 // `write_id`, if given, takes the batch's write id (ApplyRequest.write_id);
 // `newest_stamp`, if given, is raised to the batch's stamp.
 absl::Status ReplayBatch(absl::string_view batch, World& world,
-                         std::string* write_id = nullptr,
+                         WorldNames& names, std::string* write_id = nullptr,
                          int64_t* newest_stamp = nullptr);
 
 // A record's bytes: header and payload.

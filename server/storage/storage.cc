@@ -225,14 +225,15 @@ void FileWorldLog::Switch(NextJournal& next) {
 }
 
 absl::Status FileWorldLog::Finish(const NextJournal& next,
-                                  const WorldImage& image) {
+                                  const WorldImage& image,
+                                  const std::string& stored) {
   // Until the snapshot is whole on disk, recovery needs the previous
   // journal: its tail goes to disk first (a no-op when it is broken: the
   // snapshot then replaces what it could not keep).
   next.previous->Sync().IgnoreError();
   const std::string path =
       absl::StrCat(dir_, "/", FileName(kSnapshotPrefix, next.seq));
-  if (absl::Status s = WriteSnapshotFile(path, stored_world_, image); !s.ok()) {
+  if (absl::Status s = WriteSnapshotFile(path, stored, image); !s.ok()) {
     return s;
   }
   absl::StatusOr<WorldFiles> files = ListWorldFiles(dir_);
@@ -280,6 +281,10 @@ FileWorldLog::Copied FileWorldLog::CopyAndSwitch(SnapshotSource& world,
       copied.whole_again = true;
       w.CopyImage(&image);
     }
+    config::StoredWorld stored;
+    stored.ParseFromString(stored_world_);
+    PutNames(world, stored);
+    stored.SerializeToString(&copied.stored);
     Switch(next);
     copied.held = std::max(copied.held, absl::Now() - locked);
   });
@@ -297,7 +302,7 @@ absl::Status FileWorldLog::Snapshot(SnapshotSource& world) {
   world.WithWorldLocked([&](const World& w) { size = w.size(); });
   image.Resize(size + size / 8 + 1024);
   const Copied copied = CopyAndSwitch(world, image, *next);
-  if (absl::Status s = Finish(*next, image); !s.ok()) return s;
+  if (absl::Status s = Finish(*next, image, copied.stored); !s.ok()) return s;
   Log('I', "world ", Quoted(world.name()), ": snapshot of ", image.size(),
       " entities at frame ", image.frame, " in ",
       absl::FormatDuration(absl::Now() - start), " (world locked ",
@@ -452,6 +457,10 @@ absl::StatusOr<uint64_t> ReadNewestSnapshot(const std::string& dir,
     return absl::DataLossError(
         absl::StrCat("snapshot ", path, ": its world record does not parse"));
   }
+  if (recovered.stored.names_size() > 0) {
+    TakeNames(recovered);
+    recovered.stored.SerializeToString(&stored_bytes);
+  }
   return seq;
 }
 
@@ -476,8 +485,9 @@ absl::Status Replay(const JournalRecord& record, bool first,
     return absl::DataLossError("a world record after the first");
   }
   std::string write_id;
-  if (absl::Status s = ReplayBatch(record.payload, recovered.world, &write_id,
-                                   &recovered.newest_stamp);
+  if (absl::Status s =
+          ReplayBatch(record.payload, recovered.world, recovered.names,
+                      &write_id, &recovered.newest_stamp);
       !s.ok()) {
     return s;
   }

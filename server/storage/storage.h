@@ -111,7 +111,8 @@ class FileWorldLog final : public WorldLog {
   };
   absl::StatusOr<NextJournal> Prepare();
   void Switch(NextJournal& next) ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status Finish(const NextJournal& next, const WorldImage& image);
+  absl::Status Finish(const NextJournal& next, const WorldImage& image,
+                      const std::string& stored);
   // Bytes in the current journal: unchanged means no batch was journaled.
   uint64_t JournalEnd() const;
   // The world copied into `image` in two holds of its lock, the journal
@@ -120,6 +121,8 @@ class FileWorldLog final : public WorldLog {
   struct Copied {
     absl::Duration held;
     bool whole_again = false;
+    // stored_world_ with the world's names as the image has them.
+    std::string stored;
   };
   Copied CopyAndSwitch(SnapshotSource& world, WorldImage& image,
                        NextJournal& next);

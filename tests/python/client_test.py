@@ -95,12 +95,15 @@ def start_xformd(binary, flags):
     port = free_port()
     process = subprocess.Popen([binary, f"--listen=127.0.0.1:{port}", *flags],
                                stderr=subprocess.PIPE, text=True)
+    process.log = []
     for line in process.stderr:
+        process.log.append(line)
         if "xformd serving on" in line:
             break
     else:
-        fail("xformd did not start")
-    threading.Thread(target=lambda: [None for _ in process.stderr], daemon=True).start()
+        fail("xformd did not start:\n" + "".join(process.log[-20:]))
+    threading.Thread(target=lambda: [process.log.append(l) for l in process.stderr],
+                     daemon=True).start()
     return process, f"127.0.0.1:{port}"
 
 
@@ -294,6 +297,82 @@ def regions_and_lookups(xform, np, admin):
     timed.close()
 
 
+def named_frames(xform, np, args, directory):
+    """Names: created, refused, renamed, freed by destroys, used by lookups,
+    and kept through a snapshot and a journal across a restart."""
+    import grpc
+    data = os.path.join(directory, "data")
+    process, address = start_xformd(args.xformd, [f"--data_dir={data}",
+                                                  "--max_name_bytes=16",
+                                                  "--snapshot_every=1s"])
+    client = xform.Client(address)
+    client.create_world("robot", mode="driven", time_model="tf2")
+    t = 1_000_000_000
+    client.apply("robot", [xform.create(
+        [1, 2, 3, 4], [0, 1, 2, 0],
+        [[0, 0, 0, 0, 0, 0, 1, 1, 1, 1], [0, 0, 1, 0, 0, 0, 1, 1, 1, 1],
+         [1, 0, 0, 0, 0, 0, 1, 1, 1, 1], [5, 0, 0, 0, 0, 0, 1, 1, 1, 1]],
+        names=["base_link", "torso", "camera", ""])], end_frame=True, stamp_nanos=t)
+    states = client.read("robot", [1, 2, 3, 4])
+    if states.names != ["base_link", "torso", "camera", ""]:
+        fail(f"read's names: {states.names}")
+    for what, code, command in (
+            ("a name taken", grpc.StatusCode.ALREADY_EXISTS,
+             xform.create([5], names=["torso"])),
+            ("'world' as a name", grpc.StatusCode.INVALID_ARGUMENT,
+             xform.create([5], names=["world"])),
+            ("e<id> as a name", grpc.StatusCode.INVALID_ARGUMENT,
+             xform.rename([4], ["e12"])),
+            ("a name over --max_name_bytes", grpc.StatusCode.INVALID_ARGUMENT,
+             xform.rename([4], ["x" * 17])),
+            ("a control character", grpc.StatusCode.INVALID_ARGUMENT,
+             xform.rename([4], ["a\tb"])),
+            ("a rename of no entity", grpc.StatusCode.NOT_FOUND,
+             xform.rename([99], ["ghost"]))):
+        expect_code(xform, code, what, lambda c=command: client.apply("robot", [c]))
+    if client.read("robot", [4]).names != [""] or client.get_world("robot").entities != 4:
+        fail("a refused batch changed something")
+    # A batch taken back whole: its name too.
+    expect_code(xform, grpc.StatusCode.ALREADY_EXISTS, "a batch whose create fails",
+                lambda: client.apply("robot", [xform.rename([4], ["wheel"]),
+                                               xform.create([1], names=["again"])]))
+    client.apply("robot", [xform.rename([4, 3], ["wheel", "eye"]),
+                           xform.create([5], [4], names=["camera"])], end_frame=True,
+                 stamp_nanos=t + 1)
+    poses = client.lookup_transform("robot", "base_link", ["eye", "e2"], stamp_nanos=0)
+    if not np.allclose(poses.matrices[0][:, 3], [1, 0, 1], atol=1e-5):
+        fail(f"lookup of 'eye' in 'base_link': {poses.matrices[0]}")
+    world = client.lookup_transform("robot", "world", ["camera"])
+    if not np.allclose(world.matrices[0][:, 3], [5, 0, 0], atol=1e-5):
+        fail(f"lookup of 'camera' (now entity 5) in 'world': {world.matrices[0]}")
+    expect_code(xform, grpc.StatusCode.NOT_FOUND, "a lookup of a name no entity has",
+                lambda: client.lookup_transform("robot", "world", ["nope"]))
+    # A subtree destroy frees its names; the snapshot then the journal keep
+    # the rest across a restart.
+    def snapshots():
+        return sum("'robot': snapshot of" in line for line in process.log)
+    before = snapshots()
+    client.apply("robot", [xform.destroy([2])], end_frame=True, stamp_nanos=t + 2)
+    wait_until("a snapshot of the world after the destroy", lambda: snapshots() > before)
+    client.apply("robot", [xform.create([6], names=["torso"]),
+                           xform.rename([1], ["base"])], end_frame=True, stamp_nanos=t + 3)
+    process.kill()
+    process.wait()
+    process, address = start_xformd(args.xformd, [f"--data_dir={data}"])
+    try:
+        client = xform.Client(address)
+        states = client.read("robot", [1, 4, 5, 6])
+        if states.names != ["base", "wheel", "camera", "torso"]:
+            fail(f"names after kill -9 and a restart: {states.names}")
+        expect_code(xform, grpc.StatusCode.NOT_FOUND, "a destroyed subtree's names are free",
+                    lambda: client.lookup_transform("robot", "world", ["eye"]))
+        ok("names: made, refused (taken, 'world', e<id>, too long, control, no "
+           "entity), renamed, freed by a destroy, looked up, kept through kill -9")
+    finally:
+        process.kill()
+        process.wait()
+
+
 def cluster(xform, np, args):
     port, nats_port = 30000 + random.randrange(10000), 41000 + random.randrange(4000)
     script = subprocess.Popen(
@@ -333,6 +412,11 @@ def cluster_redirects_and_resume(xform, np, args, addresses):
     wait_until("the other nodes know the new world", known)
     frame = one.apply("c", [xform.create(list(range(1, 101)))], end_frame=True)
     ok(f"a write at {others[0]} follows the redirect to the owner {owner} (frame {frame})")
+    one.apply("c", [xform.rename([1, 2], ["first", "second"])], end_frame=True)
+    replica = xform.Client(others[1])
+    wait_until("names reach a replica", lambda: replica.read("c", [1, 2]).names ==
+               ["first", "second"])
+    ok("names written at the owner are read at a replica")
     # A whole-world mirror on a node that is not the owner; that node dies.
     watcher = xform.Client(",".join([others[1], others[0], owner]))
     mirror = xform.Mirror(watcher, "c")
@@ -372,6 +456,8 @@ def main():
              "the built package")
     with tempfile.TemporaryDirectory() as directory:
         alone(xform, np, args, directory)
+    with tempfile.TemporaryDirectory() as directory:
+        named_frames(xform, np, args, directory)
     if args.cluster_script:
         cluster(xform, np, args)
     print("PASS", flush=True)

@@ -13,11 +13,11 @@ package as the build and `cmake --install` lay it out.
 """
 
 from xform.client import (Client, EntityStates, Poses, XformError, create,
-                          destroy, link, region, retry_wait, set_local,
+                          destroy, link, region, rename, retry_wait, set_local,
                           set_world)
 from xform.decode import BrokenMessage
 from xform.mirror import Mirror, View
 
 __all__ = ["BrokenMessage", "Client", "EntityStates", "Mirror", "Poses", "View",
-           "XformError", "create", "destroy", "link", "region", "retry_wait",
+           "XformError", "create", "destroy", "link", "region", "rename", "retry_wait",
            "set_local", "set_world"]

@@ -46,13 +46,14 @@ class EntityStates:
     """What Read gives, structure-of-arrays: ids (n,) uint64, parents (n,)
     uint64 (0: a root), local (n, 10) float32 (position, rotation x y z w,
     scale), world (n, 3, 4) float32, stamps (n,) int64 (ns; 0 when the
-    world keeps no stamps)."""
+    world keeps no stamps), names (n strings, "" for none)."""
 
     ids: np.ndarray
     parents: np.ndarray
     local: np.ndarray
     world: np.ndarray
     stamps: np.ndarray
+    names: list
 
 
 @dataclass
@@ -84,15 +85,24 @@ def _transforms(values, n: int) -> list:
     return t.reshape(-1).tolist()
 
 
-def create(entities, parents=None, local=None) -> xform_pb2.Command:
+def create(entities, parents=None, local=None, names=None) -> xform_pb2.Command:
     """Creates `entities` (ids, non-zero), under `parents` (0: a root;
-    default all roots), with `local` transforms (default identity)."""
+    default all roots), with `local` transforms (default identity) and
+    `names` (one per entity, "" for none; unique in the world)."""
     c = xform_pb2.CreateCommand(entity=_ids(entities))
     if parents is not None:
         c.parent.extend(_ids(parents))
     if local is not None:
         c.local.extend(_transforms(local, len(c.entity)))
+    if names is not None:
+        c.name.extend(names)
     return xform_pb2.Command(create=c)
+
+
+def rename(entities, names) -> xform_pb2.Command:
+    """Names `entities` ("" takes a name away)."""
+    return xform_pb2.Command(rename=xform_pb2.RenameCommand(
+        entity=_ids(entities), name=list(names)))
 
 
 def destroy(entities, keep_children: bool = False) -> xform_pb2.Command:
@@ -321,22 +331,34 @@ class Client:
             parents=np.array(answer.parent, dtype=np.uint64),
             local=np.array(answer.local, dtype=np.float32).reshape(n, 10),
             world=np.array(answer.world, dtype=np.float32).reshape(n, 3, 4),
-            stamps=np.array(answer.stamp_nanos, dtype=np.int64))
+            stamps=np.array(answer.stamp_nanos, dtype=np.int64),
+            names=list(answer.name))
 
-    def lookup_transform(self, world: str, target: int, sources: Sequence[int],
-                         stamp_nanos: int = 0, *, fixed_frame: Optional[int] = None,
+    def lookup_transform(self, world: str, target, sources: Sequence,
+                         stamp_nanos: int = 0, *, fixed_frame=None,
                          target_stamp_nanos: int = 0,
                          wait: float = 0.0) -> Poses:
-        """Each source's pose in `target`'s frame (0: the world's origin) at
-        `stamp_nanos` (0: the latest all links know), as tf2's lookupTransform;
-        with `fixed_frame`, the target at target_stamp_nanos through that
-        frame (tf2's advanced form). `wait`: seconds the server may wait for
-        newer data."""
+        """Each source's pose in `target`'s frame at `stamp_nanos` (0: the
+        latest all links know), as tf2's lookupTransform; with
+        `fixed_frame`, the target at target_stamp_nanos through that frame
+        (tf2's advanced form). Frames are ids (0: the world's origin) or
+        names (an entity's name, "e<id>", "world"). `wait`: seconds the
+        server may wait for newer data."""
         request = xform_pb2.LookupTransformRequest(
-            world=world, target=target, source=_ids(sources),
-            stamp_nanos=stamp_nanos, target_stamp_nanos=target_stamp_nanos,
-            timeout_ms=int(wait * 1000))
-        if fixed_frame is not None:
+            world=world, stamp_nanos=stamp_nanos,
+            target_stamp_nanos=target_stamp_nanos, timeout_ms=int(wait * 1000))
+        if isinstance(target, str):
+            request.target_name = target
+        else:
+            request.target = int(target)
+        if any(isinstance(s, str) for s in sources):
+            request.source_name.extend(str(s) if isinstance(s, str) else f"e{int(s)}"
+                                       for s in sources)
+        else:
+            request.source.extend(_ids(sources))
+        if isinstance(fixed_frame, str):
+            request.fixed_frame_name = fixed_frame
+        elif fixed_frame is not None:
             request.fixed_frame, request.use_fixed_frame = fixed_frame, True
         answer = self._call("LookupTransform", request,
                             timeout=self.deadline + wait)
@@ -395,5 +417,5 @@ def _trailer(error: grpc.RpcError, key: str) -> str:
 
 
 __all__ = ["Client", "XformError", "EntityStates", "Poses", "create", "destroy",
-           "link", "set_local", "set_world", "region", "retry_wait",
+           "link", "rename", "set_local", "set_world", "region", "retry_wait",
            "SUBSCRIPTION_ID_METADATA"]

@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <variant>
 
+#include "absl/algorithm/container.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
@@ -329,6 +330,9 @@ size_t EntitiesNamed(const ApplyRequest& request) {
       case Command::kSetWorld:
         named += c.set_world().entity_size();
         break;
+      case Command::kRename:
+        named += c.rename().entity_size();
+        break;
       default:
         break;
     }
@@ -418,6 +422,10 @@ absl::Status AppendWireCommands(
           return s;
         }
         break;
+      case Command::kRename:
+        // Names are the host's (server/host/world_names.h): the core
+        // knows entities by id only.
+        break;
       default:
         return Malformed(k, "empty command");
     }
@@ -441,7 +449,11 @@ absl::StatusOr<std::vector<xform::Command>> ToCommands(
     return s;
   }
   // (A journaled batch whose sets all came late has none to apply live.)
-  if (commands.empty() && !request.end_frame() &&
+  // (A batch of renames only has nothing for the core.)
+  const bool renames = absl::c_any_of(request.commands(), [](const Command& c) {
+    return c.has_rename() && c.rename().entity_size() > 0;
+  });
+  if (commands.empty() && !renames && !request.end_frame() &&
       request.history_only().empty()) {
     return absl::InvalidArgumentError(
         "empty batch: no commands and no end_frame");
