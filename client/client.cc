@@ -662,13 +662,14 @@ absl::StatusOr<TimedPose> Client::LookupTransform(
   return poses->front();
 }
 
-absl::StatusOr<std::vector<TimedPose>> Client::LookupTransforms(
-    absl::string_view world, EntityId target,
-    absl::Span<const EntityId> sources, const LookupOptions& options) {
-  v1::LookupTransformRequest request;
+namespace {
+
+// A lookup's request with `options` and `world` set, sent.
+absl::StatusOr<std::vector<TimedPose>> LookupWith(
+    const ClientOptions& client, client_internal::Nodes& nodes,
+    absl::string_view world, const LookupOptions& options,
+    v1::LookupTransformRequest& request) {
   request.set_world(std::string(world));
-  request.set_target(target);
-  request.mutable_source()->Add(sources.begin(), sources.end());
   request.set_stamp_nanos(options.stamp);
   if (options.fixed) {
     request.set_fixed_frame(*options.fixed);
@@ -679,7 +680,7 @@ absl::StatusOr<std::vector<TimedPose>> Client::LookupTransforms(
       absl::ToInt64Milliseconds(options.timeout), UINT32_MAX)));
   v1::LookupTransformResponse response;
   if (absl::Status s =
-          Call(options_, *nodes_, &v1::Xform::Stub::LookupTransform, request,
+          Call(client, nodes, &v1::Xform::Stub::LookupTransform, request,
                &response, /*world=*/nullptr, options.timeout);
       !s.ok()) {
     return s;
@@ -687,29 +688,24 @@ absl::StatusOr<std::vector<TimedPose>> Client::LookupTransforms(
   return v1::TimedPosesFromWire(response);
 }
 
+}  // namespace
+
+absl::StatusOr<std::vector<TimedPose>> Client::LookupTransforms(
+    absl::string_view world, EntityId target,
+    absl::Span<const EntityId> sources, const LookupOptions& options) {
+  v1::LookupTransformRequest request;
+  request.set_target(target);
+  request.mutable_source()->Add(sources.begin(), sources.end());
+  return LookupWith(options_, *nodes_, world, options, request);
+}
+
 absl::StatusOr<std::vector<TimedPose>> Client::LookupNamedTransforms(
     absl::string_view world, absl::string_view target,
     absl::Span<const std::string> sources, const LookupOptions& options) {
   v1::LookupTransformRequest request;
-  request.set_world(std::string(world));
   request.set_target_name(std::string(target));
   request.mutable_source_name()->Add(sources.begin(), sources.end());
-  request.set_stamp_nanos(options.stamp);
-  if (options.fixed) {
-    request.set_fixed_frame(*options.fixed);
-    request.set_use_fixed_frame(true);
-    request.set_target_stamp_nanos(options.target_stamp);
-  }
-  request.set_timeout_ms(static_cast<uint32_t>(std::min<int64_t>(
-      absl::ToInt64Milliseconds(options.timeout), UINT32_MAX)));
-  v1::LookupTransformResponse response;
-  if (absl::Status s =
-          Call(options_, *nodes_, &v1::Xform::Stub::LookupTransform, request,
-               &response, /*world=*/nullptr, options.timeout);
-      !s.ok()) {
-    return s;
-  }
-  return v1::TimedPosesFromWire(response);
+  return LookupWith(options_, *nodes_, world, options, request);
 }
 
 absl::StatusOr<std::vector<std::string>> Client::Names(

@@ -70,20 +70,9 @@ class FoxgloveSession : public Connection,
   }
 
   void Accept(const Request& request) override {
-    websocket::stream_base::timeout timeout{};
-    timeout.handshake_timeout = std::chrono::seconds(10);
-    timeout.idle_timeout = ToChrono(gateway_.options().idle_timeout);
-    timeout.keep_alive_pings = true;
-    beast::get_lowest_layer(ws_).expires_never();
-    ws_.set_option(timeout);
-    ws_.set_option(
-        websocket::stream_base::decorator([](websocket::response_type& r) {
-          r.set(http::field::server, "xform-web");
-          r.set(http::field::sec_websocket_protocol,
-                std::string(foxglove_ws::kSubprotocol));
-        }));
-    ws_.read_message_max(gateway_.options().foxglove_max_inbound_bytes);
-    ws_.auto_fragment(false);
+    PrepareWebSocket(ws_, gateway_.options(),
+                     gateway_.options().foxglove_max_inbound_bytes,
+                     std::string(foxglove_ws::kSubprotocol));
     ws_.async_accept(request,
                      [self = shared_from_this()](beast::error_code ec) {
                        if (!ec) self->OnAccept();
@@ -579,11 +568,10 @@ class FoxgloveSession : public Connection,
     if (ended_) return;
     ended_ = true;
     timer_.cancel();
-    beast::error_code ignored;
-    beast::get_lowest_layer(ws_).socket().close(ignored);
+    CloseSocket(ws_);
   }
 
-  websocket::stream<beast::tcp_stream> ws_;
+  WebSocket ws_;
   WebGateway::Impl& gateway_;
   const uint64_t id_;
   const TabQuery query_;

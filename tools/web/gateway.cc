@@ -33,6 +33,25 @@ Response TextResponse(const Request& request, http::status status,
   return response;
 }
 
+void PrepareWebSocket(WebSocket& ws, const GatewayOptions& options,
+                      size_t max_inbound, std::string subprotocol) {
+  websocket::stream_base::timeout timeout{};
+  timeout.handshake_timeout = std::chrono::seconds(10);
+  timeout.idle_timeout = ToChrono(options.idle_timeout);
+  timeout.keep_alive_pings = true;
+  beast::get_lowest_layer(ws).expires_never();
+  ws.set_option(timeout);
+  ws.set_option(websocket::stream_base::decorator(
+      [subprotocol = std::move(subprotocol)](websocket::response_type& r) {
+        r.set(http::field::server, "xform-web");
+        if (!subprotocol.empty()) {
+          r.set(http::field::sec_websocket_protocol, subprotocol);
+        }
+      }));
+  ws.read_message_max(max_inbound);
+  ws.auto_fragment(false);
+}
+
 namespace {
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {

@@ -55,6 +55,21 @@ inline std::chrono::steady_clock::duration ToChrono(absl::Duration d) {
 Response TextResponse(const Request& request, http::status status,
                       std::string_view content_type, std::string body);
 
+using WebSocket = websocket::stream<beast::tcp_stream>;
+
+// A connection's WebSocket before its handshake: 10 s to complete it, the
+// gateway's idle timeout with pings, messages in at most `max_inbound`
+// bytes, whole messages out, the handshake's answer naming xform-web (and
+// `subprotocol`, when one was chosen).
+void PrepareWebSocket(WebSocket& ws, const GatewayOptions& options,
+                      size_t max_inbound, std::string subprotocol = "");
+
+// Closes a connection's socket, as its End() does.
+inline void CloseSocket(WebSocket& ws) {
+  beast::error_code ignored;
+  beast::get_lowest_layer(ws).socket().close(ignored);
+}
+
 // A WebSocket the gateway serves. Its views are Mirrors of its own.
 class Connection {
  public:

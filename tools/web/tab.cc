@@ -51,18 +51,8 @@ class Tab : public Connection, public std::enable_shared_from_this<Tab> {
   }
 
   void Accept(const Request& request) override {
-    websocket::stream_base::timeout timeout{};
-    timeout.handshake_timeout = std::chrono::seconds(10);
-    timeout.idle_timeout = ToChrono(gateway_.options().idle_timeout);
-    timeout.keep_alive_pings = true;
-    beast::get_lowest_layer(ws_).expires_never();
-    ws_.set_option(timeout);
-    ws_.set_option(
-        websocket::stream_base::decorator([](websocket::response_type& r) {
-          r.set(http::field::server, "xform-web");
-        }));
-    ws_.read_message_max(gateway_.options().max_inbound_bytes);
-    ws_.auto_fragment(false);
+    PrepareWebSocket(ws_, gateway_.options(),
+                     gateway_.options().max_inbound_bytes);
     ws_.async_accept(request,
                      [self = shared_from_this()](beast::error_code ec) {
                        self->OnAccept(ec);
@@ -276,11 +266,10 @@ class Tab : public Connection, public std::enable_shared_from_this<Tab> {
     if (ended_) return;
     ended_ = true;
     status_timer_.cancel();
-    beast::error_code ignored;
-    beast::get_lowest_layer(ws_).socket().close(ignored);
+    CloseSocket(ws_);
   }
 
-  websocket::stream<beast::tcp_stream> ws_;
+  WebSocket ws_;
   WebGateway::Impl& gateway_;
   const uint64_t id_;
   const TabQuery query_;
