@@ -270,7 +270,8 @@ class Mirror:
 
     @property
     def resumes(self) -> int:
-        """Streams resumed (kept-view snapshots or changes since a frame)."""
+        """Streams that asked to resume from the frame held (a whole-world
+        mirror's reconnects)."""
         with self._lock:
             return self._resumes
 
