@@ -414,9 +414,16 @@ class Mirror::Impl {
       broken_ = decoded;
       return true;
     }
+    std::optional<MirrorUpdate> update;
+    if (options_.on_update || interpolator_ != nullptr) {
+      update = UpdateOf(arrival);
+    }
+    // The interpolator has the frame before a caller waiting for the frame
+    // (WaitForFrame) wakes to ask it.
+    if (interpolator_ != nullptr) interpolator_->OnUpdate(*update);
     Commit(arrival, first_of_stream);
     take.Release();
-    Notify(arrival);
+    Notify(arrival, std::move(update));
     return true;
   }
 
@@ -630,13 +637,22 @@ class Mirror::Impl {
            !state_.in_snapshot() && state_.history() != 0;
   }
 
-  void Notify(const Arrival& arrival) {
+  // After the copy took `arrival`: the callbacks.
+  void Notify(const Arrival& arrival, std::optional<MirrorUpdate> update) {
     const v1::FrameUpdate& u = arrival.update;
     if (options_.on_frame &&
         (u.snapshot() ? u.snapshot_done() : u.last_part())) {
       options_.on_frame(u.frame());
     }
-    if (!options_.on_update && interpolator_ == nullptr) return;
+    if (!options_.on_update || !update) return;
+    if (!options_.on_update_matrices) update->moved_world = {};
+    options_.on_update(*update);
+  }
+
+  // `arrival` as the callbacks and the interpolator see it: spans over the
+  // message, valid until it is recycled.
+  MirrorUpdate UpdateOf(const Arrival& arrival) {
+    const v1::FrameUpdate& u = arrival.update;
     MirrorUpdate update;
     update.frame = u.frame();
     update.snapshot = u.snapshot();
@@ -662,10 +678,7 @@ class Mirror::Impl {
     update.destroyed = SpanOf(u.destroyed());
     update.reparented = SpanOf(u.reparented());
     update.reparented_parent = SpanOf(u.reparented_parent());
-    if (interpolator_ != nullptr) interpolator_->OnUpdate(update);
-    if (!options_.on_update) return;
-    if (!options_.on_update_matrices) update.moved_world = {};
-    options_.on_update(update);
+    return update;
   }
 
   const MirrorOptions options_;

@@ -262,8 +262,21 @@ TEST_F(TimeTest, AMirrorInterpolatesBetweenTheFramesItReceived) {
       Mirror::Start(*client_, options);
   ASSERT_TRUE(mirror.ok()) << mirror.status();
   ASSERT_TRUE((*mirror)->WaitForSync(absl::Seconds(10)));
-  MoveRoot(3);  // Each a frame of its own (driven, end_frame).
-  ASSERT_TRUE((*mirror)->WaitForFrame(4, absl::Seconds(10)));
+  // Each a frame of its own (driven, end_frame), each taken in before the
+  // next: a mirror that fell behind would be sent them folded, as one.
+  ASSERT_TRUE(
+      client_
+          ->Apply("w", {CreateOp{1, kNoEntity, At(0)}, CreateOp{2, 1, At(1)}},
+                  {.end_frame = true, .stamp = kT0})
+          .ok());
+  ASSERT_TRUE((*mirror)->WaitForFrame(1, absl::Seconds(10)));
+  for (int k = 1; k <= 3; ++k) {
+    absl::StatusOr<uint64_t> frame =
+        client_->Apply("w", {SetLocalOp{1, At(10.0f * k)}},
+                       {.end_frame = true, .stamp = kT0 + 100 * kMs * k});
+    ASSERT_TRUE(frame.ok()) << frame.status();
+    ASSERT_TRUE((*mirror)->WaitForFrame(*frame, absl::Seconds(10)));
+  }
   absl::StatusOr<Matrix3x4> between =
       (*mirror)->WorldMatrixAt(2, kT0 + 250 * kMs);
   ASSERT_TRUE(between.ok()) << between.status();
