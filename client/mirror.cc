@@ -423,7 +423,7 @@ class Mirror::Impl {
     if (interpolator_ != nullptr) interpolator_->OnUpdate(*update);
     Commit(arrival, first_of_stream);
     take.Release();
-    Notify(arrival, std::move(update));
+    Notify(arrival, update);
     return true;
   }
 
