@@ -429,7 +429,8 @@ TEST(XformWebTest, FlagsOutOfRangeAreAUsageError) {
   for (const std::string flag :
        {"--threads=0", "--threads=65", "--max_tabs=0", "--max_inbound_bytes=8",
         "--max_inbound_bytes=2000000", "--idle_timeout_s=0",
-        "--idle_timeout_s=-5"}) {
+        "--idle_timeout_s=-5", "--foxglove_max_clients=0",
+        "--foxglove_max_worlds=0", "--foxglove_max_worlds=1025"}) {
     const Ran ran =
         RunShell(absl::StrCat(XFORM_WEB_PATH, " --listen=127.0.0.1:0 ", flag));
     EXPECT_EQ(ran.exit_code, 2) << flag << ": " << ran.err;
